@@ -1,0 +1,10 @@
+//! Analysis: rules that read the model and produce findings with evidence
+//! and remedies, and the doctor report that ranks them.
+
+pub mod finding;
+pub mod report;
+pub mod roles;
+pub mod rules;
+
+pub use finding::{Finding, Severity};
+pub use report::{build, DoctorReport, ReportInput};

@@ -1,0 +1,65 @@
+//! Clocksource: a guest that fell back from tsc/kvm-clock to hpet, acpi_pm or
+//! jiffies pays a VM exit (MMIO/PIO emulation) on every clock read.
+
+use crate::finding::{Finding, Severity};
+use serde_json::json;
+use stealscope_model::GuestModel;
+
+/// Clocksources read without leaving the guest.
+pub const FAST_CLOCKSOURCES: &[&str] = &["tsc", "kvm-clock", "hyperv_clocksource_tsc_page", "arch_sys_counter", "xen"];
+
+const UNSTABLE_MARKERS: &[&str] = &["Marking TSC unstable", "as unstable because the skew is too large", "Marking clocksource"];
+
+pub fn unstable(m: &GuestModel, out: &mut Vec<Finding>) {
+    let o = &m.t1;
+    let current = o.clocksource.current.clone();
+    let slow = current.as_deref().is_some_and(|c| !FAST_CLOCKSOURCES.contains(&c));
+    let mut log: Vec<String> = Vec::new();
+    for marker in UNSTABLE_MARKERS {
+        for line in o.kmsg_lines_containing(marker) {
+            if !log.iter().any(|l| l == line) {
+                log.push(line.to_string());
+            }
+        }
+    }
+    if !slow && log.is_empty() {
+        return;
+    }
+    let available = o.clocksource.available.clone().unwrap_or_default();
+    let better = ["kvm-clock", "tsc"].into_iter().find(|c| available.iter().any(|a| a == c));
+    let title = if slow {
+        format!(
+            "Clocksource is {}: every clock read is emulated by the hypervisor",
+            current.as_deref().unwrap_or("?")
+        )
+    } else {
+        "The kernel marked the TSC/clocksource unstable during this boot".to_string()
+    };
+    let switch = match better {
+        Some(c) => format!(
+            "Switch now with `echo {c} > /sys/devices/system/clocksource/clocksource0/current_clocksource` and make it \
+             persistent with the boot parameter `clocksource={c}`. "
+        ),
+        None => "No fast clocksource is available in this guest: ask the provider to expose kvm-clock or an \
+                 invariant TSC (constant_tsc nonstop_tsc). "
+            .to_string(),
+    };
+    out.push(
+        Finding::new("clock.unstable", if slow { Severity::Warning } else { Severity::Info }, title)
+            .evidence("current_clocksource", json!(current))
+            .evidence("available_clocksource", json!(available))
+            .evidence("kernel_log", json!(log))
+            .files(&[
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+                "/sys/devices/system/clocksource/clocksource0/available_clocksource",
+                "/dev/kmsg",
+            ])
+            .remedy(format!(
+                "{switch}The clocksource watchdog falls back when it sees skew, often caused by steal delaying the \
+                 watchdog itself on an overloaded host: check steal findings, and if the TSC is known good on this \
+                 host (invariant TSC, kvm-clock stable bit) `tsc=reliable` disables the watchdog."
+            ))
+            .reference("kernel/time/clocksource.c (clocksource_watchdog)")
+            .reference("Documentation/virt/kvm/x86/msr.rst (kvm-clock)"),
+    );
+}

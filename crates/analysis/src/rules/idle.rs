@@ -1,0 +1,150 @@
+//! How idle vCPUs idle: halt-polling and deep C-states.
+
+use crate::finding::{Finding, Severity};
+use crate::roles::is_kvm;
+use serde_json::json;
+use stealscope_model::GuestModel;
+
+/// Exit latency from which a C-state is "deep": wake-ups pay tens of µs
+/// (C6 is ~100-200 µs on Intel servers; C1/C1E are 1-10 µs).
+pub const DEEP_CSTATE_LATENCY_US: u64 = 50;
+
+const HALTPOLL_CASE: &str = "haltpoll-hypervisor-cpuid.txt";
+const HALTPOLL_DOC: &str = "Documentation/virt/guest-halt-polling.rst";
+
+pub fn haltpoll_inactive(m: &GuestModel, out: &mut Vec<Finding>) {
+    let o = &m.t1;
+    if !is_kvm(o) {
+        return;
+    }
+    let governors = o.cpuidle.available_governors.clone().unwrap_or_default();
+    let has_governor = governors.iter().any(|g| g == "haltpoll") || o.haltpoll.governor_present;
+    let has_driver = o.haltpoll.driver_present;
+    if !has_governor && !has_driver {
+        return; // kernel without haltpoll (before 5.4, or not configured)
+    }
+    let driver = o.cpuidle.current_driver.clone();
+    let (poll_usage, idle_usage) = o.idle_states.iter().fold((0u64, 0u64), |(p, t), cpu| {
+        let p2: u64 = cpu.states.iter().filter(|s| s.name.as_deref() == Some("POLL")).filter_map(|s| s.usage).sum();
+        let t2: u64 = cpu.states.iter().filter_map(|s| s.usage).sum();
+        (p + p2, t + t2)
+    });
+    let no_poll_control = o.kmsg_lines_containing("does not support poll control").next().map(str::to_string);
+    let cmd_force = o.cmdline_has("cpuidle_haltpoll.force").map(str::to_string);
+    let cmd_poll_ns = o.cmdline_has("haltpoll.guest_halt_poll_ns").map(str::to_string);
+    let mut f = if driver.as_deref() != Some("haltpoll") {
+        let remedy = format!(
+            "The guest kernel can poll briefly before halting (cuts wake-up latency and HLT exits) but the haltpoll \
+             cpuidle driver did not load: it needs the host to advertise KVM_HINTS_REALTIME (CPUID 0x40000001 EDX \
+             bit 0), which hosts set only for dedicated, pinned vCPUs. On a host you control with dedicated vCPUs: \
+             QEMU `-cpu host,kvm-hint-dedicated=on` / libvirt `<hint-dedicated state='on'/>` under <features><kvm>. \
+             Otherwise force it in the guest with the boot parameter `cpuidle_haltpoll.force=1`{} and reboot; verify \
+             with `cat /sys/devices/system/cpu/cpuidle/current_driver` (expect haltpoll). Forcing it on an \
+             oversubscribed host burns host CPU while idle, so weigh it against steal.",
+            if has_driver { "" } else { " (or `modprobe cpuidle-haltpoll force=1` if it is a module)" }
+        );
+        Finding::new(
+            "idle.haltpoll-inactive",
+            Severity::Warning,
+            format!(
+                "haltpoll is in the kernel but not in use (cpuidle driver: {}): every idle vCPU exits to the host with HLT",
+                driver.as_deref().unwrap_or("unknown")
+            ),
+        )
+        .remedy(remedy)
+    } else if o.haltpoll.guest_halt_poll_ns == Some(0) {
+        Finding::new(
+            "idle.haltpoll-inactive",
+            Severity::Warning,
+            "haltpoll driver is loaded but guest_halt_poll_ns=0: the guest never polls, every idle is an HLT exit",
+        )
+        .remedy(format!(
+            "With guest_halt_poll_ns=0 the haltpoll governor never grows its poll window, so it always picks the halt \
+             state. The haltpoll driver also asks the host to stop halt-polling for this vCPU (MSR_KVM_POLL_CONTROL=0{}), \
+             so neither side polls and each wake-up pays a full exit and host reschedule. Re-enable polling: \
+             `echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns` (takes effect at once){}; verify that \
+             the POLL state's usage in /sys/devices/system/cpu/cpu*/cpuidle/state0/usage starts growing.",
+            if no_poll_control.is_some() { "; this host does not support it, so host polling still applies" } else { "" },
+            if cmd_poll_ns.is_some() { " and remove `haltpoll.guest_halt_poll_ns=0` from the kernel command line" } else { "" }
+        ))
+    } else {
+        return;
+    };
+    f = f
+        .evidence("current_driver", json!(driver))
+        .evidence("current_governor", json!(o.cpuidle.governor()))
+        .evidence("available_governors", json!(governors))
+        .evidence("haltpoll_driver_present", has_driver)
+        .evidence("guest_halt_poll_ns", json!(o.haltpoll.guest_halt_poll_ns))
+        .evidence("poll_state_entries", poll_usage)
+        .evidence("idle_entries", idle_usage)
+        .evidence("cmdline_cpuidle_haltpoll_force", json!(cmd_force))
+        .evidence("cmdline_guest_halt_poll_ns", json!(cmd_poll_ns))
+        .evidence("host_lacks_poll_control", json!(no_poll_control))
+        .files(&[
+            "/sys/devices/system/cpu/cpuidle/current_driver",
+            "/sys/devices/system/cpu/cpuidle/available_governors",
+            "/sys/module/haltpoll/parameters/guest_halt_poll_ns",
+            "/sys/devices/system/cpu/cpu*/cpuidle/state*/usage",
+            "/proc/cmdline",
+            "/dev/kmsg",
+        ])
+        .reference(HALTPOLL_DOC)
+        .reference("drivers/cpuidle/cpuidle-haltpoll.c, drivers/cpuidle/governors/haltpoll.c")
+        .case(HALTPOLL_CASE);
+    out.push(f);
+}
+
+pub fn deep_cstates(m: &GuestModel, out: &mut Vec<Finding>) {
+    let o = &m.t1;
+    let mut deep = Vec::new();
+    for cpu in &o.idle_states {
+        for s in &cpu.states {
+            let (Some(lat), Some(false)) = (s.latency_us, s.disabled) else { continue };
+            if lat >= DEEP_CSTATE_LATENCY_US {
+                deep.push((cpu.cpu, s.name.clone().unwrap_or_default(), lat, s.usage));
+            }
+        }
+    }
+    let Some(max_lat) = deep.iter().map(|d| d.2).max() else { return };
+    // A PM QoS request below the deepest latency keeps the governor out of it.
+    if let Some(qos) = o.pm_qos_us {
+        if (qos as i64) < max_lat as i64 {
+            return;
+        }
+    }
+    let mut names: Vec<String> = deep.iter().map(|d| format!("{} ({} us)", d.1, d.2)).collect();
+    names.sort();
+    names.dedup();
+    let cpus = {
+        let mut c: Vec<u32> = deep.iter().map(|d| d.0).collect();
+        c.dedup();
+        c
+    };
+    out.push(
+        Finding::new(
+            "idle.deep-cstates",
+            Severity::Warning,
+            format!("Deep C-states enabled ({}) and no PM QoS limit holds them off", names.join(", ")),
+        )
+        .evidence("states", json!(names))
+        .evidence("cpus", json!(cpus))
+        .evidence("max_exit_latency_us", max_lat)
+        .evidence("pm_qos_cpu_latency_us", json!(o.pm_qos_us))
+        .evidence("cpuidle_driver", json!(o.cpuidle.current_driver))
+        .evidence("threshold_us", DEEP_CSTATE_LATENCY_US)
+        .files(&["/sys/devices/system/cpu/cpu*/cpuidle/state*/{name,latency,disable}", "/dev/cpu_dma_latency"])
+        .remedy(format!(
+            "Waking from these states costs up to {max_lat} us per idle exit. For latency-sensitive work disable them: \
+             `cpupower idle-set -D {}` (or write 1 to /sys/devices/system/cpu/cpu*/cpuidle/stateN/disable), or hold a \
+             PM QoS request (tuned profile latency-performance, or keep /dev/cpu_dma_latency open with a 4-byte \
+             binary value such as 10); persistent: boot with `intel_idle.max_cstate=1` / `processor.max_cstate=1`. \
+             Costs power.",
+            DEEP_CSTATE_LATENCY_US - 1
+        ))
+        .reference("Documentation/admin-guide/pm/cpuidle.rst")
+        .reference("kernel/power/qos.c (cpu_dma_latency)")
+        .case("guest-micro-jitter-case.txt"),
+    );
+}
+

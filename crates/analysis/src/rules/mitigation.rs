@@ -1,0 +1,41 @@
+//! KPTI on a CPU without PCID: every kernel entry and exit switches CR3 and
+//! flushes the TLB; under shadow paging (host without EPT/NPT) each CR3 write
+//! is a VM exit, which made the KPTI case's VM several times slower.
+
+use crate::finding::{Finding, Severity};
+use serde_json::json;
+use stealscope_model::GuestModel;
+
+pub fn kpti_without_pcid(m: &GuestModel, out: &mut Vec<Finding>) {
+    let o = &m.t1;
+    let Some(cpuinfo) = &o.cpuinfo else { return };
+    let meltdown = o.vulnerabilities.as_ref().and_then(|v| v.get("meltdown")).cloned();
+    let pti_active = meltdown.as_deref().is_some_and(|s| s.contains("PTI")) || cpuinfo.has("pti");
+    if !pti_active || cpuinfo.has("pcid") {
+        return;
+    }
+    let pti_log: Vec<String> = o.kmsg_lines_containing("page tables isolation").map(str::to_string).collect();
+    out.push(
+        Finding::new(
+            "mitigation.kpti-without-pcid",
+            Severity::Warning,
+            "Kernel page-table isolation is on but the vCPU has no PCID: every syscall and interrupt flushes the TLB",
+        )
+        .evidence("meltdown", json!(meltdown))
+        .evidence("cpuinfo_pti", cpuinfo.has("pti"))
+        .evidence("cpuinfo_pcid", false)
+        .evidence("cpuinfo_invpcid", cpuinfo.has("invpcid"))
+        .evidence("kernel_log", json!(pti_log))
+        .files(&["/sys/devices/system/cpu/vulnerabilities/meltdown", "/proc/cpuinfo", "/dev/kmsg"])
+        .remedy(
+            "Ask the provider to expose PCID (and INVPCID) to the VM: QEMU `-cpu host` or a CPU model with `+pcid`, \
+             libvirt `<feature policy='require' name='pcid'/>`. If the host runs without EPT/NPT (shadow paging) the \
+             cost multiplies: each CR3 switch is a VM exit, so also ask whether EPT is enabled (`stealscope host` on \
+             that host reports host.no-ept). Only where the threat model allows it (single tenant, trusted code, host \
+             patched) boot the guest with `pti=off`.",
+        )
+        .reference("arch/x86/mm/pti.c")
+        .reference("Documentation/arch/x86/pti.rst")
+        .case("kpti-shadow-paging-slow-vm.txt"),
+    );
+}

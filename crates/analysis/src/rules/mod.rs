@@ -1,0 +1,38 @@
+//! Guest-side rules, one file per area. Each rule looks at the model and
+//! pushes zero or more findings; thresholds are named constants with the
+//! reason next to them.
+
+use crate::finding::Finding;
+use stealscope_model::GuestModel;
+
+pub mod clock;
+pub mod idle;
+pub mod irq;
+pub mod mitigation;
+pub mod steal;
+pub mod tuning;
+
+pub type RuleFn = fn(&GuestModel, &mut Vec<Finding>);
+
+/// Every guest rule with the finding ids it may raise.
+pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
+    (&["steal.busy", "steal.idle"], steal::busy_idle),
+    (&["steal.bursty"], steal::bursty),
+    (&["steal.counter-anomaly"], steal::counter_anomaly),
+    (&["idle.haltpoll-inactive"], idle::haltpoll_inactive),
+    (&["idle.deep-cstates"], idle::deep_cstates),
+    (&["clock.unstable"], clock::unstable),
+    (&["mitigation.kpti-without-pcid"], mitigation::kpti_without_pcid),
+    (&["irq.storm"], irq::storm),
+    (&["tuning.io-scheduler"], tuning::io_scheduler),
+    (&["tuning.cpufreq-governor"], tuning::cpufreq_governor),
+    (&["tuning.dirty-writeback"], tuning::dirty_writeback),
+];
+
+pub fn run_guest(m: &GuestModel) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (_, rule) in GUEST_RULES {
+        rule(m, &mut out);
+    }
+    out
+}

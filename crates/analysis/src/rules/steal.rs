@@ -1,0 +1,174 @@
+//! Steal: how much, whether it hit busy or idle vCPUs, whether it came in
+//! bursts that averages hide, and whether the counters can be trusted.
+
+use crate::finding::{round, Finding, Severity};
+use serde_json::{json, Value};
+use stealscope_model::windows::{count_at_least, peak, BUSY_WINDOW_PCT, IDLE_WINDOW_PCT};
+use stealscope_model::{Anomaly, GuestModel};
+
+/// Mean steal at which we speak up: below ~2 % steal is within the noise of
+/// tick accounting on a shared host and costs little throughput.
+pub const STEAL_WARN_PCT: f64 = 2.0;
+/// One CPU this robbed is worth a finding even if the mean is low (a pinned
+/// hot thread suffers the per-CPU figure, not the mean).
+pub const STEAL_CPU_WARN_PCT: f64 = 5.0;
+/// Critical: at 10 % steal the wellness-portal case saw 26 % throughput loss.
+pub const STEAL_CRITICAL_PCT: f64 = 10.0;
+/// A short window with this much steal is a burst (an 18 ms stall in 100 ms
+/// would be 18 %; 25 % leaves margin over tick quantisation).
+pub const BURST_WINDOW_PCT: f64 = 25.0;
+/// ...while the interval average stays below this, i.e. the 1 s/15 s views
+/// that people alert on would show nothing alarming.
+pub const BURST_MEAN_BELOW_PCT: f64 = 5.0;
+
+const STAT: &str = "/proc/stat";
+
+fn per_cpu_steal(m: &GuestModel) -> Value {
+    Value::Array(
+        m.interval
+            .cpus
+            .iter()
+            .map(|c| json!({"cpu": c.cpu, "steal_pct": round(c.steal_pct(), 2), "busy_pct": round(c.busy_pct(), 2)}))
+            .collect(),
+    )
+}
+
+pub fn busy_idle(m: &GuestModel, out: &mut Vec<Finding>) {
+    let Some(mean) = m.steal_pct() else { return };
+    let max_cpu = m.interval.cpus.iter().map(|c| c.steal_pct()).fold(0.0, f64::max);
+    if mean < STEAL_WARN_PCT && max_cpu < STEAL_CPU_WARN_PCT {
+        return;
+    }
+    let s = m.split;
+    if s.total_s <= 0.0 {
+        return;
+    }
+    let sev = if mean >= STEAL_CRITICAL_PCT || max_cpu >= 2.0 * STEAL_CRITICAL_PCT {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let basis = if m.windows.is_empty() {
+        "whole interval (no sample series)".to_string()
+    } else {
+        format!("{} windows of ~{:.0} ms", m.windows.len(), 1000.0 * m.wall_s / m.windows.len().max(1) as f64)
+    };
+    let busy = s.busy_s >= s.idle_s;
+    let f = if busy {
+        Finding::new(
+            "steal.busy",
+            sev,
+            format!("{mean:.1}% of CPU time stolen while the vCPUs wanted to run (host oversubscribed)"),
+        )
+        .remedy(
+            "The host has more runnable vCPUs than physical CPUs at these moments; nothing inside this guest fixes it. \
+             Ask the provider to move the VM to a less loaded host or to a dedicated/pinned instance type, or resize so \
+             the work needs fewer vCPU-seconds. Measure again with `stealscope doctor --interval 60` to confirm.",
+        )
+        .case("who-stole-my-cpu-talk.md")
+    } else {
+        Finding::new(
+            "steal.idle",
+            sev,
+            format!("{mean:.1}% of CPU time stolen while the guest was mostly idle (host scheduling or configuration)"),
+        )
+        .remedy(
+            "Steal that hits idle vCPUs comes from host-side scheduling or configuration, not competition for work: \
+             the host can mitigate it (per-VM cgroup weights, vCPU pinning or NUMA placement, halt-polling). Send this \
+             report to the provider; on your own KVM host run `stealscope host` and `stealscope place plan`. Inside \
+             the guest, check the idle.* findings: a guest that polls while idle accrues steal.",
+        )
+        .case("who-stole-my-cpu-talk.md")
+    };
+    out.push(
+        f.evidence("steal_pct", round(mean, 2))
+            .evidence("max_cpu_steal_pct", round(max_cpu, 2))
+            .evidence("steal_busy_share", round(s.busy_share().unwrap_or(0.0), 3))
+            .evidence("steal_idle_share", round(s.idle_share().unwrap_or(0.0), 3))
+            .evidence("steal_mixed_share", round(1.0 - s.busy_share().unwrap_or(0.0) - s.idle_share().unwrap_or(0.0), 3))
+            .evidence("busy_window_pct", BUSY_WINDOW_PCT)
+            .evidence("idle_window_pct", IDLE_WINDOW_PCT)
+            .evidence("basis", basis)
+            .evidence("per_cpu", per_cpu_steal(m))
+            .files(&[STAT, "samples.jsonl"])
+            .reference("Documentation/virt/kvm/x86/msr.rst (MSR_KVM_STEAL_TIME)"),
+    );
+}
+
+pub fn bursty(m: &GuestModel, out: &mut Vec<Finding>) {
+    let Some(mean) = m.steal_pct() else { return };
+    let Some(p) = peak(&m.windows) else { return };
+    if p.steal_pct < BURST_WINDOW_PCT || mean >= BURST_MEAN_BELOW_PCT {
+        return;
+    }
+    let bursts = count_at_least(&m.windows, BURST_WINDOW_PCT);
+    out.push(
+        Finding::new(
+            "steal.bursty",
+            Severity::Warning,
+            format!(
+                "Steal arrives in bursts: {:.0}% of a {:.0} ms window on CPU {} while the average is {mean:.1}%",
+                p.steal_pct,
+                p.wall_s * 1000.0,
+                p.cpu
+            ),
+        )
+        .evidence("peak_window_steal_pct", round(p.steal_pct, 1))
+        .evidence("peak_window_cpu", p.cpu)
+        .evidence("peak_window_start_s", round(p.start_s, 2))
+        .evidence("peak_window_ms", round(p.wall_s * 1000.0, 1))
+        .evidence("burst_windows", bursts)
+        .evidence("windows", m.windows.len())
+        .evidence("mean_steal_pct", round(mean, 2))
+        .evidence("burst_threshold_pct", BURST_WINDOW_PCT)
+        .files(&["samples.jsonl"])
+        .remedy(
+            "1 s and 15 s averages hide these stalls. Measure them directly with `stealscope probe preempt` (gaps \
+             where the vCPU did not run) and `stealscope probe wakeup`, and alert on the steal-window histogram \
+             (stealscope_steal_window_ratio) rather than on averages. Latency-sensitive services need a host with \
+             dedicated or pinned vCPUs; ask the provider with this evidence.",
+        )
+        .case("guest-micro-jitter-case.txt"),
+    );
+}
+
+fn describe(a: &Anomaly) -> Value {
+    serde_json::to_value(a).unwrap_or(Value::Null)
+}
+
+pub fn counter_anomaly(m: &GuestModel, out: &mut Vec<Finding>) {
+    let mut all: Vec<&Anomaly> = m.interval.anomalies.iter().filter(|a| a.is_counter()).collect();
+    for (_, w) in &m.windows {
+        all.extend(w.anomalies.iter().filter(|a| a.is_counter()));
+    }
+    if all.is_empty() {
+        return;
+    }
+    let steal_backwards = all.iter().any(|a| matches!(a, Anomaly::Backwards { column, .. } if column == "steal"));
+    let mut cpus: Vec<u32> = all.iter().map(|a| a.cpu()).collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    out.push(
+        Finding::new(
+            "steal.counter-anomaly",
+            Severity::Warning,
+            format!(
+                "{} CPU time counter anomal{} on CPU {} (clamped; figures for those windows are lower bounds)",
+                all.len(),
+                if all.len() == 1 { "y" } else { "ies" },
+                cpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+            ),
+        )
+        .evidence("count", all.len())
+        .evidence("steal_went_backwards", steal_backwards)
+        .evidence("anomalies", all.iter().take(10).map(|a| describe(a)).collect::<Vec<_>>())
+        .files(&[STAT])
+        .remedy(
+            "A counter in /proc/stat went backwards or advanced faster than wall time. Known causes: host-side steal \
+             clock regressing after live migration or vCPU hotplug, and guest kernel bugs (node_exporter#742, \
+             psutil#1210). stealscope clamps such deltas; other tools may show negative or >100% steal. If it \
+             repeats, report the guest kernel version and hypervisor to the provider.",
+        )
+        .reference("kernel/sched/cputime.c steal_account_process_time"),
+    );
+}

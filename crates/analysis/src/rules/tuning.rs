@@ -1,0 +1,122 @@
+//! Tuning defaults that are wrong for a VM: these cost latency or throughput
+//! but are not emergencies, so they are info.
+
+use crate::finding::{Finding, Severity};
+use serde_json::json;
+use stealscope_model::GuestModel;
+
+/// Disks that are virtual (virtio-blk, Xen) or NVMe: the host or the device
+/// already schedules, so a guest elevator only adds latency and CPU.
+fn is_virtual_or_nvme(dev: &str) -> bool {
+    dev.starts_with("vd") || dev.starts_with("xvd") || dev.starts_with("nvme")
+}
+
+/// Schedulers that do no reordering ("noop" is the single-queue name).
+const PASSTHROUGH_SCHEDULERS: &[&str] = &["none", "noop"];
+
+pub fn io_scheduler(m: &GuestModel, out: &mut Vec<Finding>) {
+    let bad: Vec<_> = m.t1
+        .blocks
+        .iter()
+        .filter(|b| is_virtual_or_nvme(&b.device))
+        .filter(|b| b.scheduler.as_deref().is_some_and(|s| !PASSTHROUGH_SCHEDULERS.contains(&s)))
+        .collect();
+    if bad.is_empty() {
+        return;
+    }
+    let target = if bad.iter().all(|b| b.available.iter().any(|a| a == "none")) { "none" } else { "noop" };
+    let list: Vec<String> = bad.iter().map(|b| format!("{} ({})", b.device, b.scheduler.as_deref().unwrap_or("?"))).collect();
+    let first = &bad[0].device;
+    out.push(
+        Finding::new("tuning.io-scheduler", Severity::Info, format!("Virtual/NVMe disk with an I/O scheduler: {}", list.join(", ")))
+            .evidence("devices", json!(bad.iter().map(|b| json!({"device": b.device, "scheduler": b.scheduler, "available": b.available})).collect::<Vec<_>>()))
+            .files(&["/sys/block/*/queue/scheduler"])
+            .remedy(format!(
+                "The host (or the NVMe device) already orders I/O; a guest elevator adds latency and CPU per request. \
+                 Now: `echo {target} > /sys/block/{first}/queue/scheduler`. Persistent: a udev rule \
+                 `ACTION==\"add|change\", KERNEL==\"vd[a-z]*|nvme[0-9]*n[0-9]*\", ATTR{{queue/scheduler}}=\"{target}\"` \
+                 in /etc/udev/rules.d/60-io-scheduler.rules."
+            ))
+            .reference("Documentation/block/switching-sched.rst")
+            .case("guest-micro-jitter-case.txt"),
+    );
+}
+
+pub fn cpufreq_governor(m: &GuestModel, out: &mut Vec<Finding>) {
+    let bad: Vec<_> = m.t1.cpufreq.iter().filter(|f| f.governor.as_deref().is_some_and(|g| g != "performance")).collect();
+    if bad.is_empty() {
+        return;
+    }
+    let mut govs: Vec<&str> = bad.iter().filter_map(|f| f.governor.as_deref()).collect();
+    govs.sort_unstable();
+    govs.dedup();
+    out.push(
+        Finding::new(
+            "tuning.cpufreq-governor",
+            Severity::Info,
+            format!("cpufreq governor {} on {} CPU(s), not performance", govs.join("/"), bad.len()),
+        )
+        .evidence("governors", json!(govs))
+        .evidence("cpus", json!(bad.iter().map(|f| f.cpu).collect::<Vec<_>>()))
+        .evidence("driver", json!(bad[0].driver))
+        .files(&["/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"])
+        .remedy(
+            "This guest controls CPU frequency; a power-saving governor ramps up late after idle, adding latency to \
+             bursts. `cpupower frequency-set -g performance` (or write performance to each scaling_governor); persist \
+             with tuned (`tuned-adm profile latency-performance`) or a systemd unit.",
+        )
+        .reference("Documentation/admin-guide/pm/cpufreq.rst"),
+    );
+}
+
+/// Dirty data allowed before writers are throttled; past ~1 GiB a flush is a
+/// multi-second burst of I/O that stalls the guest (and its neighbours).
+pub const DIRTY_LIMIT_BYTES: u64 = 1 << 30;
+/// Background writeback starting this late lets a burst build up.
+pub const DIRTY_BACKGROUND_BYTES: u64 = 512 << 20;
+
+pub fn dirty_writeback(m: &GuestModel, out: &mut Vec<Finding>) {
+    let o = &m.t1;
+    let d = &o.dirty;
+    let dirtyable = o.memory.as_ref().map(|mem| mem.available_bytes.unwrap_or(mem.total_bytes));
+    let limit = |bytes: Option<u64>, ratio: Option<u64>| -> Option<u64> {
+        match (bytes, ratio, dirtyable) {
+            (Some(b), _, _) if b > 0 => Some(b),
+            (_, Some(r), Some(mem)) => Some(mem / 100 * r),
+            _ => None,
+        }
+    };
+    let hard = limit(d.dirty_bytes, d.dirty_ratio);
+    let bg = limit(d.dirty_background_bytes, d.dirty_background_ratio);
+    let hard_big = hard.is_some_and(|v| v >= DIRTY_LIMIT_BYTES);
+    let bg_big = bg.is_some_and(|v| v >= DIRTY_BACKGROUND_BYTES);
+    if !hard_big && !bg_big {
+        return;
+    }
+    let mib = |v: Option<u64>| v.map(|b| b >> 20);
+    out.push(
+        Finding::new(
+            "tuning.dirty-writeback",
+            Severity::Info,
+            format!(
+                "Dirty page limits allow large writeback bursts ({} MiB before throttling, background from {} MiB)",
+                mib(hard).map_or("?".into(), |v| v.to_string()),
+                mib(bg).map_or("?".into(), |v| v.to_string())
+            ),
+        )
+        .evidence("dirty_limit_mib", json!(mib(hard)))
+        .evidence("dirty_background_mib", json!(mib(bg)))
+        .evidence("dirty_ratio", json!(d.dirty_ratio))
+        .evidence("dirty_background_ratio", json!(d.dirty_background_ratio))
+        .evidence("dirty_bytes", json!(d.dirty_bytes))
+        .evidence("dirty_background_bytes", json!(d.dirty_background_bytes))
+        .evidence("dirtyable_mib", json!(mib(dirtyable)))
+        .files(&["/proc/sys/vm/dirty_*", "/proc/meminfo"])
+        .remedy(
+            "Ratios scale with RAM, so a large VM buffers gigabytes and then flushes them in one burst that stalls \
+             writers and competes with neighbours on the host's disks. Use byte limits: `sysctl -w \
+             vm.dirty_background_bytes=268435456 vm.dirty_bytes=1073741824` and persist them in /etc/sysctl.d/.",
+        )
+        .reference("Documentation/admin-guide/sysctl/vm.rst"),
+    );
+}

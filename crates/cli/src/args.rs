@@ -1,0 +1,128 @@
+//! Command-line definition (also the source of completions and man pages).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "stealscope",
+    version,
+    about = "Who stole my CPU? Steal and jitter diagnosis for KVM guests and hosts",
+    long_about = "stealscope measures CPU steal and scheduling jitter inside a VM, tells busy steal \
+                  (the host is oversubscribed) from idle steal (host configuration), and names known \
+                  causes with evidence and a fix.",
+    after_help = "Examples:\n  stealscope doctor                      diagnose this machine (5 s)\n  \
+                  stealscope doctor --interval 30s --json\n  \
+                  stealscope snapshot -o vm1.tar.gz       capture for offline analysis\n  \
+                  stealscope doctor --snapshot vm1.tar.gz analyse a colleague's snapshot"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Sample this machine, run every rule, print findings ranked by severity
+    #[command(after_help = "Examples:\n  stealscope doctor\n  stealscope doctor --interval 60s\n  \
+                            stealscope doctor --json | jq '.findings[].id'\n  \
+                            stealscope doctor --snapshot snap.tar.gz\n  \
+                            stealscope doctor --save-snapshot evidence.tar.gz\n\n\
+                            Exit status: 0 whatever is found; 2 on error (bad snapshot, unreadable root).")]
+    Doctor(DoctorArgs),
+    /// Capture every file the rules read, at the start and end of an interval
+    #[command(after_help = "Examples:\n  stealscope snapshot -o snap/\n  stealscope snapshot -o vm1.tar.gz --interval 30s\n\n\
+                            The snapshot (format stealscope-snapshot/1) holds meta.json, t0/ and t1/ with the files \
+                            under their absolute paths, and samples.jsonl with the /proc/stat series.")]
+    Snapshot(SnapshotArgs),
+    /// Print shell completions to stdout
+    #[command(after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \
+                            stealscope completions zsh > ~/.zfunc/_stealscope")]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (one per command) into a directory
+    #[command(after_help = "Examples:\n  stealscope man --dir /usr/local/share/man/man1")]
+    Man {
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SampleArgs {
+    /// How long to sample (e.g. 5s, 500ms, 1m; a bare number is seconds)
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Rate of the /proc/stat series inside the interval, Hz (0 = none)
+    #[arg(long, default_value_t = 10.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Read /proc and /sys under this directory instead of /
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub sample: SampleArgs,
+    /// Machine-readable output (schema stealscope/doctor/1)
+    #[arg(long)]
+    pub json: bool,
+    /// Analyse a snapshot (directory or .tar.gz) instead of this machine
+    #[arg(long, value_name = "PATH")]
+    pub snapshot: Option<PathBuf>,
+    /// Also write what was sampled as a snapshot (directory or .tar.gz)
+    #[arg(long, value_name = "PATH", conflicts_with = "snapshot")]
+    pub save_snapshot: Option<PathBuf>,
+    /// Colour in the text report
+    #[arg(long, value_enum, default_value = "auto")]
+    pub color: ColorChoice,
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    /// Output directory, or a file ending in .tar.gz
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub sample: SampleArgs,
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(v) = s.strip_suffix("ms") {
+        (v, 0.001)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1.0)
+    } else if let Some(v) = s.strip_suffix('m') {
+        (v, 60.0)
+    } else if let Some(v) = s.strip_suffix('h') {
+        (v, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration like 5s, 500ms or 2m"))?;
+    let secs = v * mult;
+    if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+        return Err(format!("{s:?}: duration must be between 0 and 24h"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(0.0..=1000.0).contains(&v) {
+        return Err("rate must be between 0 and 1000 Hz".into());
+    }
+    Ok(v)
+}

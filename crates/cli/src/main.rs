@@ -1,0 +1,113 @@
+//! The `stealscope` binary: parses arguments and wires readers, model,
+//! analysis and output together. Errors are one line on stderr, exit 2.
+
+mod args;
+
+use args::{Cli, ColorChoice, Command, DoctorArgs, SampleArgs};
+use clap::{CommandFactory, Parser};
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use stealscope_analysis::ReportInput;
+use stealscope_model::capture::{capture, CaptureOptions};
+use stealscope_model::GuestModel;
+use stealscope_readers::snapshot::{self, Snapshot};
+
+type Error = Box<dyn std::error::Error>;
+
+fn capture_opts(a: &SampleArgs) -> CaptureOptions {
+    CaptureOptions {
+        root: a.root.clone(),
+        interval: a.interval,
+        sample_hz: a.rate,
+    }
+}
+
+fn check_root(a: &SampleArgs) -> Result<(), Error> {
+    if !a.root.join("proc").is_dir() {
+        return Err(format!("{}: no proc/ under this root", a.root.display()).into());
+    }
+    Ok(())
+}
+
+fn doctor(a: &DoctorArgs) -> Result<(), Error> {
+    let snap: Snapshot = match &a.snapshot {
+        Some(p) => snapshot::open(p)?,
+        None => {
+            check_root(&a.sample)?;
+            let s = capture(&capture_opts(&a.sample))?;
+            if let Some(p) = &a.save_snapshot {
+                snapshot::write(&s, p)?;
+            }
+            s
+        }
+    };
+    let model = GuestModel::build(&snap)?;
+    let report = stealscope_analysis::build(ReportInput {
+        model: &model,
+        interval_s: snap.meta.interval_s,
+        hostname: snap.meta.hostname.clone(),
+        kernel: snap.meta.kernel.clone(),
+    });
+    let text = if a.json {
+        stealscope_output::json::doctor(&report)
+    } else {
+        let color = match a.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        };
+        stealscope_output::text::doctor(&report, color)
+    };
+    write_stdout(&text)
+}
+
+fn write_stdout(text: &str) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{}", text.trim_end()).and_then(|_| out.flush()) {
+        // A closed pipe (| head) is not an error worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(Into::into),
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Doctor(a) => doctor(&a),
+        Command::Snapshot(a) => {
+            check_root(&a.sample)?;
+            let s = capture(&capture_opts(&a.sample))?;
+            snapshot::write(&s, &a.output)?;
+            eprintln!(
+                "wrote {} ({} files at t0, {} at t1, {} samples)",
+                a.output.display(),
+                s.t0.files.len(),
+                s.t1.files.len(),
+                s.samples.len()
+            );
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "stealscope", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { dir } => {
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the error already names the file and the problem.
+            let msg = e.to_string().replace('\n', " ");
+            eprintln!("stealscope: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}

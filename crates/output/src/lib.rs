@@ -1,0 +1,4 @@
+//! Output: renderers for the reports (text for people, JSON for scripts).
+
+pub mod json;
+pub mod text;

@@ -1,0 +1,141 @@
+//! Human-readable report: verdict first, per-CPU table, findings ranked by
+//! severity with evidence and the fix. Colour only when asked (on a TTY).
+
+use serde_json::Value;
+use std::fmt::Write;
+use stealscope_analysis::{DoctorReport, Finding, Severity};
+
+const WIDTH: usize = 100;
+
+struct Style {
+    color: bool,
+}
+
+impl Style {
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn severity(&self, sev: Severity) -> String {
+        match sev {
+            Severity::Critical => self.paint("1;31", "CRITICAL"),
+            Severity::Warning => self.paint("1;33", "WARNING"),
+            Severity::Info => self.paint("36", "info"),
+        }
+    }
+    fn bold(&self, s: &str) -> String {
+        self.paint("1", s)
+    }
+}
+
+/// Wraps words to WIDTH; the first line starts with `lead`, the others are
+/// indented to line up under it.
+fn wrap(out: &mut String, lead: &str, text: &str) {
+    let hang = " ".repeat(lead.chars().count());
+    let mut indent = lead.to_string();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent.chars().count() + line.len() + 1 + word.len() > WIDTH {
+            let _ = writeln!(out, "{indent}{line}");
+            line.clear();
+            indent.clone_from(&hang);
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        let _ = writeln!(out, "{indent}{line}");
+    }
+}
+
+fn fmt_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "n/a".to_string(),
+        Value::Array(a) if a.len() > 6 => format!("[{} items]", a.len()),
+        other => other.to_string(),
+    }
+}
+
+fn pct(v: &Value) -> String {
+    v.as_f64().map_or("n/a".to_string(), |x| format!("{x:.1}"))
+}
+
+fn finding(out: &mut String, st: &Style, f: &Finding) {
+    let _ = writeln!(out, "[{}] {}  {}", st.severity(f.severity), st.bold(&f.id), f.title);
+    let ev: Vec<String> = f
+        .evidence
+        .iter()
+        .filter(|(k, _)| k.as_str() != "files" && k.as_str() != "per_cpu")
+        .map(|(k, v)| format!("{k}={}", fmt_value(v)))
+        .collect();
+    if !ev.is_empty() {
+        wrap(out, "    evidence: ", &ev.join(", "));
+    }
+    if let Some(Value::Array(files)) = f.evidence.get("files") {
+        let names: Vec<String> = files.iter().map(fmt_value).collect();
+        wrap(out, "    from:     ", &names.join(" "));
+    }
+    wrap(out, "    fix:      ", &f.remedy);
+    if let Some(c) = &f.case {
+        let _ = writeln!(out, "    case:     {c}");
+    }
+}
+
+pub fn doctor(r: &DoctorReport, color: bool) -> String {
+    let st = Style { color };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} on {} (kernel {}), roles: {}, interval {} s, {} windows",
+        st.bold("stealscope doctor"),
+        r.hostname.as_deref().unwrap_or("?"),
+        r.kernel.as_deref().unwrap_or("?"),
+        if r.roles.is_empty() { "none detected".to_string() } else { r.roles.join(",") },
+        pct(&r.summary.wall_s),
+        r.summary.windows
+    );
+    let s = &r.summary;
+    let split = match (s.steal_busy_share.as_f64(), s.steal_idle_share.as_f64()) {
+        (Some(b), Some(i)) => format!(
+            " ({:.0}% of it while vCPUs were busy, {:.0}% while idle, {:.0}% mixed)",
+            100.0 * b,
+            100.0 * i,
+            (100.0 * (1.0 - b - i)).max(0.0)
+        ),
+        _ => String::new(),
+    };
+    let _ = writeln!(out, "\nSteal: {}% of CPU time{split}\n", pct(&s.steal_pct));
+    let _ = writeln!(out, "  CPU   busy%   idle%  steal%");
+    for c in &s.cpus {
+        let _ = writeln!(out, "  {:>3}  {:>6}  {:>6}  {:>6}", c.cpu, pct(&c.busy_pct), pct(&c.idle_pct), pct(&c.steal_pct));
+    }
+    let warn = r.findings.iter().filter(|f| f.severity >= Severity::Warning).count();
+    let _ = writeln!(
+        out,
+        "\n{} ({} finding{}, {} warning or worse)",
+        st.bold("Findings"),
+        r.findings.len(),
+        if r.findings.len() == 1 { "" } else { "s" },
+        warn
+    );
+    if r.findings.is_empty() {
+        let _ = writeln!(out, "  none: no known cause of steal or jitter is present");
+    }
+    for f in &r.findings {
+        out.push('\n');
+        finding(&mut out, &st, f);
+    }
+    if !r.notes.is_empty() {
+        let _ = writeln!(out, "\n{}", st.bold("Notes"));
+        for n in &r.notes {
+            wrap(&mut out, "  - ", n);
+        }
+    }
+    out
+}

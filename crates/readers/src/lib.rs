@@ -1,0 +1,26 @@
+//! Readers for the kernel files stealscope uses. Every reader takes a
+//! [`Source`] (the live machine, a root directory such as one side of a
+//! snapshot, or a recording wrapper) and returns typed data in which a value
+//! the kernel did not provide is `None`, never 0.
+
+pub mod block;
+pub mod clocksource;
+pub mod cpu_topology;
+pub mod cpufreq;
+pub mod cpuidle;
+pub mod cpuinfo;
+pub mod cpulist;
+pub mod error;
+pub mod haltpoll;
+pub mod interrupts;
+pub mod kernel;
+pub mod kmsg;
+pub mod psi;
+pub mod snapshot;
+pub mod source;
+pub mod stat;
+pub mod vm_dirty;
+pub mod vulnerabilities;
+
+pub use error::{ReadError, Result};
+pub use source::{MemFs, Recorder, RootFs, Source};

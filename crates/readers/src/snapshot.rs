@@ -1,0 +1,322 @@
+//! Snapshot format `stealscope-snapshot/1` (SPEC.md): meta.json, t0/ and t1/
+//! holding files under their absolute paths, optional samples.jsonl. Read
+//! from a directory or a .tar.gz into memory so both behave the same.
+
+use crate::error::{ReadError, Result};
+use crate::source::MemFs;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::path::{Component, Path};
+
+pub const FORMAT: &str = "stealscope-snapshot/1";
+/// Bounds on what we load, so a hostile archive cannot exhaust memory.
+const MAX_TOTAL_BYTES: u64 = 1 << 30;
+const MAX_FILES: usize = 200_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    pub format: String,
+    pub interval_s: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_unix_s: Option<f64>,
+    /// USER_HZ of the machine (sysconf(_SC_CLK_TCK)); 100 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clk_tck: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stealscope_version: Option<String>,
+    /// Rate of samples.jsonl, when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_hz: Option<f64>,
+}
+
+/// One line of samples.jsonl: CLOCK_MONOTONIC time and the cpu rows of
+/// /proc/stat verbatim (parsed by the same code as t0/t1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawSample {
+    pub t_ns: u64,
+    pub stat: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub meta: Meta,
+    pub t0: MemFs,
+    pub t1: MemFs,
+    pub samples: Vec<RawSample>,
+}
+
+fn parse_meta(bytes: &[u8], path: &str) -> Result<Meta> {
+    let meta: Meta = serde_json::from_slice(bytes).map_err(|e| ReadError::parse(path, format!("not valid snapshot metadata: {e}")))?;
+    if meta.format != FORMAT {
+        return Err(ReadError::parse(
+            path,
+            format!("format {:?} is not supported (this build reads {FORMAT})", meta.format),
+        ));
+    }
+    if !(meta.interval_s.is_finite() && meta.interval_s > 0.0) {
+        return Err(ReadError::parse(path, format!("interval_s {} is not a positive number", meta.interval_s)));
+    }
+    if meta.clk_tck == Some(0) {
+        return Err(ReadError::parse(path, "clk_tck is 0"));
+    }
+    Ok(meta)
+}
+
+fn parse_samples(bytes: &[u8], path: &str) -> Result<Vec<RawSample>> {
+    let text = std::str::from_utf8(bytes).map_err(|_| ReadError::parse(path, "not UTF-8 text"))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let s: RawSample = serde_json::from_str(line).map_err(|e| ReadError::parse(path, format!("line {}: {e}", i + 1)))?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// Splits "t0/proc/stat" into the side and the absolute path "/proc/stat".
+fn side_path(rel: &str) -> Option<(&str, String)> {
+    let (side, rest) = rel.split_once('/')?;
+    (matches!(side, "t0" | "t1") && !rest.is_empty()).then(|| (side, format!("/{rest}")))
+}
+
+#[derive(Default)]
+struct Loader {
+    meta: Option<Vec<u8>>,
+    samples: Option<Vec<u8>>,
+    t0: MemFs,
+    t1: MemFs,
+    bytes: u64,
+    files: usize,
+}
+
+impl Loader {
+    fn add(&mut self, rel: &str, data: Vec<u8>, origin: &str) -> Result<()> {
+        self.bytes += data.len() as u64;
+        self.files += 1;
+        if self.bytes > MAX_TOTAL_BYTES || self.files > MAX_FILES {
+            return Err(ReadError::parse(origin, "snapshot too large"));
+        }
+        match rel {
+            "meta.json" => self.meta = Some(data),
+            "samples.jsonl" => self.samples = Some(data),
+            _ => {
+                if let Some((side, abs)) = side_path(rel) {
+                    if side == "t0" {
+                        self.t0.insert(&abs, data);
+                    } else {
+                        self.t1.insert(&abs, data);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self, origin: &str) -> Result<Snapshot> {
+        let meta_path = format!("{origin}/meta.json");
+        let meta = parse_meta(&self.meta.ok_or_else(|| ReadError::parse(&meta_path, "missing"))?, &meta_path)?;
+        let samples = match self.samples {
+            Some(b) => parse_samples(&b, &format!("{origin}/samples.jsonl"))?,
+            None => Vec::new(),
+        };
+        let mut t0 = self.t0;
+        let mut t1 = self.t1;
+        t0.name = format!("{origin}/t0");
+        t1.name = format!("{origin}/t1");
+        Ok(Snapshot { meta, t0, t1, samples })
+    }
+}
+
+fn load_dir(dir: &Path, rel: &str, loader: &mut Loader, origin: &str) -> Result<()> {
+    let full = dir.join(rel);
+    let rd = std::fs::read_dir(&full).map_err(|e| ReadError::io(&full.display().to_string(), e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| ReadError::io(&full.display().to_string(), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+        let ft = entry.file_type().map_err(|e| ReadError::io(&child, e))?;
+        if ft.is_dir() {
+            load_dir(dir, &child, loader, origin)?;
+        } else if ft.is_file() {
+            let p = dir.join(&child);
+            let data = std::fs::read(&p).map_err(|e| ReadError::io(&p.display().to_string(), e))?;
+            loader.add(&child, data, origin)?;
+        } // symlinks and devices are never part of a snapshot: ignored
+    }
+    Ok(())
+}
+
+fn load_tar_gz(path: &Path, loader: &mut Loader, origin: &str) -> Result<()> {
+    let file = std::fs::File::open(path).map_err(|e| ReadError::io(origin, e))?;
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let bad = |e: std::io::Error| ReadError::parse(origin, format!("not a readable .tar.gz: {e}"));
+    for entry in ar.entries().map_err(bad)? {
+        let entry = entry.map_err(bad)?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let p = entry.path().map_err(bad)?.into_owned();
+        // Accept both "t0/..." and "<snapdir>/t0/..." layouts; reject "..".
+        let comps: Vec<String> = p
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect();
+        if p.components().any(|c| matches!(c, Component::ParentDir)) {
+            return Err(ReadError::parse(origin, format!("archive entry {} escapes the snapshot", p.display())));
+        }
+        let start = comps.iter().position(|c| c == "t0" || c == "t1" || c == "meta.json" || c == "samples.jsonl");
+        let Some(start) = start else { continue };
+        let rel = comps[start..].join("/");
+        let mut data = Vec::new();
+        entry.take(MAX_TOTAL_BYTES + 1).read_to_end(&mut data).map_err(bad)?;
+        loader.add(&rel, data, origin)?;
+    }
+    Ok(())
+}
+
+pub fn is_tar_gz(path: &Path) -> bool {
+    let s = path.to_string_lossy();
+    s.ends_with(".tar.gz") || s.ends_with(".tgz")
+}
+
+/// Opens a snapshot directory or .tar.gz.
+pub fn open(path: &Path) -> Result<Snapshot> {
+    let origin = path.display().to_string();
+    let mut loader = Loader::default();
+    let md = std::fs::metadata(path).map_err(|e| ReadError::io(&origin, e))?;
+    if md.is_dir() {
+        load_dir(path, "", &mut loader, &origin)?;
+    } else if is_tar_gz(path) {
+        load_tar_gz(path, &mut loader, &origin)?;
+    } else {
+        return Err(ReadError::parse(&origin, "not a snapshot directory or .tar.gz"));
+    }
+    loader.finish(&origin)
+}
+
+fn rel_files(s: &Snapshot) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut files = vec![(
+        "meta.json".to_string(),
+        serde_json::to_vec_pretty(&s.meta).map_err(|e| ReadError::parse("meta.json", e))?,
+    )];
+    if !s.samples.is_empty() {
+        let mut buf = Vec::new();
+        for smp in &s.samples {
+            serde_json::to_writer(&mut buf, smp).map_err(|e| ReadError::parse("samples.jsonl", e))?;
+            buf.push(b'\n');
+        }
+        files.push(("samples.jsonl".to_string(), buf));
+    }
+    for (side, fs) in [("t0", &s.t0), ("t1", &s.t1)] {
+        for (abs, data) in &fs.files {
+            files.push((format!("{side}{abs}"), data.clone()));
+        }
+    }
+    Ok(files)
+}
+
+/// Writes a snapshot as a directory, or as .tar.gz when the path ends so.
+/// Refuses to write into an existing non-empty directory.
+pub fn write(s: &Snapshot, path: &Path) -> Result<()> {
+    let origin = path.display().to_string();
+    let files = rel_files(s)?;
+    if is_tar_gz(path) {
+        let tmp = path.with_extension("partial");
+        let f = std::fs::File::create(&tmp).map_err(|e| ReadError::io(&origin, e))?;
+        let mut ar = tar::Builder::new(flate2::write::GzEncoder::new(f, flate2::Compression::default()));
+        let mtime = s.meta.taken_unix_s.unwrap_or(0.0).max(0.0) as u64;
+        for (rel, data) in &files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_mtime(mtime);
+            h.set_cksum();
+            ar.append_data(&mut h, rel, data.as_slice()).map_err(|e| ReadError::io(&origin, e))?;
+        }
+        let gz = ar.into_inner().map_err(|e| ReadError::io(&origin, e))?;
+        gz.finish().and_then(|mut f| f.flush()).map_err(|e| ReadError::io(&origin, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| ReadError::io(&origin, e))?;
+        return Ok(());
+    }
+    if path.exists() && std::fs::read_dir(path).map(|mut d| d.next().is_some()).unwrap_or(true) {
+        return Err(ReadError::parse(&origin, "exists and is not an empty directory; refusing to overwrite"));
+    }
+    for (rel, data) in &files {
+        let p = path.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| ReadError::io(&parent.display().to_string(), e))?;
+        }
+        std::fs::write(&p, data).map_err(|e| ReadError::io(&p.display().to_string(), e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Source;
+
+    fn sample_snapshot() -> Snapshot {
+        Snapshot {
+            meta: Meta {
+                format: FORMAT.into(),
+                interval_s: 1.0,
+                hostname: Some("h".into()),
+                taken_unix_s: Some(1.0),
+                clk_tck: Some(100),
+                kernel: None,
+                stealscope_version: None,
+                sample_hz: Some(10.0),
+            },
+            t0: MemFs::new("t0").with("/proc/stat", "cpu  1 1 1 1\n"),
+            t1: MemFs::new("t1").with("/proc/stat", "cpu  2 2 2 2\n").with("/dev/cpu_dma_latency", [0u8, 0x94, 0x35, 0x77]),
+            samples: vec![RawSample {
+                t_ns: 5,
+                stat: "cpu  1 1 1 1\n".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn dir_and_targz_round_trip() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = sample_snapshot();
+        for name in ["snap", "snap.tar.gz"] {
+            let p = tmp.path().join(name);
+            write(&s, &p).unwrap();
+            let back = open(&p).unwrap();
+            assert_eq!(back.meta, s.meta);
+            assert_eq!(back.samples, s.samples);
+            assert_eq!(back.t1.read("/dev/cpu_dma_latency").unwrap().unwrap(), vec![0u8, 0x94, 0x35, 0x77]);
+            assert_eq!(back.t0.read_text("/proc/stat").unwrap().unwrap(), "cpu  1 1 1 1\n");
+        }
+        assert!(write(&s, &tmp.path().join("snap")).is_err(), "must not overwrite");
+    }
+
+    #[test]
+    fn bad_meta_is_named() {
+        let e = parse_meta(b"{\"format\": \"stealscope-snap", "x/meta.json").unwrap_err().to_string();
+        assert!(e.starts_with("x/meta.json:"), "{e}");
+        let e = parse_meta(br#"{"format":"stealscope-snapshot/99","interval_s":1}"#, "m").unwrap_err().to_string();
+        assert!(e.contains("format"), "{e}");
+        let e = parse_meta(br#"{"format":"stealscope-snapshot/1","interval_s":-1}"#, "m").unwrap_err().to_string();
+        assert!(e.contains("interval_s"), "{e}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn meta_and_samples_never_panic(b in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = parse_meta(&b, "m");
+            let _ = parse_samples(&b, "s");
+        }
+    }
+}

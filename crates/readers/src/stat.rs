@@ -1,0 +1,302 @@
+//! /proc/stat (fs/proc/stat.c show_stat). Columns in USER_HZ ticks:
+//! user nice system idle iowait(2.5.41) irq softirq(2.6.0) steal(2.6.11)
+//! guest(2.6.24) guest_nice(2.6.33). Only online CPUs have a `cpuN` row.
+//!
+//! Hand-written rather than procfs-core's KernelStats: that one drops the CPU
+//! number (so an offline CPU shifts every row after it), and this parser is on
+//! the 10-1000 Hz sampling path where it must not allocate per row.
+
+use crate::error::{ReadError, Result};
+use serde::{Deserialize, Serialize};
+
+pub const PATH: &str = "/proc/stat";
+
+/// Cumulative ticks of one CPU row. Columns the kernel did not print are None.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuTimes {
+    pub user: u64,
+    pub nice: u64,
+    pub system: u64,
+    pub idle: u64,
+    pub iowait: Option<u64>,
+    pub irq: Option<u64>,
+    pub softirq: Option<u64>,
+    pub steal: Option<u64>,
+    /// Already included in `user` (account_guest_time): never add it again.
+    pub guest: Option<u64>,
+    /// Already included in `nice`.
+    pub guest_nice: Option<u64>,
+}
+
+impl CpuTimes {
+    pub const COLUMNS: [&'static str; 10] = [
+        "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice",
+    ];
+
+    fn from_columns(cols: &[u64]) -> CpuTimes {
+        let opt = |i: usize| cols.get(i).copied();
+        CpuTimes {
+            user: cols[0],
+            nice: cols[1],
+            system: cols[2],
+            idle: cols[3],
+            iowait: opt(4),
+            irq: opt(5),
+            softirq: opt(6),
+            steal: opt(7),
+            guest: opt(8),
+            guest_nice: opt(9),
+        }
+    }
+
+    /// Value of a column by index in [`CpuTimes::COLUMNS`] order.
+    pub fn column(&self, i: usize) -> Option<u64> {
+        match i {
+            0 => Some(self.user),
+            1 => Some(self.nice),
+            2 => Some(self.system),
+            3 => Some(self.idle),
+            4 => self.iowait,
+            5 => self.irq,
+            6 => self.softirq,
+            7 => self.steal,
+            8 => self.guest,
+            9 => self.guest_nice,
+            _ => None,
+        }
+    }
+}
+
+/// One `cpu`/`cpuN` row. `cpu` is None for the aggregate row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuRow {
+    pub cpu: Option<u32>,
+    pub times: CpuTimes,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcStat {
+    pub total: Option<CpuTimes>,
+    /// Per-CPU rows in file order (ascending CPU number on every kernel).
+    pub cpus: Vec<CpuRow>,
+    pub ctxt: Option<u64>,
+    pub btime: Option<u64>,
+    pub processes: Option<u64>,
+    pub procs_running: Option<u64>,
+    pub procs_blocked: Option<u64>,
+    /// First number of the `intr` line: all interrupts since boot.
+    pub intr_total: Option<u64>,
+}
+
+impl ProcStat {
+    pub fn cpu(&self, cpu: u32) -> Option<&CpuTimes> {
+        self.cpus.iter().find(|r| r.cpu == Some(cpu)).map(|r| &r.times)
+    }
+}
+
+fn parse_u64(tok: &str) -> Option<u64> {
+    // u64::from_str accepts a leading '+'; the kernel never prints one.
+    if tok.is_empty() || !tok.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    tok.parse().ok()
+}
+
+/// Parses one cpu line's numbers into `cols`; returns how many were present.
+fn parse_cpu_columns(rest: &str, cols: &mut [u64; 10], path: &str, lineno: usize) -> Result<usize> {
+    let mut n = 0;
+    for tok in rest.split_ascii_whitespace() {
+        if n == cols.len() {
+            // Future kernels may add columns; ignore what we do not know.
+            break;
+        }
+        cols[n] = parse_u64(tok).ok_or_else(|| {
+            ReadError::parse(
+                path,
+                format!("line {lineno}: column '{}' is {tok:?}, expected a number", CpuTimes::COLUMNS[n]),
+            )
+        })?;
+        n += 1;
+    }
+    if n < 4 {
+        return Err(ReadError::parse(
+            path,
+            format!("line {lineno}: {n} columns, at least 4 expected (user nice system idle)"),
+        ));
+    }
+    Ok(n)
+}
+
+/// Parses the CPU rows of /proc/stat into `out`, reusing its allocation.
+/// With `cpu_lines_only`, stops after the last cpu row (the sampling fast
+/// path: the `intr` line of a big host is thousands of numbers).
+pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcStat) -> Result<()> {
+    out.cpus.clear();
+    out.total = None;
+    out.ctxt = None;
+    out.btime = None;
+    out.processes = None;
+    out.procs_running = None;
+    out.procs_blocked = None;
+    out.intr_total = None;
+    if text.is_empty() {
+        return Err(ReadError::parse(path, "empty file"));
+    }
+    if !text.ends_with('\n') && !cpu_lines_only {
+        return Err(ReadError::parse(path, "truncated: last line has no newline"));
+    }
+    let mut expected_cols = 0usize;
+    let mut cols = [0u64; 10];
+    let mut saw_after_cpu = false;
+    for (i, line) in text.split('\n').enumerate() {
+        let lineno = i + 1;
+        if line.is_empty() {
+            continue;
+        }
+        let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
+        if let Some(num) = key.strip_prefix("cpu") {
+            if saw_after_cpu {
+                return Err(ReadError::parse(path, format!("line {lineno}: cpu row after the cpu block")));
+            }
+            let n = parse_cpu_columns(rest, &mut cols, path, lineno)?;
+            if num.is_empty() {
+                if out.total.is_some() {
+                    return Err(ReadError::parse(path, format!("line {lineno}: second aggregate 'cpu' row")));
+                }
+                expected_cols = n;
+                out.total = Some(CpuTimes::from_columns(&cols[..n]));
+                continue;
+            }
+            let cpu: u32 = parse_u64(num)
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| ReadError::parse(path, format!("line {lineno}: bad cpu name {key:?}")))?;
+            if out.total.is_none() {
+                return Err(ReadError::parse(path, format!("line {lineno}: {key} before the aggregate 'cpu' row")));
+            }
+            if n != expected_cols {
+                return Err(ReadError::parse(
+                    path,
+                    format!("line {lineno}: {key} has {n} columns but the 'cpu' row has {expected_cols} (truncated?)"),
+                ));
+            }
+            if out.cpus.last().is_some_and(|r| r.cpu >= Some(cpu)) {
+                return Err(ReadError::parse(path, format!("line {lineno}: {key} out of order")));
+            }
+            out.cpus.push(CpuRow {
+                cpu: Some(cpu),
+                times: CpuTimes::from_columns(&cols[..n]),
+            });
+            continue;
+        }
+        saw_after_cpu = true;
+        if cpu_lines_only {
+            break;
+        }
+        let first = rest.split_ascii_whitespace().next();
+        let value = first.and_then(parse_u64);
+        let slot = match key {
+            "ctxt" => &mut out.ctxt,
+            "btime" => &mut out.btime,
+            "processes" => &mut out.processes,
+            "procs_running" => &mut out.procs_running,
+            "procs_blocked" => &mut out.procs_blocked,
+            "intr" => &mut out.intr_total,
+            _ => continue, // softirq, page, swap and future keys
+        };
+        if value.is_none() {
+            return Err(ReadError::parse(path, format!("line {lineno}: '{key}' has no number")));
+        }
+        *slot = value;
+    }
+    if out.total.is_none() {
+        return Err(ReadError::parse(path, "no 'cpu' row"));
+    }
+    if cpu_lines_only && !saw_after_cpu {
+        return Err(ReadError::parse(path, "truncated: file ends inside the cpu rows"));
+    }
+    Ok(())
+}
+
+pub fn parse(text: &str, path: &str) -> Result<ProcStat> {
+    let mut out = ProcStat::default();
+    parse_into(text, path, false, &mut out)?;
+    Ok(out)
+}
+
+pub fn read(src: &dyn crate::Source) -> Result<Option<ProcStat>> {
+    match src.read_text(PATH)? {
+        None => Ok(None),
+        Some(text) => parse(&text, PATH).map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GUEST: &str = "cpu  755 0 769 7368 83 0 15 8 0 0\ncpu0 234 0 293 3956 4 0 4 2 0 0\ncpu1 520 0 475 3412 78 0 10 5 0 0\nintr 60652 0 0\nctxt 150877\nbtime 1790000000\nprocesses 1000\nprocs_running 2\nprocs_blocked 0\nsoftirq 1 2 3\n";
+
+    #[test]
+    fn parses_modern_guest() {
+        let s = parse(GUEST, PATH).unwrap();
+        assert_eq!(s.cpus.len(), 2);
+        assert_eq!(s.cpu(1).unwrap().steal, Some(5));
+        assert_eq!(s.ctxt, Some(150877));
+        assert_eq!(s.intr_total, Some(60652));
+        assert_eq!(s.total.unwrap().guest_nice, Some(0));
+    }
+
+    #[test]
+    fn old_kernel_has_fewer_columns() {
+        let s = parse("cpu  1 2 3 4 5 6 7\ncpu0 1 2 3 4 5 6 7\nintr 1\n", PATH).unwrap();
+        let t = s.cpu(0).unwrap();
+        assert_eq!(t.softirq, Some(7));
+        assert_eq!(t.steal, None);
+        assert_eq!(t.guest, None);
+    }
+
+    #[test]
+    fn offline_cpu_keeps_numbers() {
+        let s = parse("cpu  1 1 1 1\ncpu0 1 1 1 1\ncpu2 1 1 1 1\nintr 0\n", PATH).unwrap();
+        assert!(s.cpu(1).is_none());
+        assert!(s.cpu(2).is_some());
+    }
+
+    #[test]
+    fn truncated_row_is_an_error_naming_the_file() {
+        let err = parse("cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 9 10\ncpu1 2 3 4 5\n", PATH).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("/proc/stat: line 3"), "{msg}");
+        assert!(msg.contains("truncated"), "{msg}");
+        let err = parse("cpu  1 2 3 4\ncpu0 1 2", PATH).unwrap_err();
+        assert!(err.to_string().contains("newline"));
+    }
+
+    #[test]
+    fn garbage_and_empty_are_errors() {
+        assert!(parse("", PATH).is_err());
+        assert!(parse("hello world\n", PATH).is_err());
+        assert!(parse("cpu  1 2 x 4\n", PATH).unwrap_err().to_string().contains("'system'"));
+        assert!(parse("cpu  +1 2 3 4\n", PATH).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,400}") {
+            let _ = parse(&s, PATH);
+            let mut out = ProcStat::default();
+            let _ = parse_into(&s, PATH, true, &mut out);
+        }
+
+        #[test]
+        fn never_panics_on_statlike(rows in proptest::collection::vec(("cpu[0-9]{0,2}", proptest::collection::vec(0u64..u64::MAX, 0..13)), 0..6)) {
+            let mut s = String::new();
+            for (k, cols) in rows {
+                s.push_str(&k);
+                for c in cols { s.push(' '); s.push_str(&c.to_string()); }
+                s.push('\n');
+            }
+            let _ = parse(&s, PATH);
+        }
+    }
+}
