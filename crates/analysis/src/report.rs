@@ -45,6 +45,13 @@ pub struct DoctorReport {
     pub notes: Vec<String>,
 }
 
+/// Tick quantisation can put a column a tick above wall time; a CPU cannot
+/// be more than 100 % anything, so the report clamps (the raw deltas and any
+/// real excess are kept as counter anomalies).
+fn pct(v: f64) -> Value {
+    round(v.clamp(0.0, 100.0), 2)
+}
+
 pub struct ReportInput<'a> {
     pub model: &'a GuestModel,
     pub interval_s: f64,
@@ -76,16 +83,16 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
         hostname: input.hostname,
         kernel: input.kernel.or_else(|| m.t1.osrelease.clone()),
         summary: Summary {
-            steal_pct: m.steal_pct().map_or(Value::Null, |v| round(v, 2)),
+            steal_pct: m.steal_pct().map_or(Value::Null, pct),
             cpus: m
                 .interval
                 .cpus
                 .iter()
                 .map(|c| CpuSummary {
                     cpu: c.cpu,
-                    busy_pct: round(c.busy_pct(), 2),
-                    idle_pct: round(c.idle_pct(), 2),
-                    steal_pct: round(c.steal_pct(), 2),
+                    busy_pct: pct(c.busy_pct()),
+                    idle_pct: pct(c.idle_pct()),
+                    steal_pct: pct(c.steal_pct()),
                 })
                 .collect(),
             steal_busy_share: share(m.split.busy_share()),

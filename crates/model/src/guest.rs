@@ -50,6 +50,7 @@ impl GuestModel {
             }
         }
         let windows = series_windows(&samples, clk_tck as f64);
+        notes.extend(hotplug_notes(&windows, &interval));
         // Busy/idle split from the short windows when we have them (that is
         // where the distinction lives), else from the whole interval.
         let split = if windows.is_empty() {
@@ -111,6 +112,23 @@ impl GuestModel {
     pub fn has_steal_column(&self) -> bool {
         self.interval.cpus.iter().any(|c| c.has_steal)
     }
+}
+
+/// Says when CPUs left or joined, so per-CPU figures can be read correctly
+/// (they are of wall time, and an offline CPU accrues nothing).
+fn hotplug_notes(windows: &[(f64, IntervalDelta)], interval: &IntervalDelta) -> Vec<String> {
+    use crate::cputime::Anomaly;
+    let mut out = Vec::new();
+    let events = windows.iter().flat_map(|(start, w)| w.anomalies.iter().map(move |a| (*start + w.wall_s, a)));
+    let events: Vec<_> = if windows.is_empty() { interval.anomalies.iter().map(|a| (interval.wall_s, a)).collect() } else { events.collect() };
+    for (at, a) in events {
+        match a {
+            Anomaly::WentOffline { cpu } => out.push(format!("cpu{cpu} went offline at +{at:.1} s; its figures cover only the time it was online")),
+            Anomaly::CameOnline { cpu } => out.push(format!("cpu{cpu} came online at +{at:.1} s")),
+            _ => {}
+        }
+    }
+    out
 }
 
 fn side_err(e: ReadError, side: &str) -> ReadError {

@@ -1,0 +1,62 @@
+//! Shared helpers for the CLI integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_stealscope"))
+}
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+pub fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run stealscope")
+}
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Tests that need root, hotplug or QEMU fail under CI=true and skip with a
+/// printed reason on a developer machine that lacks them.
+pub fn require(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    if in_ci() {
+        panic!("required in CI but unavailable: {what}");
+    }
+    eprintln!("SKIPPED (not CI): {what}");
+    false
+}
+
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+pub fn json(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "exit {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+pub fn schema_validator() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(repo().join("schemas/doctor.schema.json")).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    jsonschema::validator_for(&schema).expect("schema compiles")
+}
+
+pub fn assert_valid(v: &serde_json::Value) {
+    let validator = schema_validator();
+    let errors: Vec<String> = validator.iter_errors(v).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+}
+
+pub fn finding_ids(v: &serde_json::Value) -> Vec<String> {
+    v["findings"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap().to_string()).collect()
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): installs what the tests need,
+# then checks formatting, lints and runs every test. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for pkg in qemu-system-x86 busybox-static cpio; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+  echo "== installing ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+echo "== guest kernel and initramfs for the QEMU tests"
+testenv/setup.sh
+
+echo "== cargo fmt"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo test"
+cargo test --workspace 2>&1 | tee target/test.log
