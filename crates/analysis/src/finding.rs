@@ -56,7 +56,10 @@ impl Finding {
     }
 
     pub fn files(self, files: &[&str]) -> Self {
-        self.evidence("files", files.iter().map(|f| Value::from(*f)).collect::<Vec<_>>())
+        self.evidence(
+            "files",
+            files.iter().map(|f| Value::from(*f)).collect::<Vec<_>>(),
+        )
     }
 
     pub fn remedy(mut self, text: impl Into<String>) -> Self {
@@ -78,5 +81,7 @@ impl Finding {
 /// Rounds for evidence so reports do not print 17 digits.
 pub fn round(v: f64, digits: i32) -> Value {
     let f = 10f64.powi(digits);
-    serde_json::Number::from_f64((v * f).round() / f).map(Value::Number).unwrap_or(Value::Null)
+    serde_json::Number::from_f64((v * f).round() / f)
+        .map(Value::Number)
+        .unwrap_or(Value::Null)
 }

@@ -63,17 +63,28 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
     let m = input.model;
     let mut findings = run_guest(m);
     // Stable order: severity, then id, then title (for identical live/offline output).
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity).then_with(|| a.id.cmp(&b.id)).then_with(|| a.title.cmp(&b.title)));
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then_with(|| a.id.cmp(&b.id))
+            .then_with(|| a.title.cmp(&b.title))
+    });
     let mut roles = Vec::new();
     if !guest_evidence(m).is_empty() {
         roles.push("guest".to_string());
     }
     let mut notes = m.notes.clone();
     if m.windows.is_empty() {
-        notes.push("no sample series: busy/idle split from the whole interval, burst detection skipped".to_string());
+        notes.push(
+            "no sample series: busy/idle split from the whole interval, burst detection skipped"
+                .to_string(),
+        );
     }
     if !m.has_steal_column() {
-        notes.push("/proc/stat has no steal column (kernel before 2.6.11): steal cannot be measured".to_string());
+        notes.push(
+            "/proc/stat has no steal column (kernel before 2.6.11): steal cannot be measured"
+                .to_string(),
+        );
     }
     let share = |v: Option<f64>| v.map_or(Value::Null, |x| round(x, 3));
     DoctorReport {

@@ -20,7 +20,13 @@ pub fn guest_evidence(m: &GuestModel) -> Vec<String> {
 
 /// KVM (or a KVM-compatible hypervisor such as Firecracker) specifically.
 pub fn is_kvm(o: &Observation) -> bool {
-    o.kmsg_lines_containing("Hypervisor detected: KVM").next().is_some()
-        || o.clocksource.available.iter().flatten().any(|c| c == "kvm-clock")
+    o.kmsg_lines_containing("Hypervisor detected: KVM")
+        .next()
+        .is_some()
+        || o.clocksource
+            .available
+            .iter()
+            .flatten()
+            .any(|c| c == "kvm-clock")
         || o.clocksource.current.as_deref() == Some("kvm-clock")
 }

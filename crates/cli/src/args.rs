@@ -25,20 +25,26 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Sample this machine, run every rule, print findings ranked by severity
-    #[command(after_help = "Examples:\n  stealscope doctor\n  stealscope doctor --interval 60s\n  \
+    #[command(
+        after_help = "Examples:\n  stealscope doctor\n  stealscope doctor --interval 60s\n  \
                             stealscope doctor --json | jq '.findings[].id'\n  \
                             stealscope doctor --snapshot snap.tar.gz\n  \
                             stealscope doctor --save-snapshot evidence.tar.gz\n\n\
-                            Exit status: 0 whatever is found; 2 on error (bad snapshot, unreadable root).")]
+                            Exit status: 0 whatever is found; 2 on error (bad snapshot, unreadable root)."
+    )]
     Doctor(DoctorArgs),
     /// Capture every file the rules read, at the start and end of an interval
-    #[command(after_help = "Examples:\n  stealscope snapshot -o snap/\n  stealscope snapshot -o vm1.tar.gz --interval 30s\n\n\
+    #[command(
+        after_help = "Examples:\n  stealscope snapshot -o snap/\n  stealscope snapshot -o vm1.tar.gz --interval 30s\n\n\
                             The snapshot (format stealscope-snapshot/1) holds meta.json, t0/ and t1/ with the files \
-                            under their absolute paths, and samples.jsonl with the /proc/stat series.")]
+                            under their absolute paths, and samples.jsonl with the /proc/stat series."
+    )]
     Snapshot(SnapshotArgs),
     /// Print shell completions to stdout
-    #[command(after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \
-                            stealscope completions zsh > ~/.zfunc/_stealscope")]
+    #[command(
+        after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \
+                            stealscope completions zsh > ~/.zfunc/_stealscope"
+    )]
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -111,7 +117,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (s, 1.0)
     };
-    let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration like 5s, 500ms or 2m"))?;
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 5s, 500ms or 2m"))?;
     let secs = v * mult;
     if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
         return Err(format!("{s:?}: duration must be between 0 and 24h"));

@@ -54,7 +54,9 @@ fn doctor(a: &DoctorArgs) -> Result<(), Error> {
         let color = match a.color {
             ColorChoice::Always => true,
             ColorChoice::Never => false,
-            ColorChoice::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+            ColorChoice::Auto => {
+                std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+            }
         };
         stealscope_output::text::doctor(&report, color)
     };
@@ -93,7 +95,8 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            clap_mangen::generate_to(Cli::command(), &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), &dir)
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
             Ok(())
         }
     }

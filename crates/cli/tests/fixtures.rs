@@ -23,13 +23,23 @@ fn expect(p: &std::path::Path) -> Value {
 }
 
 fn strs(v: &Value) -> Vec<String> {
-    v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
 fn snapshot_fixtures_meet_expectations() {
     let dirs = fixture_dirs("snapshots");
-    assert!(dirs.len() >= 10, "expected the fixture set, found {}", dirs.len());
+    assert!(
+        dirs.len() >= 10,
+        "expected the fixture set, found {}",
+        dirs.len()
+    );
     let mut failures = Vec::new();
     let mut fired_somewhere = std::collections::BTreeSet::new();
     let mut silent_somewhere = std::collections::BTreeSet::new();
@@ -38,7 +48,11 @@ fn snapshot_fixtures_meet_expectations() {
         let exp = expect(dir);
         let out = run(&["doctor", "--json", "--snapshot", dir.to_str().unwrap()]);
         if !out.status.success() {
-            failures.push(format!("{name}: exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr)));
+            failures.push(format!(
+                "{name}: exit {:?}: {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
             continue;
         }
         let report: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -59,9 +73,16 @@ fn snapshot_fixtures_meet_expectations() {
             }
         }
         let rank = |s: &str| ["info", "warning", "critical"].iter().position(|x| *x == s);
-        let worst = report["findings"].as_array().unwrap().iter().filter_map(|f| rank(f["severity"].as_str().unwrap())).max();
+        let worst = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| rank(f["severity"].as_str().unwrap()))
+            .max();
         match (&exp["max_severity"], worst) {
-            (Value::Null, Some(_)) if exp.get("max_severity").is_some() => failures.push(format!("{name}: expected no findings, got {ids:?}")),
+            (Value::Null, Some(_)) if exp.get("max_severity").is_some() => {
+                failures.push(format!("{name}: expected no findings, got {ids:?}"))
+            }
             (Value::String(s), Some(w)) if rank(s).is_some_and(|m| w > m) => {
                 failures.push(format!("{name}: severity above {s}: {ids:?}"))
             }
@@ -75,35 +96,65 @@ fn snapshot_fixtures_meet_expectations() {
         }
         // Text output must render too, and never be empty.
         let text = run(&["doctor", "--snapshot", dir.to_str().unwrap()]);
-        assert!(text.status.success() && text.stdout.len() > 100, "{name}: text report");
+        assert!(
+            text.status.success() && text.stdout.len() > 100,
+            "{name}: text report"
+        );
     }
-    assert!(failures.is_empty(), "fixture failures:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "fixture failures:\n{}",
+        failures.join("\n")
+    );
     // Every guest rule (except those that need probes or a PMU) is seen both firing and silent.
     for id in [
-        "steal.busy", "steal.idle", "steal.bursty", "steal.counter-anomaly", "idle.haltpoll-inactive", "idle.deep-cstates",
-        "clock.unstable", "mitigation.kpti-without-pcid", "irq.storm", "tuning.io-scheduler", "tuning.cpufreq-governor",
+        "steal.busy",
+        "steal.idle",
+        "steal.bursty",
+        "steal.counter-anomaly",
+        "idle.haltpoll-inactive",
+        "idle.deep-cstates",
+        "clock.unstable",
+        "mitigation.kpti-without-pcid",
+        "irq.storm",
+        "tuning.io-scheduler",
+        "tuning.cpufreq-governor",
         "tuning.dirty-writeback",
     ] {
         assert!(fired_somewhere.contains(id), "no fixture makes {id} fire");
-        assert!(silent_somewhere.contains(id), "no fixture checks that {id} stays silent");
+        assert!(
+            silent_somewhere.contains(id),
+            "no fixture checks that {id} stays silent"
+        );
     }
 }
 
 #[test]
 fn malformed_snapshots_exit_2_with_one_line_naming_the_file() {
     let dirs = fixture_dirs("bad");
-    assert!(dirs.len() >= 5, "expected malformed fixtures, found {}", dirs.len());
+    assert!(
+        dirs.len() >= 5,
+        "expected malformed fixtures, found {}",
+        dirs.len()
+    );
     for dir in dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let exp = expect(&dir);
         let out = run(&["doctor", "--json", "--snapshot", dir.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{name}: exit code, stderr {err}");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{name}: exit code, stderr {err}"
+        );
         assert!(out.stdout.is_empty(), "{name}: nothing on stdout");
         assert_eq!(err.trim_end().lines().count(), 1, "{name}: one line: {err}");
         assert!(!err.contains("panicked"), "{name}: {err}");
         for frag in strs(&exp["error_contains"]) {
-            assert!(err.contains(&frag), "{name}: error should contain {frag:?}: {err}");
+            assert!(
+                err.contains(&frag),
+                "{name}: error should contain {frag:?}: {err}"
+            );
         }
     }
 }
@@ -119,5 +170,8 @@ fn missing_snapshot_path_and_non_snapshot_file() {
     let out = run(&["doctor", "--snapshot", f.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("x.tar.gz") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("x.tar.gz") && err.lines().count() == 1,
+        "{err}"
+    );
 }

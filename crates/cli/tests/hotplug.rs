@@ -17,11 +17,19 @@ impl Drop for Online {
 fn cpu_going_offline_mid_sample_is_handled() {
     let ctl = "/sys/devices/system/cpu/cpu1/online";
     let can = is_root() && std::path::Path::new(ctl).exists();
-    if !require(can, "root and a hot-pluggable cpu1 (/sys/devices/system/cpu/cpu1/online)") {
+    if !require(
+        can,
+        "root and a hot-pluggable cpu1 (/sys/devices/system/cpu/cpu1/online)",
+    ) {
         return;
     }
     let _guard = Online(ctl.to_string());
-    let child = bin().args(["doctor", "--json", "--interval", "3s"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = bin()
+        .args(["doctor", "--json", "--interval", "3s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(900));
     std::fs::write(ctl, "0").expect("offline cpu1");
     std::thread::sleep(Duration::from_millis(1200));
@@ -32,16 +40,31 @@ fn cpu_going_offline_mid_sample_is_handled() {
     let notes = report["notes"].to_string();
     assert!(notes.contains("cpu1 went offline"), "{notes}");
     assert!(notes.contains("cpu1 came online"), "{notes}");
-    assert!(!finding_ids(&report).contains(&"steal.counter-anomaly".to_string()), "hotplug is not a counter anomaly");
+    assert!(
+        !finding_ids(&report).contains(&"steal.counter-anomaly".to_string()),
+        "hotplug is not a counter anomaly"
+    );
 
     // Offline at the end of the interval: cpu1 is dropped from the summary.
-    let child = bin().args(["doctor", "--json", "--interval", "2s"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = bin()
+        .args(["doctor", "--json", "--interval", "2s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(700));
     std::fs::write(ctl, "0").expect("offline cpu1");
     let out = child.wait_with_output().unwrap();
     std::fs::write(ctl, "1").expect("online cpu1");
     let report = json(&out);
-    let cpus: Vec<u64> = report["summary"]["cpus"].as_array().unwrap().iter().map(|c| c["cpu"].as_u64().unwrap()).collect();
-    assert!(!cpus.contains(&1), "offline CPU has no interval figures: {cpus:?}");
+    let cpus: Vec<u64> = report["summary"]["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cpu"].as_u64().unwrap())
+        .collect();
+    assert!(
+        !cpus.contains(&1),
+        "offline CPU has no interval figures: {cpus:?}"
+    );
 }
-

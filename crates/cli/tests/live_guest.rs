@@ -57,21 +57,35 @@ fn per_cpu_percentages_agree_with_independent_proc_stat_reading() {
     let mut compared = 0;
     for c in cpus {
         let cpu = c["cpu"].as_u64().unwrap() as u32;
-        let (Some(x), Some(y)) = (a.iter().find(|r| r.0 == cpu), b.iter().find(|r| r.0 == cpu)) else { continue };
+        let (Some(x), Some(y)) = (a.iter().find(|r| r.0 == cpu), b.iter().find(|r| r.0 == cpu))
+        else {
+            continue;
+        };
         for (i, key) in ["busy_pct", "idle_pct", "steal_pct"].iter().enumerate() {
             let ours = c[key].as_f64().unwrap();
             let theirs = 100.0 * (y.1[i] - x.1[i]) as f64 / hz / wall;
-            assert!((ours - theirs).abs() <= 1.0, "cpu{cpu} {key}: stealscope {ours:.2} vs /proc/stat {theirs:.2}");
+            assert!(
+                (ours - theirs).abs() <= 1.0,
+                "cpu{cpu} {key}: stealscope {ours:.2} vs /proc/stat {theirs:.2}"
+            );
         }
         compared += 1;
     }
     assert_eq!(compared, cpus.len());
-    let busiest = cpus.iter().map(|c| c["busy_pct"].as_f64().unwrap()).fold(0.0, f64::max);
-    assert!(busiest > 50.0, "the spinner should show as a busy CPU, got {busiest}");
+    let busiest = cpus
+        .iter()
+        .map(|c| c["busy_pct"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(
+        busiest > 50.0,
+        "the spinner should show as a busy CPU, got {busiest}"
+    );
 }
 
 fn read(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 #[test]
@@ -83,11 +97,19 @@ fn findings_match_what_this_machine_has() {
     // haltpoll: derive from the machine.
     let driver = read("/sys/devices/system/cpu/cpuidle/current_driver");
     let governors = read("/sys/devices/system/cpu/cpuidle/available_governors").unwrap_or_default();
-    let poll_ns: Option<u64> = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns").and_then(|v| v.parse().ok());
-    let kvm = read("/sys/devices/system/clocksource/clocksource0/available_clocksource").is_some_and(|s| s.contains("kvm-clock"));
-    let haltpoll_built = governors.split_whitespace().any(|g| g == "haltpoll") || std::path::Path::new("/sys/module/cpuidle_haltpoll").exists();
-    let expect_haltpoll = kvm && haltpoll_built && (driver.as_deref() != Some("haltpoll") || poll_ns == Some(0));
-    assert_eq!(ids.contains(&"idle.haltpoll-inactive".to_string()), expect_haltpoll, "driver {driver:?} poll_ns {poll_ns:?}: {ids:?}");
+    let poll_ns: Option<u64> =
+        read("/sys/module/haltpoll/parameters/guest_halt_poll_ns").and_then(|v| v.parse().ok());
+    let kvm = read("/sys/devices/system/clocksource/clocksource0/available_clocksource")
+        .is_some_and(|s| s.contains("kvm-clock"));
+    let haltpoll_built = governors.split_whitespace().any(|g| g == "haltpoll")
+        || std::path::Path::new("/sys/module/cpuidle_haltpoll").exists();
+    let expect_haltpoll =
+        kvm && haltpoll_built && (driver.as_deref() != Some("haltpoll") || poll_ns == Some(0));
+    assert_eq!(
+        ids.contains(&"idle.haltpoll-inactive".to_string()),
+        expect_haltpoll,
+        "driver {driver:?} poll_ns {poll_ns:?}: {ids:?}"
+    );
 
     // I/O scheduler on virtio/NVMe disks.
     let mut expect_sched = false;
@@ -97,26 +119,50 @@ fn findings_match_what_this_machine_has() {
             continue;
         }
         if let Some(s) = read(&format!("/sys/block/{name}/queue/scheduler")) {
-            let sel = s.split_whitespace().find(|t| t.starts_with('[')).unwrap_or(&s).trim_matches(|c| c == '[' || c == ']').to_string();
+            let sel = s
+                .split_whitespace()
+                .find(|t| t.starts_with('['))
+                .unwrap_or(&s)
+                .trim_matches(|c| c == '[' || c == ']')
+                .to_string();
             if sel != "none" && sel != "noop" {
                 expect_sched = true;
-                let f = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "tuning.io-scheduler").expect("io-scheduler finding");
+                let f = report["findings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|f| f["id"] == "tuning.io-scheduler")
+                    .expect("io-scheduler finding");
                 assert!(f["title"].as_str().unwrap().contains(&name), "names {name}");
             }
         }
     }
-    assert_eq!(ids.contains(&"tuning.io-scheduler".to_string()), expect_sched);
+    assert_eq!(
+        ids.contains(&"tuning.io-scheduler".to_string()),
+        expect_sched
+    );
 
     // Clocksource: fires exactly when the current one is slow (or the log says unstable).
-    let cs = read("/sys/devices/system/clocksource/clocksource0/current_clocksource").unwrap_or_default();
+    let cs = read("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .unwrap_or_default();
     if ["tsc", "kvm-clock"].contains(&cs.as_str()) {
-        let f = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "clock.unstable");
-        assert!(f.is_none_or(|f| f["severity"] == "info"), "fast clocksource {cs} must not warn");
+        let f = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == "clock.unstable");
+        assert!(
+            f.is_none_or(|f| f["severity"] == "info"),
+            "fast clocksource {cs} must not warn"
+        );
     }
     // Role: this test suite runs in a VM.
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
     if cpuinfo.contains(" hypervisor") {
-        assert!(report["roles"].as_array().unwrap().contains(&Value::from("guest")));
+        assert!(report["roles"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("guest")));
     }
 }
 
@@ -125,7 +171,14 @@ fn live_and_offline_reports_are_identical() {
     let tmp = tempfile::tempdir().unwrap();
     for name in ["snap", "snap.tar.gz"] {
         let p = tmp.path().join(name);
-        let live = run(&["doctor", "--json", "--interval", "1s", "--save-snapshot", p.to_str().unwrap()]);
+        let live = run(&[
+            "doctor",
+            "--json",
+            "--interval",
+            "1s",
+            "--save-snapshot",
+            p.to_str().unwrap(),
+        ]);
         let offline = run(&["doctor", "--json", "--snapshot", p.to_str().unwrap()]);
         json(&live);
         assert_eq!(
@@ -133,14 +186,25 @@ fn live_and_offline_reports_are_identical() {
             String::from_utf8_lossy(&offline.stdout),
             "{name}: offline report differs from live"
         );
-        let live_text = run(&["doctor", "--snapshot", p.to_str().unwrap(), "--color", "never"]);
+        let live_text = run(&[
+            "doctor",
+            "--snapshot",
+            p.to_str().unwrap(),
+            "--color",
+            "never",
+        ]);
         assert!(live_text.status.success());
     }
     // `snapshot` writes the SPEC layout.
     let p = tmp.path().join("s2");
     let out = run(&["snapshot", "-o", p.to_str().unwrap(), "--interval", "500ms"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let meta: Value = serde_json::from_str(&std::fs::read_to_string(p.join("meta.json")).unwrap()).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: Value =
+        serde_json::from_str(&std::fs::read_to_string(p.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["format"], "stealscope-snapshot/1");
     assert!(meta["interval_s"].as_f64().unwrap() >= 0.5);
     for side in ["t0", "t1"] {
@@ -156,14 +220,26 @@ fn live_and_offline_reports_are_identical() {
 #[test]
 fn bad_root_is_one_line_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = run(&["doctor", "--root", tmp.path().to_str().unwrap(), "--interval", "100ms"]);
+    let out = run(&[
+        "doctor",
+        "--root",
+        tmp.path().to_str().unwrap(),
+        "--interval",
+        "100ms",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     // A root with an empty /proc/stat names the file.
     std::fs::create_dir_all(tmp.path().join("proc")).unwrap();
     std::fs::write(tmp.path().join("proc/stat"), "").unwrap();
-    let out = run(&["doctor", "--root", tmp.path().to_str().unwrap(), "--interval", "100ms"]);
+    let out = run(&[
+        "doctor",
+        "--root",
+        tmp.path().to_str().unwrap(),
+        "--interval",
+        "100ms",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/proc/stat") && err.contains("empty"), "{err}");
@@ -171,15 +247,26 @@ fn bad_root_is_one_line_exit_2() {
 
 #[test]
 fn help_has_examples_and_completions_and_man_generate() {
-    for cmd in [vec!["--help"], vec!["doctor", "--help"], vec!["snapshot", "--help"], vec!["completions", "--help"], vec!["man", "--help"]] {
+    for cmd in [
+        vec!["--help"],
+        vec!["doctor", "--help"],
+        vec!["snapshot", "--help"],
+        vec!["completions", "--help"],
+        vec!["man", "--help"],
+    ] {
         let out = run(&cmd);
         assert!(out.status.success());
-        assert!(String::from_utf8_lossy(&out.stdout).contains("Examples:"), "{cmd:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Examples:"),
+            "{cmd:?}"
+        );
     }
     let out = run(&["completions", "bash"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("_stealscope"));
     let tmp = tempfile::tempdir().unwrap();
-    assert!(run(&["man", "--dir", tmp.path().to_str().unwrap()]).status.success());
+    assert!(run(&["man", "--dir", tmp.path().to_str().unwrap()])
+        .status
+        .success());
     assert!(tmp.path().join("stealscope.1").is_file());
     assert!(tmp.path().join("stealscope-doctor.1").is_file());
 }

@@ -4,10 +4,9 @@
 //! snapshot from disk, so live and offline reports cannot drift apart.
 
 use crate::observation::collect;
-use std::io::{Error, ErrorKind};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::{Meta, RawSample, Snapshot, FORMAT};
 use stealscope_readers::{stat, MemFs, ReadError, Recorder, RootFs, Source};
 
@@ -20,65 +19,27 @@ pub struct CaptureOptions {
 }
 
 pub fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC is always available");
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available");
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
-/// Keeps /proc/stat open and re-reads it with pread into a reused buffer:
-/// the cheapest way to sample it (no open/close per sample).
-pub struct StatSampler {
-    file: std::fs::File,
-    buf: Vec<u8>,
-    path: String,
-}
+/// The cpu rows of /proc/stat as text (what samples.jsonl stores), read
+/// through a kept-open file.
+pub struct StatSampler(PreadFile);
 
 impl StatSampler {
     pub fn open(root: &std::path::Path) -> Result<Self, ReadError> {
-        let full = RootFs::new(root).resolve(stat::PATH);
-        let file = std::fs::File::open(&full).map_err(|e| ReadError::io(stat::PATH, e))?;
-        Ok(StatSampler {
-            file,
-            buf: vec![0; 64 * 1024],
-            path: stat::PATH.to_string(),
-        })
+        PreadFile::open(root, stat::PATH).map(StatSampler)
     }
 
-    /// Reads the whole file; returns the bytes read.
-    pub fn read(&mut self) -> Result<&[u8], ReadError> {
-        loop {
-            let mut len = 0;
-            loop {
-                if len == self.buf.len() {
-                    break;
-                }
-                match self.file.read_at(&mut self.buf[len..], len as u64) {
-                    Ok(0) => return Ok(&self.buf[..len]),
-                    Ok(n) => len += n,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(ReadError::io(&self.path, e)),
-                }
-            }
-            // Buffer full: the file is bigger than we thought; grow and retry.
-            if self.buf.len() >= 64 << 20 {
-                return Err(ReadError::io(&self.path, Error::other("file larger than 64 MiB")));
-            }
-            let n = self.buf.len() * 2;
-            self.buf.resize(n, 0);
-        }
-    }
-
-    /// The cpu rows of the file as text (what samples.jsonl stores).
     pub fn cpu_lines(&mut self) -> Result<String, ReadError> {
-        let path = self.path.clone();
-        let bytes = self.read()?;
-        let text = std::str::from_utf8(bytes).map_err(|_| ReadError::parse(&path, "not text"))?;
-        let mut end = 0;
-        for line in text.split_inclusive('\n') {
-            if !line.starts_with("cpu") {
-                break;
-            }
-            end += line.len();
-        }
+        let text = self.0.read_text()?;
+        let end: usize = text
+            .split_inclusive('\n')
+            .take_while(|l| l.starts_with("cpu"))
+            .map(str::len)
+            .sum();
         Ok(text[..end].to_string())
     }
 }
@@ -95,8 +56,15 @@ fn record_side(root: &std::path::Path, name: &str) -> Result<MemFs, ReadError> {
 }
 
 pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
-    let taken_unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).ok();
-    let mut sampler = if opts.sample_hz > 0.0 { Some(StatSampler::open(&opts.root)?) } else { None };
+    let taken_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .ok();
+    let mut sampler = if opts.sample_hz > 0.0 {
+        Some(StatSampler::open(&opts.root)?)
+    } else {
+        None
+    };
     let t0 = record_side(&opts.root, "live t0")?;
     let start = Instant::now();
     let mut samples = Vec::new();
@@ -134,10 +102,18 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
         interval_s: start.elapsed().as_secs_f64(),
         hostname: t1.read_value("/proc/sys/kernel/hostname").ok().flatten(),
         taken_unix_s,
-        clk_tck: nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().map(|v| v as u64),
+        clk_tck: nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .map(|v| v as u64),
         kernel: t1.read_value("/proc/sys/kernel/osrelease").ok().flatten(),
         stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
         sample_hz: (opts.sample_hz > 0.0).then_some(opts.sample_hz),
     };
-    Ok(Snapshot { meta, t0, t1, samples })
+    Ok(Snapshot {
+        meta,
+        t0,
+        t1,
+        samples,
+    })
 }

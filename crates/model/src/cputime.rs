@@ -54,9 +54,19 @@ impl ModeSecs {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Anomaly {
     /// A cumulative counter decreased (clamped to 0).
-    Backwards { cpu: u32, column: String, from: u64, to: u64 },
+    Backwards {
+        cpu: u32,
+        column: String,
+        from: u64,
+        to: u64,
+    },
     /// A column advanced more than wall time allows (clamped to wall time).
-    ExceedsWall { cpu: u32, column: String, delta_s: f64, wall_s: f64 },
+    ExceedsWall {
+        cpu: u32,
+        column: String,
+        delta_s: f64,
+        wall_s: f64,
+    },
     /// CPU row present at the start but not at the end of the interval.
     WentOffline { cpu: u32 },
     /// CPU row present at the end only.
@@ -66,7 +76,10 @@ pub enum Anomaly {
 impl Anomaly {
     /// True for counter anomalies; hotplug is a fact about the machine.
     pub fn is_counter(&self) -> bool {
-        matches!(self, Anomaly::Backwards { .. } | Anomaly::ExceedsWall { .. })
+        matches!(
+            self,
+            Anomaly::Backwards { .. } | Anomaly::ExceedsWall { .. }
+        )
     }
     pub fn cpu(&self) -> u32 {
         match self {
@@ -113,8 +126,24 @@ pub struct IntervalDelta {
     pub anomalies: Vec<Anomaly>,
 }
 
-fn column_delta(cpu: u32, name: &str, a: Option<u64>, b: Option<u64>, max_ticks: f64, clk_tck: f64, wall_s: f64, anomalies: &mut Vec<Anomaly>) -> f64 {
-    let (Some(a), Some(b)) = (a, b) else { return 0.0 };
+/// What one interval allows a column to advance.
+struct Bounds {
+    max_ticks: f64,
+    clk_tck: f64,
+    wall_s: f64,
+}
+
+fn column_delta(
+    cpu: u32,
+    name: &str,
+    a: Option<u64>,
+    b: Option<u64>,
+    lim: &Bounds,
+    anomalies: &mut Vec<Anomaly>,
+) -> f64 {
+    let (Some(a), Some(b)) = (a, b) else {
+        return 0.0;
+    };
     if b < a {
         anomalies.push(Anomaly::Backwards {
             cpu,
@@ -125,21 +154,33 @@ fn column_delta(cpu: u32, name: &str, a: Option<u64>, b: Option<u64>, max_ticks:
         return 0.0;
     }
     let d = (b - a) as f64;
-    if d > max_ticks {
+    if d > lim.max_ticks {
         anomalies.push(Anomaly::ExceedsWall {
             cpu,
             column: name.to_string(),
-            delta_s: d / clk_tck,
-            wall_s,
+            delta_s: d / lim.clk_tck,
+            wall_s: lim.wall_s,
         });
-        return wall_s;
+        return lim.wall_s;
     }
-    d / clk_tck
+    d / lim.clk_tck
 }
 
-fn cpu_delta(cpu: u32, a: &CpuTimes, b: &CpuTimes, wall_s: f64, clk_tck: f64, anomalies: &mut Vec<Anomaly>) -> CpuInterval {
-    let max_ticks = wall_s * clk_tck * WALL_SLACK_FACTOR + WALL_SLACK_TICKS;
-    let mut d = |name: &str, x: Option<u64>, y: Option<u64>| column_delta(cpu, name, x, y, max_ticks, clk_tck, wall_s, anomalies);
+fn cpu_delta(
+    cpu: u32,
+    a: &CpuTimes,
+    b: &CpuTimes,
+    wall_s: f64,
+    clk_tck: f64,
+    anomalies: &mut Vec<Anomaly>,
+) -> CpuInterval {
+    let lim = Bounds {
+        max_ticks: wall_s * clk_tck * WALL_SLACK_FACTOR + WALL_SLACK_TICKS,
+        clk_tck,
+        wall_s,
+    };
+    let mut d =
+        |name: &str, x: Option<u64>, y: Option<u64>| column_delta(cpu, name, x, y, &lim, anomalies);
     let secs = ModeSecs {
         user: d("user", Some(a.user), Some(b.user)),
         nice: d("nice", Some(a.nice), Some(b.nice)),
@@ -164,13 +205,20 @@ pub fn delta(t0: &ProcStat, t1: &ProcStat, wall_s: f64, clk_tck: f64) -> Interva
         wall_s,
         ..Default::default()
     };
-    if !(wall_s > 0.0) || !(clk_tck > 0.0) {
+    if !wall_s.is_finite() || wall_s <= 0.0 || !clk_tck.is_finite() || clk_tck <= 0.0 {
         return out;
     }
     for row in &t0.cpus {
         let Some(cpu) = row.cpu else { continue };
         match t1.cpu(cpu) {
-            Some(b) => out.cpus.push(cpu_delta(cpu, &row.times, b, wall_s, clk_tck, &mut out.anomalies)),
+            Some(b) => out.cpus.push(cpu_delta(
+                cpu,
+                &row.times,
+                b,
+                wall_s,
+                clk_tck,
+                &mut out.anomalies,
+            )),
             None => out.anomalies.push(Anomaly::WentOffline { cpu }),
         }
     }
@@ -213,7 +261,10 @@ mod tests {
         assert_eq!(d.cpus[0].secs.steal, 0.0);
         assert!(matches!(d.anomalies[0], Anomaly::Backwards { cpu: 0, .. }));
         assert_eq!(d.cpus[1].secs.steal, 5.0);
-        assert!(matches!(d.anomalies[1], Anomaly::ExceedsWall { cpu: 1, .. }));
+        assert!(matches!(
+            d.anomalies[1],
+            Anomaly::ExceedsWall { cpu: 1, .. }
+        ));
     }
 
     #[test]

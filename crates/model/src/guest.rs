@@ -41,13 +41,29 @@ impl GuestModel {
         let interval = delta(&t0.stat, &t1.stat, wall_s, clk_tck as f64);
         let mut samples = Vec::with_capacity(snap.samples.len());
         let mut notes = Vec::new();
+        let mut bad = Vec::new();
         for (i, raw) in snap.samples.iter().enumerate() {
-            match stat::parse(&raw.stat, "samples.jsonl") {
-                Ok(s) => samples.push(Sample { t_ns: raw.t_ns, stat: s }),
-                Err(e) => {
-                    notes.push(format!("skipped sample {}: {e}", i + 1));
-                }
+            // Samples hold only the cpu rows; a missing final newline there
+            // is not truncation (the JSON line itself was complete).
+            let text = if raw.stat.ends_with('\n') {
+                raw.stat.clone()
+            } else {
+                format!("{}\n", raw.stat)
+            };
+            match stat::parse(&text, "samples.jsonl") {
+                Ok(s) => samples.push(Sample {
+                    t_ns: raw.t_ns,
+                    stat: s,
+                }),
+                Err(e) => bad.push((i + 1, e)),
             }
+        }
+        if let Some((line, e)) = bad.first() {
+            notes.push(format!(
+                "skipped {} of {} samples (first: line {line}: {e})",
+                bad.len(),
+                snap.samples.len()
+            ));
         }
         let windows = series_windows(&samples, clk_tck as f64);
         notes.extend(hotplug_notes(&windows, &interval));
@@ -105,7 +121,13 @@ impl GuestModel {
 
     /// Steal as % of wall time, averaged over CPUs.
     pub fn steal_pct(&self) -> Option<f64> {
-        self.mean().map(|m| if self.wall_s > 0.0 { 100.0 * m.steal / self.wall_s } else { 0.0 })
+        self.mean().map(|m| {
+            if self.wall_s > 0.0 {
+                100.0 * m.steal / self.wall_s
+            } else {
+                0.0
+            }
+        })
     }
 
     /// Whether the kernel reports steal at all (2.6.11+ and a PV clock).
@@ -119,8 +141,18 @@ impl GuestModel {
 fn hotplug_notes(windows: &[(f64, IntervalDelta)], interval: &IntervalDelta) -> Vec<String> {
     use crate::cputime::Anomaly;
     let mut out = Vec::new();
-    let events = windows.iter().flat_map(|(start, w)| w.anomalies.iter().map(move |a| (*start + w.wall_s, a)));
-    let events: Vec<_> = if windows.is_empty() { interval.anomalies.iter().map(|a| (interval.wall_s, a)).collect() } else { events.collect() };
+    let events = windows
+        .iter()
+        .flat_map(|(start, w)| w.anomalies.iter().map(move |a| (*start + w.wall_s, a)));
+    let events: Vec<_> = if windows.is_empty() {
+        interval
+            .anomalies
+            .iter()
+            .map(|a| (interval.wall_s, a))
+            .collect()
+    } else {
+        events.collect()
+    };
     for (at, a) in events {
         match a {
             Anomaly::WentOffline { cpu } => out.push(format!("cpu{cpu} went offline at +{at:.1} s; its figures cover only the time it was online")),

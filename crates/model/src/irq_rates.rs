@@ -31,20 +31,28 @@ fn counter_delta(a: u64, b: u64) -> Option<u64> {
 
 pub fn rates(t0: &Interrupts, t1: &Interrupts, wall_s: f64) -> Vec<CpuIrqRates> {
     let mut out = Vec::new();
-    if !(wall_s > 0.0) {
+    if !wall_s.is_finite() || wall_s <= 0.0 {
         return out;
     }
     for (col1, &cpu) in t1.cpus.iter().enumerate() {
-        let Some(col0) = t0.column_of(cpu) else { continue };
+        let Some(col0) = t0.column_of(cpu) else {
+            continue;
+        };
         let mut sources = Vec::new();
         for row1 in &t1.rows {
             if !row1.is_per_cpu(t1.cpus.len()) {
                 continue;
             }
-            let Some(row0) = t0.rows.iter().find(|r| r.name == row1.name && r.is_per_cpu(t0.cpus.len())) else {
+            let Some(row0) = t0
+                .rows
+                .iter()
+                .find(|r| r.name == row1.name && r.is_per_cpu(t0.cpus.len()))
+            else {
                 continue;
             };
-            let (Some(&a), Some(&b)) = (row0.counts.get(col0), row1.counts.get(col1)) else { continue };
+            let (Some(&a), Some(&b)) = (row0.counts.get(col0), row1.counts.get(col1)) else {
+                continue;
+            };
             if let Some(d) = counter_delta(a, b) {
                 if d > 0 {
                     sources.push(SourceRate {
@@ -57,7 +65,11 @@ pub fn rates(t0: &Interrupts, t1: &Interrupts, wall_s: f64) -> Vec<CpuIrqRates> 
         }
         sources.sort_by(|a, b| b.per_s.total_cmp(&a.per_s));
         let total_per_s = sources.iter().map(|s| s.per_s).sum();
-        out.push(CpuIrqRates { cpu, total_per_s, sources });
+        out.push(CpuIrqRates {
+            cpu,
+            total_per_s,
+            sources,
+        });
     }
     out
 }

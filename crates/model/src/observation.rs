@@ -47,13 +47,21 @@ impl Observation {
             if p == param {
                 Some("")
             } else {
-                p.strip_prefix(param).and_then(|rest| rest.strip_prefix('='))
+                p.strip_prefix(param)
+                    .and_then(|rest| rest.strip_prefix('='))
             }
         })
     }
 
-    pub fn kmsg_lines_containing<'a>(&'a self, needle: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.kmsg.iter().flatten().map(|r| r.message.as_str()).filter(move |m| m.contains(needle))
+    pub fn kmsg_lines_containing<'a>(
+        &'a self,
+        needle: &'a str,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        self.kmsg
+            .iter()
+            .flatten()
+            .map(|r| r.message.as_str())
+            .filter(move |m| m.contains(needle))
     }
 }
 
@@ -67,7 +75,8 @@ fn optional<T: Default>(notes: &mut Vec<String>, res: Result<T, ReadError>) -> T
 /// Reads one side. Fails only when /proc/stat is missing or unparsable.
 pub fn collect(src: &dyn Source) -> Result<Observation, ReadError> {
     // stat and uptime first and back to back: they time the interval.
-    let stat = r::stat::read(src)?.ok_or_else(|| ReadError::parse(r::stat::PATH, "missing (required)"))?;
+    let stat =
+        r::stat::read(src)?.ok_or_else(|| ReadError::parse(r::stat::PATH, "missing (required)"))?;
     let mut notes = Vec::new();
     let n = &mut notes;
     let uptime_s = optional(n, r::kernel::uptime(src));

@@ -47,7 +47,9 @@ pub struct Sample {
 /// are skipped (a window of zero length says nothing).
 pub fn series_windows(samples: &[Sample], clk_tck: f64) -> Vec<(f64, IntervalDelta)> {
     let mut out = Vec::new();
-    let Some(first) = samples.first() else { return out };
+    let Some(first) = samples.first() else {
+        return out;
+    };
     let mut prev = first;
     for s in &samples[1..] {
         if s.t_ns <= prev.t_ns {
@@ -128,7 +130,11 @@ pub fn peak(windows: &[(f64, IntervalDelta)]) -> Option<PeakWindow> {
 
 /// How many (cpu, window) pairs had steal at or above `pct`.
 pub fn count_at_least(windows: &[(f64, IntervalDelta)], pct: f64) -> usize {
-    windows.iter().flat_map(|(_, w)| w.cpus.iter()).filter(|c| c.steal_pct() >= pct).count()
+    windows
+        .iter()
+        .flat_map(|(_, w)| w.cpus.iter())
+        .filter(|c| c.steal_pct() >= pct)
+        .count()
 }
 
 #[cfg(test)]

@@ -67,7 +67,13 @@ fn pct(v: &Value) -> String {
 }
 
 fn finding(out: &mut String, st: &Style, f: &Finding) {
-    let _ = writeln!(out, "[{}] {}  {}", st.severity(f.severity), st.bold(&f.id), f.title);
+    let _ = writeln!(
+        out,
+        "[{}] {}  {}",
+        st.severity(f.severity),
+        st.bold(&f.id),
+        f.title
+    );
     let ev: Vec<String> = f
         .evidence
         .iter()
@@ -96,7 +102,11 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
         st.bold("stealscope doctor"),
         r.hostname.as_deref().unwrap_or("?"),
         r.kernel.as_deref().unwrap_or("?"),
-        if r.roles.is_empty() { "none detected".to_string() } else { r.roles.join(",") },
+        if r.roles.is_empty() {
+            "none detected".to_string()
+        } else {
+            r.roles.join(",")
+        },
         pct(&r.summary.wall_s),
         r.summary.windows
     );
@@ -113,9 +123,20 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
     let _ = writeln!(out, "\nSteal: {}% of CPU time{split}\n", pct(&s.steal_pct));
     let _ = writeln!(out, "  CPU   busy%   idle%  steal%");
     for c in &s.cpus {
-        let _ = writeln!(out, "  {:>3}  {:>6}  {:>6}  {:>6}", c.cpu, pct(&c.busy_pct), pct(&c.idle_pct), pct(&c.steal_pct));
+        let _ = writeln!(
+            out,
+            "  {:>3}  {:>6}  {:>6}  {:>6}",
+            c.cpu,
+            pct(&c.busy_pct),
+            pct(&c.idle_pct),
+            pct(&c.steal_pct)
+        );
     }
-    let warn = r.findings.iter().filter(|f| f.severity >= Severity::Warning).count();
+    let warn = r
+        .findings
+        .iter()
+        .filter(|f| f.severity >= Severity::Warning)
+        .count();
     let _ = writeln!(
         out,
         "\n{} ({} finding{}, {} warning or worse)",

@@ -40,9 +40,13 @@ pub fn read(src: &dyn Source) -> Result<Vec<BlockQueue>> {
     let mut out = Vec::new();
     for dev in src.list(DIR)?.unwrap_or_default() {
         let sched_path = format!("{DIR}/{dev}/queue/scheduler");
-        let Some(text) = src.read_value(&sched_path)? else { continue };
+        let Some(text) = src.read_value(&sched_path)? else {
+            continue;
+        };
         let (scheduler, available) = parse_scheduler(&text, &sched_path)?;
-        let rotational = src.read_value(&format!("{DIR}/{dev}/queue/rotational"))?.map(|v| v == "1");
+        let rotational = src
+            .read_value(&format!("{DIR}/{dev}/queue/rotational"))?
+            .map(|v| v == "1");
         out.push(BlockQueue {
             device: dev,
             scheduler,
@@ -59,9 +63,24 @@ mod tests {
 
     #[test]
     fn schedulers() {
-        assert_eq!(parse_scheduler("none [mq-deadline] kyber bfq", "p").unwrap().0.as_deref(), Some("mq-deadline"));
-        assert_eq!(parse_scheduler("noop [deadline] cfq", "p").unwrap().0.as_deref(), Some("deadline"));
-        assert_eq!(parse_scheduler("none", "p").unwrap().0.as_deref(), Some("none"));
+        assert_eq!(
+            parse_scheduler("none [mq-deadline] kyber bfq", "p")
+                .unwrap()
+                .0
+                .as_deref(),
+            Some("mq-deadline")
+        );
+        assert_eq!(
+            parse_scheduler("noop [deadline] cfq", "p")
+                .unwrap()
+                .0
+                .as_deref(),
+            Some("deadline")
+        );
+        assert_eq!(
+            parse_scheduler("none", "p").unwrap().0.as_deref(),
+            Some("none")
+        );
         assert!(parse_scheduler("[a] [b]", "p").is_err());
     }
 }

@@ -23,13 +23,17 @@ pub fn read_cpu(src: &dyn Source, cpu: u32) -> Result<Option<CpuFreq>> {
     let cur_path = format!("{dir}/scaling_cur_freq");
     let cur_khz = match src.read_value(&cur_path)? {
         None => None,
-        Some(s) => Some(s.parse().map_err(|_| ReadError::parse(&cur_path, format!("{s:?} is not a number")))?),
+        Some(s) => Some(
+            s.parse()
+                .map_err(|_| ReadError::parse(&cur_path, format!("{s:?} is not a number")))?,
+        ),
     };
     Ok(Some(CpuFreq {
         cpu,
         governor: v("scaling_governor")?,
         driver: v("scaling_driver")?,
-        available_governors: v("scaling_available_governors")?.map(|s| s.split_ascii_whitespace().map(str::to_string).collect()),
+        available_governors: v("scaling_available_governors")?
+            .map(|s| s.split_ascii_whitespace().map(str::to_string).collect()),
         cur_khz,
     }))
 }

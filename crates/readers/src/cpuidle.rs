@@ -18,7 +18,9 @@ pub struct CpuidleGlobal {
 
 impl CpuidleGlobal {
     pub fn governor(&self) -> Option<&str> {
-        self.current_governor.as_deref().or(self.current_governor_ro.as_deref())
+        self.current_governor
+            .as_deref()
+            .or(self.current_governor_ro.as_deref())
     }
 }
 
@@ -48,7 +50,8 @@ pub fn read_global(src: &dyn Source) -> Result<CpuidleGlobal> {
         current_driver: v("current_driver")?,
         current_governor: v("current_governor")?,
         current_governor_ro: v("current_governor_ro")?,
-        available_governors: v("available_governors")?.map(|s| s.split_ascii_whitespace().map(str::to_string).collect()),
+        available_governors: v("available_governors")?
+            .map(|s| s.split_ascii_whitespace().map(str::to_string).collect()),
     })
 }
 
@@ -67,7 +70,10 @@ pub fn read_cpu(src: &dyn Source, cpu: u32) -> Result<CpuIdleStates> {
     let dir = format!("/sys/devices/system/cpu/cpu{cpu}/cpuidle");
     let mut states = Vec::new();
     for name in src.list(&dir)?.unwrap_or_default() {
-        let Some(index) = name.strip_prefix("state").and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(index) = name
+            .strip_prefix("state")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let p = |f: &str| format!("{dir}/{name}/{f}");

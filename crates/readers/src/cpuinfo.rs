@@ -25,11 +25,18 @@ impl CpuInfo {
 }
 
 pub fn parse(text: &str, path: &str) -> Result<CpuInfo> {
-    let info = procfs_core::CpuInfo::from_buf_read(text.as_bytes()).map_err(|e| ReadError::parse(path, e))?;
+    let info = procfs_core::CpuInfo::from_buf_read(text.as_bytes())
+        .map_err(|e| ReadError::parse(path, e))?;
     if info.num_cores() == 0 {
         return Err(ReadError::parse(path, "no processor entries"));
     }
-    let set = |s: Option<&str>| s.map(|v| v.split_ascii_whitespace().map(str::to_string).collect::<BTreeSet<_>>());
+    let set = |s: Option<&str>| {
+        s.map(|v| {
+            v.split_ascii_whitespace()
+                .map(str::to_string)
+                .collect::<BTreeSet<_>>()
+        })
+    };
     Ok(CpuInfo {
         processors: info.num_cores(),
         vendor: info.vendor_id(0).map(str::to_string),

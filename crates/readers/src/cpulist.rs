@@ -15,7 +15,10 @@ pub fn parse(text: &str, path: &str) -> Result<Vec<u32>> {
     for part in text.split(',') {
         let bad = || ReadError::parse(path, format!("{part:?} is not a CPU number or range"));
         let (lo, hi) = match part.split_once('-') {
-            Some((a, b)) => (a.parse::<u32>().map_err(|_| bad())?, b.parse::<u32>().map_err(|_| bad())?),
+            Some((a, b)) => (
+                a.parse::<u32>().map_err(|_| bad())?,
+                b.parse::<u32>().map_err(|_| bad())?,
+            ),
             None => {
                 let v = part.parse::<u32>().map_err(|_| bad())?;
                 (v, v)

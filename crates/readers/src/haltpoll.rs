@@ -39,7 +39,10 @@ pub fn read(src: &dyn Source) -> Result<HaltpollParams> {
         let path = format!("{GOVERNOR_PARAMS}/{n}");
         match src.read_value(&path)? {
             None => Ok(None),
-            Some(s) => s.parse().map(Some).map_err(|_| ReadError::parse(&path, format!("{s:?} is not a number"))),
+            Some(s) => s
+                .parse()
+                .map(Some)
+                .map_err(|_| ReadError::parse(&path, format!("{s:?} is not a number"))),
         }
     };
     let shrink_path = format!("{GOVERNOR_PARAMS}/guest_halt_poll_allow_shrink");

@@ -51,13 +51,17 @@ impl Interrupts {
 
 pub fn parse(text: &str, path: &str) -> Result<Interrupts> {
     let mut lines = text.lines();
-    let header = lines.next().ok_or_else(|| ReadError::parse(path, "empty file"))?;
+    let header = lines
+        .next()
+        .ok_or_else(|| ReadError::parse(path, "empty file"))?;
     let mut cpus = Vec::new();
     for tok in header.split_ascii_whitespace() {
         let n = tok
             .strip_prefix("CPU")
             .and_then(|n| n.parse::<u32>().ok())
-            .ok_or_else(|| ReadError::parse(path, format!("line 1: header token {tok:?} is not CPUn")))?;
+            .ok_or_else(|| {
+                ReadError::parse(path, format!("line 1: header token {tok:?} is not CPUn"))
+            })?;
         cpus.push(n);
     }
     if cpus.is_empty() {
@@ -69,12 +73,15 @@ pub fn parse(text: &str, path: &str) -> Result<Interrupts> {
         if line.trim().is_empty() {
             continue;
         }
-        let (name, rest) = line
-            .split_once(':')
-            .ok_or_else(|| ReadError::parse(path, format!("line {lineno}: no ':' after the source name")))?;
+        let (name, rest) = line.split_once(':').ok_or_else(|| {
+            ReadError::parse(path, format!("line {lineno}: no ':' after the source name"))
+        })?;
         let name = name.trim();
         if name.is_empty() || name.contains(char::is_whitespace) {
-            return Err(ReadError::parse(path, format!("line {lineno}: bad source name {name:?}")));
+            return Err(ReadError::parse(
+                path,
+                format!("line {lineno}: bad source name {name:?}"),
+            ));
         }
         let mut counts = Vec::with_capacity(cpus.len());
         let mut toks = rest.split_ascii_whitespace().peekable();
@@ -88,14 +95,21 @@ pub fn parse(text: &str, path: &str) -> Result<Interrupts> {
             }
         }
         if counts.is_empty() {
-            return Err(ReadError::parse(path, format!("line {lineno}: '{name}' has no counts")));
+            return Err(ReadError::parse(
+                path,
+                format!("line {lineno}: '{name}' has no counts"),
+            ));
         }
         // Only ERR/MIS-style rows legitimately have one column; anything
         // between 1 and ncpus is a cut-off file.
         if counts.len() != cpus.len() && counts.len() != 1 {
             return Err(ReadError::parse(
                 path,
-                format!("line {lineno}: '{name}' has {} counts for {} CPUs (truncated?)", counts.len(), cpus.len()),
+                format!(
+                    "line {lineno}: '{name}' has {} counts for {} CPUs (truncated?)",
+                    counts.len(),
+                    cpus.len()
+                ),
             ));
         }
         let desc = toks.collect::<Vec<_>>().join(" ");
@@ -142,7 +156,12 @@ mod tests {
 
     #[test]
     fn bad_input_names_the_file() {
-        for bad in ["", "garbage\n", "CPU0 CPU1\nLOC 1 2\n", "CPU0 CPU1 CPU2\nLOC: 1 2\n"] {
+        for bad in [
+            "",
+            "garbage\n",
+            "CPU0 CPU1\nLOC 1 2\n",
+            "CPU0 CPU1 CPU2\nLOC: 1 2\n",
+        ] {
             let e = parse(bad, PATH).unwrap_err().to_string();
             assert!(e.starts_with("/proc/interrupts:"), "{e}");
         }

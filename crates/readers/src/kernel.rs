@@ -43,11 +43,16 @@ pub fn split_cmdline(s: &str) -> Vec<String> {
 
 /// Seconds since boot from /proc/uptime (first field, centisecond resolution).
 pub fn uptime(src: &dyn Source) -> Result<Option<f64>> {
-    let Some(s) = src.read_value(UPTIME)? else { return Ok(None) };
+    let Some(s) = src.read_value(UPTIME)? else {
+        return Ok(None);
+    };
     let first = s.split_ascii_whitespace().next().unwrap_or("");
     match first.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
-        _ => Err(ReadError::parse(UPTIME, format!("{first:?} is not a number of seconds"))),
+        _ => Err(ReadError::parse(
+            UPTIME,
+            format!("{first:?} is not a number of seconds"),
+        )),
     }
 }
 
@@ -60,8 +65,11 @@ pub struct Memory {
 }
 
 pub fn meminfo(src: &dyn Source) -> Result<Option<Memory>> {
-    let Some(text) = src.read_text(MEMINFO)? else { return Ok(None) };
-    let m = procfs_core::Meminfo::from_buf_read(text.as_bytes()).map_err(|e| ReadError::parse(MEMINFO, e))?;
+    let Some(text) = src.read_text(MEMINFO)? else {
+        return Ok(None);
+    };
+    let m = procfs_core::Meminfo::from_buf_read(text.as_bytes())
+        .map_err(|e| ReadError::parse(MEMINFO, e))?;
     Ok(Some(Memory {
         total_bytes: m.mem_total,
         available_bytes: m.mem_available,
@@ -73,11 +81,15 @@ pub fn meminfo(src: &dyn Source) -> Result<Option<Memory>> {
 /// Effective CPU latency PM QoS limit in µs: /dev/cpu_dma_latency read gives
 /// the current minimum as a binary s32 (kernel/power/qos.c).
 pub fn pm_qos_cpu_latency_us(src: &dyn Source) -> Result<Option<i32>> {
-    let Some(b) = src.read(CPU_DMA_LATENCY)? else { return Ok(None) };
-    let arr: [u8; 4] = b
-        .get(..4)
-        .and_then(|s| s.try_into().ok())
-        .ok_or_else(|| ReadError::parse(CPU_DMA_LATENCY, format!("{} bytes, expected a 4-byte value", b.len())))?;
+    let Some(b) = src.read(CPU_DMA_LATENCY)? else {
+        return Ok(None);
+    };
+    let arr: [u8; 4] = b.get(..4).and_then(|s| s.try_into().ok()).ok_or_else(|| {
+        ReadError::parse(
+            CPU_DMA_LATENCY,
+            format!("{} bytes, expected a 4-byte value", b.len()),
+        )
+    })?;
     Ok(Some(i32::from_ne_bytes(arr)))
 }
 

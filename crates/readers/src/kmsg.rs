@@ -23,7 +23,9 @@ pub fn parse(text: &str) -> Vec<KmsgRecord> {
             continue;
         }
         match line.split_once(';') {
-            Some((head, msg)) if head.split(',').count() >= 3 && head.split(',').all(|f| !f.contains(' ')) => {
+            Some((head, msg))
+                if head.split(',').count() >= 3 && head.split(',').all(|f| !f.contains(' ')) =>
+            {
                 let mut f = head.split(',');
                 let _prio = f.next();
                 let seq = f.next().and_then(|v| v.parse().ok());

@@ -15,6 +15,7 @@ pub mod haltpoll;
 pub mod interrupts;
 pub mod kernel;
 pub mod kmsg;
+pub mod pread;
 pub mod psi;
 pub mod snapshot;
 pub mod source;

@@ -25,9 +25,9 @@ fn parse_line(rest: &str, path: &str, kind: &str) -> Result<PressureLine> {
     let mut line = PressureLine::default();
     let mut seen = 0;
     for tok in rest.split_ascii_whitespace() {
-        let (k, v) = tok
-            .split_once('=')
-            .ok_or_else(|| ReadError::parse(path, format!("'{kind}': token {tok:?} is not key=value")))?;
+        let (k, v) = tok.split_once('=').ok_or_else(|| {
+            ReadError::parse(path, format!("'{kind}': token {tok:?} is not key=value"))
+        })?;
         let bad = || ReadError::parse(path, format!("'{kind}': {k}={v:?} is not a number"));
         match k {
             "avg10" => line.avg10 = v.parse().map_err(|_| bad())?,
@@ -39,7 +39,10 @@ fn parse_line(rest: &str, path: &str, kind: &str) -> Result<PressureLine> {
         seen += 1;
     }
     if seen < 4 || !(line.avg10.is_finite() && line.avg60.is_finite() && line.avg300.is_finite()) {
-        return Err(ReadError::parse(path, format!("'{kind}' line lacks avg10/avg60/avg300/total")));
+        return Err(ReadError::parse(
+            path,
+            format!("'{kind}' line lacks avg10/avg60/avg300/total"),
+        ));
     }
     Ok(line)
 }
@@ -71,7 +74,11 @@ mod tests {
 
     #[test]
     fn with_and_without_full() {
-        let p = parse("some avg10=4.13 avg60=2.49 avg300=0.66 total=2324727\n", CPU_PATH).unwrap();
+        let p = parse(
+            "some avg10=4.13 avg60=2.49 avg300=0.66 total=2324727\n",
+            CPU_PATH,
+        )
+        .unwrap();
         assert_eq!(p.some.total_us, 2324727);
         assert!(p.full.is_none());
         let p = parse("some avg10=0.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", CPU_PATH).unwrap();

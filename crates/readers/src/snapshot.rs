@@ -50,15 +50,22 @@ pub struct Snapshot {
 }
 
 fn parse_meta(bytes: &[u8], path: &str) -> Result<Meta> {
-    let meta: Meta = serde_json::from_slice(bytes).map_err(|e| ReadError::parse(path, format!("not valid snapshot metadata: {e}")))?;
+    let meta: Meta = serde_json::from_slice(bytes)
+        .map_err(|e| ReadError::parse(path, format!("not valid snapshot metadata: {e}")))?;
     if meta.format != FORMAT {
         return Err(ReadError::parse(
             path,
-            format!("format {:?} is not supported (this build reads {FORMAT})", meta.format),
+            format!(
+                "format {:?} is not supported (this build reads {FORMAT})",
+                meta.format
+            ),
         ));
     }
     if !(meta.interval_s.is_finite() && meta.interval_s > 0.0) {
-        return Err(ReadError::parse(path, format!("interval_s {} is not a positive number", meta.interval_s)));
+        return Err(ReadError::parse(
+            path,
+            format!("interval_s {} is not a positive number", meta.interval_s),
+        ));
     }
     if meta.clk_tck == Some(0) {
         return Err(ReadError::parse(path, "clk_tck is 0"));
@@ -73,7 +80,8 @@ fn parse_samples(bytes: &[u8], path: &str) -> Result<Vec<RawSample>> {
         if line.trim().is_empty() {
             continue;
         }
-        let s: RawSample = serde_json::from_str(line).map_err(|e| ReadError::parse(path, format!("line {}: {e}", i + 1)))?;
+        let s: RawSample = serde_json::from_str(line)
+            .map_err(|e| ReadError::parse(path, format!("line {}: {e}", i + 1)))?;
         out.push(s);
     }
     Ok(out)
@@ -120,7 +128,12 @@ impl Loader {
 
     fn finish(self, origin: &str) -> Result<Snapshot> {
         let meta_path = format!("{origin}/meta.json");
-        let meta = parse_meta(&self.meta.ok_or_else(|| ReadError::parse(&meta_path, "missing"))?, &meta_path)?;
+        let meta = parse_meta(
+            &self
+                .meta
+                .ok_or_else(|| ReadError::parse(&meta_path, "missing"))?,
+            &meta_path,
+        )?;
         let samples = match self.samples {
             Some(b) => parse_samples(&b, &format!("{origin}/samples.jsonl"))?,
             None => Vec::new(),
@@ -129,7 +142,12 @@ impl Loader {
         let mut t1 = self.t1;
         t0.name = format!("{origin}/t0");
         t1.name = format!("{origin}/t1");
-        Ok(Snapshot { meta, t0, t1, samples })
+        Ok(Snapshot {
+            meta,
+            t0,
+            t1,
+            samples,
+        })
     }
 }
 
@@ -139,7 +157,11 @@ fn load_dir(dir: &Path, rel: &str, loader: &mut Loader, origin: &str) -> Result<
     for entry in rd {
         let entry = entry.map_err(|e| ReadError::io(&full.display().to_string(), e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+        let child = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
         let ft = entry.file_type().map_err(|e| ReadError::io(&child, e))?;
         if ft.is_dir() {
             load_dir(dir, &child, loader, origin)?;
@@ -171,13 +193,21 @@ fn load_tar_gz(path: &Path, loader: &mut Loader, origin: &str) -> Result<()> {
             })
             .collect();
         if p.components().any(|c| matches!(c, Component::ParentDir)) {
-            return Err(ReadError::parse(origin, format!("archive entry {} escapes the snapshot", p.display())));
+            return Err(ReadError::parse(
+                origin,
+                format!("archive entry {} escapes the snapshot", p.display()),
+            ));
         }
-        let start = comps.iter().position(|c| c == "t0" || c == "t1" || c == "meta.json" || c == "samples.jsonl");
+        let start = comps
+            .iter()
+            .position(|c| c == "t0" || c == "t1" || c == "meta.json" || c == "samples.jsonl");
         let Some(start) = start else { continue };
         let rel = comps[start..].join("/");
         let mut data = Vec::new();
-        entry.take(MAX_TOTAL_BYTES + 1).read_to_end(&mut data).map_err(bad)?;
+        entry
+            .take(MAX_TOTAL_BYTES + 1)
+            .read_to_end(&mut data)
+            .map_err(bad)?;
         loader.add(&rel, data, origin)?;
     }
     Ok(())
@@ -198,7 +228,10 @@ pub fn open(path: &Path) -> Result<Snapshot> {
     } else if is_tar_gz(path) {
         load_tar_gz(path, &mut loader, &origin)?;
     } else {
-        return Err(ReadError::parse(&origin, "not a snapshot directory or .tar.gz"));
+        return Err(ReadError::parse(
+            &origin,
+            "not a snapshot directory or .tar.gz",
+        ));
     }
     loader.finish(&origin)
 }
@@ -211,7 +244,8 @@ fn rel_files(s: &Snapshot) -> Result<Vec<(String, Vec<u8>)>> {
     if !s.samples.is_empty() {
         let mut buf = Vec::new();
         for smp in &s.samples {
-            serde_json::to_writer(&mut buf, smp).map_err(|e| ReadError::parse("samples.jsonl", e))?;
+            serde_json::to_writer(&mut buf, smp)
+                .map_err(|e| ReadError::parse("samples.jsonl", e))?;
             buf.push(b'\n');
         }
         files.push(("samples.jsonl".to_string(), buf));
@@ -232,7 +266,10 @@ pub fn write(s: &Snapshot, path: &Path) -> Result<()> {
     if is_tar_gz(path) {
         let tmp = path.with_extension("partial");
         let f = std::fs::File::create(&tmp).map_err(|e| ReadError::io(&origin, e))?;
-        let mut ar = tar::Builder::new(flate2::write::GzEncoder::new(f, flate2::Compression::default()));
+        let mut ar = tar::Builder::new(flate2::write::GzEncoder::new(
+            f,
+            flate2::Compression::default(),
+        ));
         let mtime = s.meta.taken_unix_s.unwrap_or(0.0).max(0.0) as u64;
         for (rel, data) in &files {
             let mut h = tar::Header::new_gnu();
@@ -240,20 +277,31 @@ pub fn write(s: &Snapshot, path: &Path) -> Result<()> {
             h.set_mode(0o644);
             h.set_mtime(mtime);
             h.set_cksum();
-            ar.append_data(&mut h, rel, data.as_slice()).map_err(|e| ReadError::io(&origin, e))?;
+            ar.append_data(&mut h, rel, data.as_slice())
+                .map_err(|e| ReadError::io(&origin, e))?;
         }
         let gz = ar.into_inner().map_err(|e| ReadError::io(&origin, e))?;
-        gz.finish().and_then(|mut f| f.flush()).map_err(|e| ReadError::io(&origin, e))?;
+        gz.finish()
+            .and_then(|mut f| f.flush())
+            .map_err(|e| ReadError::io(&origin, e))?;
         std::fs::rename(&tmp, path).map_err(|e| ReadError::io(&origin, e))?;
         return Ok(());
     }
-    if path.exists() && std::fs::read_dir(path).map(|mut d| d.next().is_some()).unwrap_or(true) {
-        return Err(ReadError::parse(&origin, "exists and is not an empty directory; refusing to overwrite"));
+    if path.exists()
+        && std::fs::read_dir(path)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        return Err(ReadError::parse(
+            &origin,
+            "exists and is not an empty directory; refusing to overwrite",
+        ));
     }
     for (rel, data) in &files {
         let p = path.join(rel);
         if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| ReadError::io(&parent.display().to_string(), e))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| ReadError::io(&parent.display().to_string(), e))?;
         }
         std::fs::write(&p, data).map_err(|e| ReadError::io(&p.display().to_string(), e))?;
     }
@@ -278,7 +326,9 @@ mod tests {
                 sample_hz: Some(10.0),
             },
             t0: MemFs::new("t0").with("/proc/stat", "cpu  1 1 1 1\n"),
-            t1: MemFs::new("t1").with("/proc/stat", "cpu  2 2 2 2\n").with("/dev/cpu_dma_latency", [0u8, 0x94, 0x35, 0x77]),
+            t1: MemFs::new("t1")
+                .with("/proc/stat", "cpu  2 2 2 2\n")
+                .with("/dev/cpu_dma_latency", [0u8, 0x94, 0x35, 0x77]),
             samples: vec![RawSample {
                 t_ns: 5,
                 stat: "cpu  1 1 1 1\n".into(),
@@ -296,19 +346,40 @@ mod tests {
             let back = open(&p).unwrap();
             assert_eq!(back.meta, s.meta);
             assert_eq!(back.samples, s.samples);
-            assert_eq!(back.t1.read("/dev/cpu_dma_latency").unwrap().unwrap(), vec![0u8, 0x94, 0x35, 0x77]);
-            assert_eq!(back.t0.read_text("/proc/stat").unwrap().unwrap(), "cpu  1 1 1 1\n");
+            assert_eq!(
+                back.t1.read("/dev/cpu_dma_latency").unwrap().unwrap(),
+                vec![0u8, 0x94, 0x35, 0x77]
+            );
+            assert_eq!(
+                back.t0.read_text("/proc/stat").unwrap().unwrap(),
+                "cpu  1 1 1 1\n"
+            );
         }
-        assert!(write(&s, &tmp.path().join("snap")).is_err(), "must not overwrite");
+        assert!(
+            write(&s, &tmp.path().join("snap")).is_err(),
+            "must not overwrite"
+        );
     }
 
     #[test]
     fn bad_meta_is_named() {
-        let e = parse_meta(b"{\"format\": \"stealscope-snap", "x/meta.json").unwrap_err().to_string();
+        let e = parse_meta(b"{\"format\": \"stealscope-snap", "x/meta.json")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("x/meta.json:"), "{e}");
-        let e = parse_meta(br#"{"format":"stealscope-snapshot/99","interval_s":1}"#, "m").unwrap_err().to_string();
+        let e = parse_meta(
+            br#"{"format":"stealscope-snapshot/99","interval_s":1}"#,
+            "m",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("format"), "{e}");
-        let e = parse_meta(br#"{"format":"stealscope-snapshot/1","interval_s":-1}"#, "m").unwrap_err().to_string();
+        let e = parse_meta(
+            br#"{"format":"stealscope-snapshot/1","interval_s":-1}"#,
+            "m",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("interval_s"), "{e}");
     }
 

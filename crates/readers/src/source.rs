@@ -29,9 +29,15 @@ pub trait Source {
     fn read_text(&self, path: &str) -> Result<Option<String>> {
         match self.read(path)? {
             None => Ok(None),
-            Some(bytes) => String::from_utf8(bytes)
-                .map(Some)
-                .map_err(|e| ReadError::parse(path, format!("not text (invalid UTF-8 at byte {})", e.utf8_error().valid_up_to()))),
+            Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|e| {
+                ReadError::parse(
+                    path,
+                    format!(
+                        "not text (invalid UTF-8 at byte {})",
+                        e.utf8_error().valid_up_to()
+                    ),
+                )
+            }),
         }
     }
 
@@ -118,7 +124,10 @@ impl Source for RootFs {
             Err(e) => return Err(ReadError::io(path, e)),
         }
         if out.len() as u64 > MAX_FILE_BYTES {
-            return Err(ReadError::parse(path, format!("larger than {MAX_FILE_BYTES} bytes")));
+            return Err(ReadError::parse(
+                path,
+                format!("larger than {MAX_FILE_BYTES} bytes"),
+            ));
         }
         Ok(Some(out))
     }
@@ -176,7 +185,9 @@ impl<S: Source> Source for Recorder<S> {
     fn read(&self, path: &str) -> Result<Option<Vec<u8>>> {
         let data = self.inner.read(path)?;
         if let Some(bytes) = &data {
-            self.files.borrow_mut().insert(path.to_string(), bytes.clone());
+            self.files
+                .borrow_mut()
+                .insert(path.to_string(), bytes.clone());
         }
         Ok(data)
     }

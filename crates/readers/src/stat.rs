@@ -30,7 +30,16 @@ pub struct CpuTimes {
 
 impl CpuTimes {
     pub const COLUMNS: [&'static str; 10] = [
-        "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice",
+        "user",
+        "nice",
+        "system",
+        "idle",
+        "iowait",
+        "irq",
+        "softirq",
+        "steal",
+        "guest",
+        "guest_nice",
     ];
 
     fn from_columns(cols: &[u64]) -> CpuTimes {
@@ -90,7 +99,10 @@ pub struct ProcStat {
 
 impl ProcStat {
     pub fn cpu(&self, cpu: u32) -> Option<&CpuTimes> {
-        self.cpus.iter().find(|r| r.cpu == Some(cpu)).map(|r| &r.times)
+        self.cpus
+            .iter()
+            .find(|r| r.cpu == Some(cpu))
+            .map(|r| &r.times)
     }
 }
 
@@ -113,7 +125,10 @@ fn parse_cpu_columns(rest: &str, cols: &mut [u64; 10], path: &str, lineno: usize
         cols[n] = parse_u64(tok).ok_or_else(|| {
             ReadError::parse(
                 path,
-                format!("line {lineno}: column '{}' is {tok:?}, expected a number", CpuTimes::COLUMNS[n]),
+                format!(
+                    "line {lineno}: column '{}' is {tok:?}, expected a number",
+                    CpuTimes::COLUMNS[n]
+                ),
             )
         })?;
         n += 1;
@@ -143,7 +158,10 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
         return Err(ReadError::parse(path, "empty file"));
     }
     if !text.ends_with('\n') && !cpu_lines_only {
-        return Err(ReadError::parse(path, "truncated: last line has no newline"));
+        return Err(ReadError::parse(
+            path,
+            "truncated: last line has no newline",
+        ));
     }
     let mut expected_cols = 0usize;
     let mut cols = [0u64; 10];
@@ -156,12 +174,18 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
         let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
         if let Some(num) = key.strip_prefix("cpu") {
             if saw_after_cpu {
-                return Err(ReadError::parse(path, format!("line {lineno}: cpu row after the cpu block")));
+                return Err(ReadError::parse(
+                    path,
+                    format!("line {lineno}: cpu row after the cpu block"),
+                ));
             }
             let n = parse_cpu_columns(rest, &mut cols, path, lineno)?;
             if num.is_empty() {
                 if out.total.is_some() {
-                    return Err(ReadError::parse(path, format!("line {lineno}: second aggregate 'cpu' row")));
+                    return Err(ReadError::parse(
+                        path,
+                        format!("line {lineno}: second aggregate 'cpu' row"),
+                    ));
                 }
                 expected_cols = n;
                 out.total = Some(CpuTimes::from_columns(&cols[..n]));
@@ -169,9 +193,14 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
             }
             let cpu: u32 = parse_u64(num)
                 .and_then(|v| u32::try_from(v).ok())
-                .ok_or_else(|| ReadError::parse(path, format!("line {lineno}: bad cpu name {key:?}")))?;
+                .ok_or_else(|| {
+                    ReadError::parse(path, format!("line {lineno}: bad cpu name {key:?}"))
+                })?;
             if out.total.is_none() {
-                return Err(ReadError::parse(path, format!("line {lineno}: {key} before the aggregate 'cpu' row")));
+                return Err(ReadError::parse(
+                    path,
+                    format!("line {lineno}: {key} before the aggregate 'cpu' row"),
+                ));
             }
             if n != expected_cols {
                 return Err(ReadError::parse(
@@ -180,7 +209,10 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
                 ));
             }
             if out.cpus.last().is_some_and(|r| r.cpu >= Some(cpu)) {
-                return Err(ReadError::parse(path, format!("line {lineno}: {key} out of order")));
+                return Err(ReadError::parse(
+                    path,
+                    format!("line {lineno}: {key} out of order"),
+                ));
             }
             out.cpus.push(CpuRow {
                 cpu: Some(cpu),
@@ -204,7 +236,10 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
             _ => continue, // softirq, page, swap and future keys
         };
         if value.is_none() {
-            return Err(ReadError::parse(path, format!("line {lineno}: '{key}' has no number")));
+            return Err(ReadError::parse(
+                path,
+                format!("line {lineno}: '{key}' has no number"),
+            ));
         }
         *slot = value;
     }
@@ -212,7 +247,10 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
         return Err(ReadError::parse(path, "no 'cpu' row"));
     }
     if cpu_lines_only && !saw_after_cpu {
-        return Err(ReadError::parse(path, "truncated: file ends inside the cpu rows"));
+        return Err(ReadError::parse(
+            path,
+            "truncated: file ends inside the cpu rows",
+        ));
     }
     Ok(())
 }
@@ -264,7 +302,11 @@ mod tests {
 
     #[test]
     fn truncated_row_is_an_error_naming_the_file() {
-        let err = parse("cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 9 10\ncpu1 2 3 4 5\n", PATH).unwrap_err();
+        let err = parse(
+            "cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 9 10\ncpu1 2 3 4 5\n",
+            PATH,
+        )
+        .unwrap_err();
         let msg = err.to_string();
         assert!(msg.starts_with("/proc/stat: line 3"), "{msg}");
         assert!(msg.contains("truncated"), "{msg}");
@@ -276,7 +318,10 @@ mod tests {
     fn garbage_and_empty_are_errors() {
         assert!(parse("", PATH).is_err());
         assert!(parse("hello world\n", PATH).is_err());
-        assert!(parse("cpu  1 2 x 4\n", PATH).unwrap_err().to_string().contains("'system'"));
+        assert!(parse("cpu  1 2 x 4\n", PATH)
+            .unwrap_err()
+            .to_string()
+            .contains("'system'"));
         assert!(parse("cpu  +1 2 3 4\n", PATH).is_err());
     }
 

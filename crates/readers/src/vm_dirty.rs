@@ -20,7 +20,10 @@ pub fn read(src: &dyn Source) -> Result<DirtySettings> {
         let path = format!("/proc/sys/vm/{n}");
         match src.read_value(&path)? {
             None => Ok(None),
-            Some(s) => s.parse().map(Some).map_err(|_| ReadError::parse(&path, format!("{s:?} is not a number"))),
+            Some(s) => s
+                .parse()
+                .map(Some)
+                .map_err(|_| ReadError::parse(&path, format!("{s:?} is not a number"))),
         }
     };
     Ok(DirtySettings {

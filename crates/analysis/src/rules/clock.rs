@@ -6,14 +6,26 @@ use serde_json::json;
 use stealscope_model::GuestModel;
 
 /// Clocksources read without leaving the guest.
-pub const FAST_CLOCKSOURCES: &[&str] = &["tsc", "kvm-clock", "hyperv_clocksource_tsc_page", "arch_sys_counter", "xen"];
+pub const FAST_CLOCKSOURCES: &[&str] = &[
+    "tsc",
+    "kvm-clock",
+    "hyperv_clocksource_tsc_page",
+    "arch_sys_counter",
+    "xen",
+];
 
-const UNSTABLE_MARKERS: &[&str] = &["Marking TSC unstable", "as unstable because the skew is too large", "Marking clocksource"];
+const UNSTABLE_MARKERS: &[&str] = &[
+    "Marking TSC unstable",
+    "as unstable because the skew is too large",
+    "Marking clocksource",
+];
 
 pub fn unstable(m: &GuestModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
     let current = o.clocksource.current.clone();
-    let slow = current.as_deref().is_some_and(|c| !FAST_CLOCKSOURCES.contains(&c));
+    let slow = current
+        .as_deref()
+        .is_some_and(|c| !FAST_CLOCKSOURCES.contains(&c));
     let mut log: Vec<String> = Vec::new();
     for marker in UNSTABLE_MARKERS {
         for line in o.kmsg_lines_containing(marker) {
@@ -26,7 +38,9 @@ pub fn unstable(m: &GuestModel, out: &mut Vec<Finding>) {
         return;
     }
     let available = o.clocksource.available.clone().unwrap_or_default();
-    let better = ["kvm-clock", "tsc"].into_iter().find(|c| available.iter().any(|a| a == c));
+    let better = ["kvm-clock", "tsc"]
+        .into_iter()
+        .find(|c| available.iter().any(|a| a == c));
     let title = if slow {
         format!(
             "Clocksource is {}: every clock read is emulated by the hypervisor",

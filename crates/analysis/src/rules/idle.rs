@@ -9,6 +9,9 @@ use stealscope_model::GuestModel;
 /// (C6 is ~100-200 µs on Intel servers; C1/C1E are 1-10 µs).
 pub const DEEP_CSTATE_LATENCY_US: u64 = 50;
 
+/// Idle drivers that idle in the guest without an HLT exit (MWAIT passthrough).
+const HARDWARE_IDLE_DRIVERS: &[&str] = &["intel_idle"];
+
 const HALTPOLL_CASE: &str = "haltpoll-hypervisor-cpuid.txt";
 const HALTPOLL_DOC: &str = "Documentation/virt/guest-halt-polling.rst";
 
@@ -24,14 +27,29 @@ pub fn haltpoll_inactive(m: &GuestModel, out: &mut Vec<Finding>) {
         return; // kernel without haltpoll (before 5.4, or not configured)
     }
     let driver = o.cpuidle.current_driver.clone();
+    // With MWAIT passed through (intel_idle in the guest) idle does not exit
+    // to the host at all, so polling would buy nothing.
+    if HARDWARE_IDLE_DRIVERS.contains(&driver.as_deref().unwrap_or("")) {
+        return;
+    }
     let (poll_usage, idle_usage) = o.idle_states.iter().fold((0u64, 0u64), |(p, t), cpu| {
-        let p2: u64 = cpu.states.iter().filter(|s| s.name.as_deref() == Some("POLL")).filter_map(|s| s.usage).sum();
+        let p2: u64 = cpu
+            .states
+            .iter()
+            .filter(|s| s.name.as_deref() == Some("POLL"))
+            .filter_map(|s| s.usage)
+            .sum();
         let t2: u64 = cpu.states.iter().filter_map(|s| s.usage).sum();
         (p + p2, t + t2)
     });
-    let no_poll_control = o.kmsg_lines_containing("does not support poll control").next().map(str::to_string);
+    let no_poll_control = o
+        .kmsg_lines_containing("does not support poll control")
+        .next()
+        .map(str::to_string);
     let cmd_force = o.cmdline_has("cpuidle_haltpoll.force").map(str::to_string);
-    let cmd_poll_ns = o.cmdline_has("haltpoll.guest_halt_poll_ns").map(str::to_string);
+    let cmd_poll_ns = o
+        .cmdline_has("haltpoll.guest_halt_poll_ns")
+        .map(str::to_string);
     let mut f = if driver.as_deref() != Some("haltpoll") {
         let remedy = format!(
             "The guest kernel can poll briefly before halting (cuts wake-up latency and HLT exits) but the haltpoll \
@@ -100,20 +118,27 @@ pub fn deep_cstates(m: &GuestModel, out: &mut Vec<Finding>) {
     let mut deep = Vec::new();
     for cpu in &o.idle_states {
         for s in &cpu.states {
-            let (Some(lat), Some(false)) = (s.latency_us, s.disabled) else { continue };
+            let (Some(lat), Some(false)) = (s.latency_us, s.disabled) else {
+                continue;
+            };
             if lat >= DEEP_CSTATE_LATENCY_US {
                 deep.push((cpu.cpu, s.name.clone().unwrap_or_default(), lat, s.usage));
             }
         }
     }
-    let Some(max_lat) = deep.iter().map(|d| d.2).max() else { return };
+    let Some(max_lat) = deep.iter().map(|d| d.2).max() else {
+        return;
+    };
     // A PM QoS request below the deepest latency keeps the governor out of it.
     if let Some(qos) = o.pm_qos_us {
         if (qos as i64) < max_lat as i64 {
             return;
         }
     }
-    let mut names: Vec<String> = deep.iter().map(|d| format!("{} ({} us)", d.1, d.2)).collect();
+    let mut names: Vec<String> = deep
+        .iter()
+        .map(|d| format!("{} ({} us)", d.1, d.2))
+        .collect();
     names.sort();
     names.dedup();
     let cpus = {
@@ -147,4 +172,3 @@ pub fn deep_cstates(m: &GuestModel, out: &mut Vec<Finding>) {
         .case("guest-micro-jitter-case.txt"),
     );
 }
-

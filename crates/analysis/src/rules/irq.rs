@@ -33,14 +33,27 @@ pub fn storm(m: &GuestModel, out: &mut Vec<Finding>) {
         if cpu.total_per_s < IRQ_STORM_PER_S {
             continue;
         }
-        let Some(top) = cpu.sources.first() else { continue };
-        let sev = if cpu.total_per_s >= IRQ_STORM_CRITICAL_PER_S { Severity::Critical } else { Severity::Warning };
-        let key = if top.name.bytes().all(|b| b.is_ascii_digit()) { "device" } else { top.name.as_str() };
+        let Some(top) = cpu.sources.first() else {
+            continue;
+        };
+        let sev = if cpu.total_per_s >= IRQ_STORM_CRITICAL_PER_S {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
+        let key = if top.name.bytes().all(|b| b.is_ascii_digit()) {
+            "device"
+        } else {
+            top.name.as_str()
+        };
         out.push(
             Finding::new(
                 "irq.storm",
                 sev,
-                format!("CPU {} takes {:.0} interrupts/s, mostly {} ({:.0}/s)", cpu.cpu, cpu.total_per_s, top.label, top.per_s),
+                format!(
+                    "CPU {} takes {:.0} interrupts/s, mostly {} ({:.0}/s)",
+                    cpu.cpu, cpu.total_per_s, top.label, top.per_s
+                ),
             )
             .evidence("cpu", cpu.cpu)
             .evidence("total_per_s", round(cpu.total_per_s, 0))
@@ -49,13 +62,22 @@ pub fn storm(m: &GuestModel, out: &mut Vec<Finding>) {
             .evidence("dominant_per_s", round(top.per_s, 0))
             .evidence(
                 "top_sources",
-                json!(cpu.sources.iter().take(5).map(|s| json!({"name": s.name, "label": s.label, "per_s": round(s.per_s, 0)})).collect::<Vec<_>>()),
+                json!(cpu
+                    .sources
+                    .iter()
+                    .take(5)
+                    .map(|s| json!({"name": s.name, "label": s.label, "per_s": round(s.per_s, 0)}))
+                    .collect::<Vec<_>>()),
             )
             .evidence("threshold_per_s", IRQ_STORM_PER_S)
             .files(&["/proc/interrupts"])
             .remedy(advice(key))
             .reference("arch/x86/kernel/irq.c (arch_show_interrupts)")
-            .case(if key == "CAL" { "kvmclock-ipi-storm-regression.txt" } else { "guest-micro-jitter-case.txt" }),
+            .case(if key == "CAL" {
+                "kvmclock-ipi-storm-regression.txt"
+            } else {
+                "guest-micro-jitter-case.txt"
+            }),
         );
     }
 }

@@ -9,12 +9,19 @@ use stealscope_model::GuestModel;
 pub fn kpti_without_pcid(m: &GuestModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
     let Some(cpuinfo) = &o.cpuinfo else { return };
-    let meltdown = o.vulnerabilities.as_ref().and_then(|v| v.get("meltdown")).cloned();
+    let meltdown = o
+        .vulnerabilities
+        .as_ref()
+        .and_then(|v| v.get("meltdown"))
+        .cloned();
     let pti_active = meltdown.as_deref().is_some_and(|s| s.contains("PTI")) || cpuinfo.has("pti");
     if !pti_active || cpuinfo.has("pcid") {
         return;
     }
-    let pti_log: Vec<String> = o.kmsg_lines_containing("page tables isolation").map(str::to_string).collect();
+    let pti_log: Vec<String> = o
+        .kmsg_lines_containing("page tables isolation")
+        .map(str::to_string)
+        .collect();
     out.push(
         Finding::new(
             "mitigation.kpti-without-pcid",

@@ -22,7 +22,10 @@ pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["idle.haltpoll-inactive"], idle::haltpoll_inactive),
     (&["idle.deep-cstates"], idle::deep_cstates),
     (&["clock.unstable"], clock::unstable),
-    (&["mitigation.kpti-without-pcid"], mitigation::kpti_without_pcid),
+    (
+        &["mitigation.kpti-without-pcid"],
+        mitigation::kpti_without_pcid,
+    ),
     (&["irq.storm"], irq::storm),
     (&["tuning.io-scheduler"], tuning::io_scheduler),
     (&["tuning.cpufreq-governor"], tuning::cpufreq_governor),

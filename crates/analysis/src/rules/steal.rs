@@ -35,7 +35,12 @@ fn per_cpu_steal(m: &GuestModel) -> Value {
 
 pub fn busy_idle(m: &GuestModel, out: &mut Vec<Finding>) {
     let Some(mean) = m.steal_pct() else { return };
-    let max_cpu = m.interval.cpus.iter().map(|c| c.steal_pct()).fold(0.0, f64::max);
+    let max_cpu = m
+        .interval
+        .cpus
+        .iter()
+        .map(|c| c.steal_pct())
+        .fold(0.0, f64::max);
     if mean < STEAL_WARN_PCT && max_cpu < STEAL_CPU_WARN_PCT {
         return;
     }
@@ -51,7 +56,11 @@ pub fn busy_idle(m: &GuestModel, out: &mut Vec<Finding>) {
     let basis = if m.windows.is_empty() {
         "whole interval (no sample series)".to_string()
     } else {
-        format!("{} windows of ~{:.0} ms", m.windows.len(), 1000.0 * m.wall_s / m.windows.len().max(1) as f64)
+        format!(
+            "{} windows of ~{:.0} ms",
+            m.windows.len(),
+            1000.0 * m.wall_s / m.windows.len().max(1) as f64
+        )
     };
     let busy = s.busy_s >= s.idle_s;
     let f = if busy {
@@ -85,7 +94,13 @@ pub fn busy_idle(m: &GuestModel, out: &mut Vec<Finding>) {
             .evidence("max_cpu_steal_pct", round(max_cpu, 2))
             .evidence("steal_busy_share", round(s.busy_share().unwrap_or(0.0), 3))
             .evidence("steal_idle_share", round(s.idle_share().unwrap_or(0.0), 3))
-            .evidence("steal_mixed_share", round(1.0 - s.busy_share().unwrap_or(0.0) - s.idle_share().unwrap_or(0.0), 3))
+            .evidence(
+                "steal_mixed_share",
+                round(
+                    1.0 - s.busy_share().unwrap_or(0.0) - s.idle_share().unwrap_or(0.0),
+                    3,
+                ),
+            )
             .evidence("busy_window_pct", BUSY_WINDOW_PCT)
             .evidence("idle_window_pct", IDLE_WINDOW_PCT)
             .evidence("basis", basis)
@@ -137,14 +152,21 @@ fn describe(a: &Anomaly) -> Value {
 }
 
 pub fn counter_anomaly(m: &GuestModel, out: &mut Vec<Finding>) {
-    let mut all: Vec<&Anomaly> = m.interval.anomalies.iter().filter(|a| a.is_counter()).collect();
+    let mut all: Vec<&Anomaly> = m
+        .interval
+        .anomalies
+        .iter()
+        .filter(|a| a.is_counter())
+        .collect();
     for (_, w) in &m.windows {
         all.extend(w.anomalies.iter().filter(|a| a.is_counter()));
     }
     if all.is_empty() {
         return;
     }
-    let steal_backwards = all.iter().any(|a| matches!(a, Anomaly::Backwards { column, .. } if column == "steal"));
+    let steal_backwards = all
+        .iter()
+        .any(|a| matches!(a, Anomaly::Backwards { column, .. } if column == "steal"));
     let mut cpus: Vec<u32> = all.iter().map(|a| a.cpu()).collect();
     cpus.sort_unstable();
     cpus.dedup();

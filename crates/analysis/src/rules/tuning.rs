@@ -15,17 +15,28 @@ fn is_virtual_or_nvme(dev: &str) -> bool {
 const PASSTHROUGH_SCHEDULERS: &[&str] = &["none", "noop"];
 
 pub fn io_scheduler(m: &GuestModel, out: &mut Vec<Finding>) {
-    let bad: Vec<_> = m.t1
-        .blocks
-        .iter()
-        .filter(|b| is_virtual_or_nvme(&b.device))
-        .filter(|b| b.scheduler.as_deref().is_some_and(|s| !PASSTHROUGH_SCHEDULERS.contains(&s)))
-        .collect();
+    let bad: Vec<_> =
+        m.t1.blocks
+            .iter()
+            .filter(|b| is_virtual_or_nvme(&b.device))
+            .filter(|b| {
+                b.scheduler
+                    .as_deref()
+                    .is_some_and(|s| !PASSTHROUGH_SCHEDULERS.contains(&s))
+            })
+            .collect();
     if bad.is_empty() {
         return;
     }
-    let target = if bad.iter().all(|b| b.available.iter().any(|a| a == "none")) { "none" } else { "noop" };
-    let list: Vec<String> = bad.iter().map(|b| format!("{} ({})", b.device, b.scheduler.as_deref().unwrap_or("?"))).collect();
+    let target = if bad.iter().all(|b| b.available.iter().any(|a| a == "none")) {
+        "none"
+    } else {
+        "noop"
+    };
+    let list: Vec<String> = bad
+        .iter()
+        .map(|b| format!("{} ({})", b.device, b.scheduler.as_deref().unwrap_or("?")))
+        .collect();
     let first = &bad[0].device;
     out.push(
         Finding::new("tuning.io-scheduler", Severity::Info, format!("Virtual/NVMe disk with an I/O scheduler: {}", list.join(", ")))
@@ -43,7 +54,11 @@ pub fn io_scheduler(m: &GuestModel, out: &mut Vec<Finding>) {
 }
 
 pub fn cpufreq_governor(m: &GuestModel, out: &mut Vec<Finding>) {
-    let bad: Vec<_> = m.t1.cpufreq.iter().filter(|f| f.governor.as_deref().is_some_and(|g| g != "performance")).collect();
+    let bad: Vec<_> =
+        m.t1.cpufreq
+            .iter()
+            .filter(|f| f.governor.as_deref().is_some_and(|g| g != "performance"))
+            .collect();
     if bad.is_empty() {
         return;
     }
@@ -78,7 +93,10 @@ pub const DIRTY_BACKGROUND_BYTES: u64 = 512 << 20;
 pub fn dirty_writeback(m: &GuestModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
     let d = &o.dirty;
-    let dirtyable = o.memory.as_ref().map(|mem| mem.available_bytes.unwrap_or(mem.total_bytes));
+    let dirtyable = o
+        .memory
+        .as_ref()
+        .map(|mem| mem.available_bytes.unwrap_or(mem.total_bytes));
     let limit = |bytes: Option<u64>, ratio: Option<u64>| -> Option<u64> {
         match (bytes, ratio, dirtyable) {
             (Some(b), _, _) if b > 0 => Some(b),

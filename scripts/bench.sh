@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and writes BENCHMARKS.md with the command, machine and figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=BENCHMARKS.md
+tmp=$(mktemp)
+{
+  echo "# Benchmarks"
+  echo
+  echo "Written by \`scripts/bench.sh\` on $(date -u +%Y-%m-%d). Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)),"
+  virt="bare metal"
+  grep -qw hypervisor /proc/cpuinfo && virt="a VM guest ($(dmesg 2>/dev/null | grep -o 'Hypervisor detected: [A-Za-z]*' | head -1 || true))"
+  echo "$(free -g | awk '/Mem:/{print $2}') GiB, kernel $(uname -r), ${virt}."
+  echo "Each section names the command that produced it; every comparison ran side by side in one run."
+  echo
+  cargo bench --quiet --bench sample_cost 2>/dev/null
+} > "$tmp"
+mv "$tmp" "$out"
+cat "$out"
