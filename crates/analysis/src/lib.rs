@@ -7,4 +7,4 @@ pub mod roles;
 pub mod rules;
 
 pub use finding::{Finding, Severity};
-pub use report::{build, DoctorReport, ReportInput};
+pub use report::{build, host_report, DoctorReport, HostReport, ReportInput};

@@ -5,7 +5,7 @@ use crate::roles::guest_evidence;
 use crate::rules::run_guest;
 use serde::Serialize;
 use serde_json::Value;
-use stealscope_model::GuestModel;
+use stealscope_model::MachineModel;
 
 pub const SCHEMA: &str = "stealscope/doctor/1";
 
@@ -29,6 +29,47 @@ pub struct Summary {
     pub wall_s: Value,
 }
 
+/// The host view: VMs, per-vCPU host steal, the hypervisor split.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostSection {
+    pub vms: Vec<stealscope_model::host::VmSteal>,
+    pub hypervisor: Hypervisor,
+    /// KVM statistics from debugfs, or why they are missing.
+    pub kvm_stats: Value,
+    pub numa_nodes: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Hypervisor {
+    pub vcpu_wait_cpu_s: Value,
+    pub host_idle_cpu_s: Value,
+    pub busy_steal_share: Value,
+    pub idle_steal_share: Value,
+}
+
+pub fn host_section(m: &MachineModel) -> Option<HostSection> {
+    let h = &m.host;
+    if m.t1.host.vms.is_empty() {
+        return None;
+    }
+    let share = |v: Option<f64>| v.map_or(Value::Null, |x| round(x, 3));
+    let kvm_stats = match &m.t1.host.kvm {
+        Some(vms) => serde_json::to_value(vms).unwrap_or(Value::Null),
+        None => Value::from("not available: KVM debugfs (/sys/kernel/debug/kvm) is not mounted or KVM is not loaded; exit and halt-poll statistics not shown"),
+    };
+    Some(HostSection {
+        vms: h.vms.clone(),
+        hypervisor: Hypervisor {
+            vcpu_wait_cpu_s: round(h.split.vcpu_wait_s, 3),
+            host_idle_cpu_s: round(h.split.host_idle_s, 3),
+            busy_steal_share: share(h.split.busy_share()),
+            idle_steal_share: share(h.split.idle_share()),
+        },
+        kvm_stats,
+        numa_nodes: m.t1.host.nodes.len(),
+    })
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct DoctorReport {
     pub schema: &'static str,
@@ -39,6 +80,9 @@ pub struct DoctorReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<String>,
     pub summary: Summary,
+    /// Present when VMs run on this machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostSection>,
     /// Most severe first.
     pub findings: Vec<Finding>,
     /// Inputs that were missing or unreadable, and what was skipped.
@@ -53,7 +97,7 @@ fn pct(v: f64) -> Value {
 }
 
 pub struct ReportInput<'a> {
-    pub model: &'a GuestModel,
+    pub model: &'a MachineModel,
     pub interval_s: f64,
     pub hostname: Option<String>,
     pub kernel: Option<String>,
@@ -72,6 +116,10 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
     let mut roles = Vec::new();
     if !guest_evidence(m).is_empty() {
         roles.push("guest".to_string());
+    }
+    let host = host_section(m);
+    if host.is_some() {
+        roles.push("host".to_string());
     }
     let mut notes = m.notes.clone();
     if m.windows.is_empty() {
@@ -111,7 +159,41 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
             windows: m.windows.len(),
             wall_s: round(m.wall_s, 3),
         },
+        host,
         findings,
+        notes,
+    }
+}
+
+/// `stealscope host --json` (schema stealscope/host/1): the host section
+/// and the host findings only.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostReport {
+    pub schema: &'static str,
+    pub interval_s: Value,
+    pub vms: Vec<stealscope_model::host::VmSteal>,
+    pub hypervisor: Option<Hypervisor>,
+    pub kvm_stats: Value,
+    pub findings: Vec<Finding>,
+    pub notes: Vec<String>,
+}
+
+pub fn host_report(d: DoctorReport) -> HostReport {
+    let (vms, hypervisor, kvm_stats) = match d.host {
+        Some(h) => (h.vms, Some(h.hypervisor), h.kvm_stats),
+        None => (Vec::new(), None, Value::Null),
+    };
+    let mut notes = d.notes;
+    if vms.is_empty() {
+        notes.push("no VMs found (QEMU, Firecracker or libvirt-managed processes)".into());
+    }
+    HostReport {
+        schema: "stealscope/host/1",
+        interval_s: d.interval_s,
+        vms,
+        hypervisor,
+        kvm_stats,
+        findings: d.findings.into_iter().filter(|f| f.id.starts_with("host.")).collect(),
         notes,
     }
 }

@@ -1,9 +1,9 @@
 //! What kind of machine this is, from evidence the kernel gives a guest.
 
-use stealscope_model::{GuestModel, Observation};
+use stealscope_model::{MachineModel, Observation};
 
 /// Evidence that we run under some hypervisor.
-pub fn guest_evidence(m: &GuestModel) -> Vec<String> {
+pub fn guest_evidence(m: &MachineModel) -> Vec<String> {
     let o = &m.t1;
     let mut ev = Vec::new();
     if o.cpuinfo.as_ref().is_some_and(|c| c.has("hypervisor")) {

@@ -9,7 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use stealscope_analysis::ReportInput;
 use stealscope_model::capture::{capture, CaptureOptions};
-use stealscope_model::GuestModel;
+use stealscope_model::MachineModel;
 use stealscope_readers::snapshot::{self, Snapshot};
 
 type Error = Box<dyn std::error::Error>;
@@ -29,7 +29,16 @@ fn check_root(a: &SampleArgs) -> Result<(), Error> {
     Ok(())
 }
 
-fn doctor(a: &DoctorArgs) -> Result<(), Error> {
+fn color(c: ColorChoice) -> bool {
+    match c {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    }
+}
+
+/// Captures (or opens) a snapshot and builds the full report from it.
+fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
     let snap: Snapshot = match &a.snapshot {
         Some(p) => snapshot::open(p)?,
         None => {
@@ -41,24 +50,31 @@ fn doctor(a: &DoctorArgs) -> Result<(), Error> {
             s
         }
     };
-    let model = GuestModel::build(&snap)?;
-    let report = stealscope_analysis::build(ReportInput {
+    let model = MachineModel::build(&snap)?;
+    Ok(stealscope_analysis::build(ReportInput {
         model: &model,
         interval_s: snap.meta.interval_s,
         hostname: snap.meta.hostname.clone(),
         kernel: snap.meta.kernel.clone(),
-    });
+    }))
+}
+
+fn doctor(a: &DoctorArgs) -> Result<(), Error> {
+    let r = report(a)?;
     let text = if a.json {
-        stealscope_output::json::doctor(&report)
+        stealscope_output::json::doctor(&r)
     } else {
-        let color = match a.color {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => {
-                std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
-            }
-        };
-        stealscope_output::text::doctor(&report, color)
+        stealscope_output::text::doctor(&r, color(a.color))
+    };
+    write_stdout(&text)
+}
+
+fn host(a: &DoctorArgs) -> Result<(), Error> {
+    let r = stealscope_analysis::host_report(report(a)?);
+    let text = if a.json {
+        stealscope_output::json::host(&r)
+    } else {
+        stealscope_output::text::host(&r, color(a.color))
     };
     write_stdout(&text)
 }
@@ -75,6 +91,7 @@ fn write_stdout(text: &str) -> Result<(), Error> {
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Doctor(a) => doctor(&a),
+        Command::Host(a) => host(&a),
         Command::Snapshot(a) => {
             check_root(&a.sample)?;
             let s = capture(&capture_opts(&a.sample))?;

@@ -8,9 +8,10 @@ pub mod windows;
 
 pub use cputime::{delta, Anomaly, CpuInterval, IntervalDelta, ModeSecs};
 pub use windows::{classify, split, Sample, StealSplit, WindowClass};
-pub mod guest;
+pub mod machine;
 pub mod observation;
 
-pub use guest::GuestModel;
+pub use machine::MachineModel;
 pub use observation::{collect, Observation};
 pub mod capture;
+pub mod host;

@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 use std::fmt::Write;
-use stealscope_analysis::{DoctorReport, Finding, Severity};
+use stealscope_analysis::report::HostSection;
+use stealscope_analysis::{DoctorReport, Finding, HostReport, Severity};
 
 const WIDTH: usize = 100;
 
@@ -148,6 +149,67 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
     if r.findings.is_empty() {
         let _ = writeln!(out, "  none: no known cause of steal or jitter is present");
     }
+    for f in &r.findings {
+        out.push('\n');
+        finding(&mut out, &st, f);
+    }
+    if !r.notes.is_empty() {
+        let _ = writeln!(out, "\n{}", st.bold("Notes"));
+        for n in &r.notes {
+            wrap(&mut out, "  - ", n);
+        }
+    }
+    out
+}
+
+fn host_table(out: &mut String, st: &Style, h: &HostSection) {
+    let hv = &h.hypervisor;
+    let _ = writeln!(
+        out,
+        "\n{}: {} VM(s); vCPUs waited {} CPU-s while host CPUs idled {} CPU-s (busy steal {}, idle steal {})",
+        st.bold("Host"),
+        h.vms.len(),
+        fmt_value(&hv.vcpu_wait_cpu_s),
+        fmt_value(&hv.host_idle_cpu_s),
+        share(&hv.busy_steal_share),
+        share(&hv.idle_steal_share)
+    );
+    let _ = writeln!(out, "\n  VM                  pid     kind         vCPU    tid   steal%  util%  CPUs");
+    for vm in &h.vms {
+        for (i, c) in vm.vcpus.iter().enumerate() {
+            let (name, pid, kind) = if i == 0 { (vm.name.as_str(), vm.pid.to_string(), vm.kind) } else { ("", String::new(), "") };
+            let cpus = c.cpus_allowed.as_ref().map(|v| stealscope_readers::cpulist::format(v)).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {:<18.18}  {:>6}  {:<11}  {:>4}  {:>6}  {:>6.1}  {:>5.1}  {}",
+                name, pid, kind, c.index, c.tid, c.host_steal_pct, c.util_pct, cpus
+            );
+        }
+        if vm.vcpus.is_empty() {
+            let _ = writeln!(out, "  {:<18.18}  {:>6}  {:<11}  (no vCPU threads identified)", vm.name, vm.pid, vm.kind);
+        }
+    }
+    if let Value::String(s) = &h.kvm_stats {
+        wrap(out, "  KVM stats: ", s);
+    }
+}
+
+fn share(v: &Value) -> String {
+    v.as_f64().map_or("n/a".to_string(), |x| format!("{:.0}%", 100.0 * x))
+}
+
+pub fn host(r: &HostReport, color: bool) -> String {
+    let st = Style { color };
+    let mut out = String::new();
+    let _ = writeln!(out, "{} interval {} s", st.bold("stealscope host"), fmt_value(&r.interval_s));
+    if let Some(hv) = &r.hypervisor {
+        host_table(
+            &mut out,
+            &st,
+            &HostSection { vms: r.vms.clone(), hypervisor: hv.clone(), kvm_stats: r.kvm_stats.clone(), numa_nodes: 0 },
+        );
+    }
+    let _ = writeln!(out, "\n{} ({})", st.bold("Host findings"), r.findings.len());
     for f in &r.findings {
         out.push('\n');
         finding(&mut out, &st, f);

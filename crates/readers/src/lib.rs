@@ -6,6 +6,7 @@
 pub mod block;
 pub mod clocksource;
 pub mod cpu_topology;
+pub mod cgroupfs;
 pub mod cpufreq;
 pub mod cpuidle;
 pub mod cpuinfo;
@@ -15,7 +16,10 @@ pub mod haltpoll;
 pub mod interrupts;
 pub mod kernel;
 pub mod kmsg;
+pub mod kvm_debugfs;
+pub mod numa;
 pub mod pread;
+pub mod process;
 pub mod psi;
 pub mod snapshot;
 pub mod source;

@@ -3,7 +3,7 @@
 
 use crate::finding::{Finding, Severity};
 use serde_json::json;
-use stealscope_model::GuestModel;
+use stealscope_model::MachineModel;
 
 /// Clocksources read without leaving the guest.
 pub const FAST_CLOCKSOURCES: &[&str] = &[
@@ -20,7 +20,7 @@ const UNSTABLE_MARKERS: &[&str] = &[
     "Marking clocksource",
 ];
 
-pub fn unstable(m: &GuestModel, out: &mut Vec<Finding>) {
+pub fn unstable(m: &MachineModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
     let current = o.clocksource.current.clone();
     let slow = current

@@ -3,7 +3,7 @@
 use crate::finding::{Finding, Severity};
 use crate::roles::is_kvm;
 use serde_json::json;
-use stealscope_model::GuestModel;
+use stealscope_model::MachineModel;
 
 /// Exit latency from which a C-state is "deep": wake-ups pay tens of µs
 /// (C6 is ~100-200 µs on Intel servers; C1/C1E are 1-10 µs).
@@ -15,7 +15,7 @@ const HARDWARE_IDLE_DRIVERS: &[&str] = &["intel_idle"];
 const HALTPOLL_CASE: &str = "haltpoll-hypervisor-cpuid.txt";
 const HALTPOLL_DOC: &str = "Documentation/virt/guest-halt-polling.rst";
 
-pub fn haltpoll_inactive(m: &GuestModel, out: &mut Vec<Finding>) {
+pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
     if !is_kvm(o) {
         return;
@@ -58,7 +58,9 @@ pub fn haltpoll_inactive(m: &GuestModel, out: &mut Vec<Finding>) {
              QEMU `-cpu host,kvm-hint-dedicated=on` / libvirt `<hint-dedicated state='on'/>` under <features><kvm>. \
              Otherwise force it in the guest with the boot parameter `cpuidle_haltpoll.force=1`{} and reboot; verify \
              with `cat /sys/devices/system/cpu/cpuidle/current_driver` (expect haltpoll). Forcing it on an \
-             oversubscribed host burns host CPU while idle, so weigh it against steal.",
+             oversubscribed host burns host CPU while idle, so weigh it against steal. If the VM's KVM signature is \
+             hidden (QEMU `kvm=off`, libvirt `<kvm><hidden state='on'/>`), the guest cannot use any KVM \
+             paravirtual feature, haltpoll included: un-hide it.",
             if has_driver { "" } else { " (or `modprobe cpuidle-haltpoll force=1` if it is a module)" }
         );
         Finding::new(
@@ -113,7 +115,7 @@ pub fn haltpoll_inactive(m: &GuestModel, out: &mut Vec<Finding>) {
     out.push(f);
 }
 
-pub fn deep_cstates(m: &GuestModel, out: &mut Vec<Finding>) {
+pub fn deep_cstates(m: &MachineModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
     let mut deep = Vec::new();
     for cpu in &o.idle_states {

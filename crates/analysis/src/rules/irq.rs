@@ -3,7 +3,7 @@
 
 use crate::finding::{round, Finding, Severity};
 use serde_json::json;
-use stealscope_model::GuestModel;
+use stealscope_model::MachineModel;
 
 /// Total interrupts per second on one CPU above which we call it a storm:
 /// a busy guest CPU sees ~1-4k/s (HZ timer ticks, a few IPIs, device queues).
@@ -12,9 +12,10 @@ pub const IRQ_STORM_CRITICAL_PER_S: f64 = 50_000.0;
 
 fn advice(source: &str) -> &'static str {
     match source {
-        "CAL" => "Function-call IPIs (smp_call_function): TLB/cache flushes, kvmclock updates. A storm of these with rising \
-                  steal is the signature of the host-side kvmclock IPI storm regression (6.19 hosts before 8fe2e698fce4): \
-                  send this report to the provider. Inside the guest, look for membarrier/mprotect-heavy workloads.",
+        "CAL" => "Function-call IPIs (smp_call_function): cross-CPU flushes and callbacks, each a VM exit. Look for \
+                  membarrier/mprotect-heavy workloads and CPU-frequency or perf tools polling all CPUs. If steal rises \
+                  at the same time on a 6.19/7.0 host, also suspect the host-side kvmclock IPI storm (its IPIs are \
+                  host RES/CAL, invisible here; the guest sees steal): send this report to the provider.",
         "TLB" => "TLB shootdowns: a process changing mappings on many CPUs (munmap/mprotect/madvise churn, THP splitting). \
                   PV TLB flush (kvm-guest: KVM setup pv remote TLB flush) skips preempted vCPUs; check it is enabled.",
         "RES" => "Rescheduling IPIs: wake-ups across CPUs. Pin chatty threads together or reduce cross-CPU wake-ups; with \
@@ -28,7 +29,7 @@ fn advice(source: &str) -> &'static str {
     }
 }
 
-pub fn storm(m: &GuestModel, out: &mut Vec<Finding>) {
+pub fn storm(m: &MachineModel, out: &mut Vec<Finding>) {
     for cpu in &m.irq {
         if cpu.total_per_s < IRQ_STORM_PER_S {
             continue;

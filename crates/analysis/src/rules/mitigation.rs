@@ -4,9 +4,9 @@
 
 use crate::finding::{Finding, Severity};
 use serde_json::json;
-use stealscope_model::GuestModel;
+use stealscope_model::MachineModel;
 
-pub fn kpti_without_pcid(m: &GuestModel, out: &mut Vec<Finding>) {
+pub fn kpti_without_pcid(m: &MachineModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
     let Some(cpuinfo) = &o.cpuinfo else { return };
     let meltdown = o
@@ -35,11 +35,12 @@ pub fn kpti_without_pcid(m: &GuestModel, out: &mut Vec<Finding>) {
         .evidence("kernel_log", json!(pti_log))
         .files(&["/sys/devices/system/cpu/vulnerabilities/meltdown", "/proc/cpuinfo", "/dev/kmsg"])
         .remedy(
-            "Ask the provider to expose PCID (and INVPCID) to the VM: QEMU `-cpu host` or a CPU model with `+pcid`, \
-             libvirt `<feature policy='require' name='pcid'/>`. If the host runs without EPT/NPT (shadow paging) the \
-             cost multiplies: each CR3 switch is a VM exit, so also ask whether EPT is enabled (`stealscope host` on \
-             that host reports host.no-ept). Only where the threat model allows it (single tenant, trusted code, host \
-             patched) boot the guest with `pti=off`.",
+            "Ask the provider to expose PCID (and INVPCID) to the VM where the host CPU has it: QEMU `-cpu host` or a \
+             CPU model with `+pcid`, libvirt `<feature policy='require' name='pcid'/>`. If the host runs without \
+             EPT/NPT (shadow paging) the cost multiplies: each CR3 switch is a VM exit; the fix is then a host CPU \
+             with EPT or a newer host kernel (`stealscope host` on that host reports host.no-ept). Only where the \
+             threat model allows it (single tenant, trusted code, host patched) boot the guest with `pti=off` \
+             (`nopti`); EL7 kernels can also switch at run time: `echo 0 > /sys/kernel/debug/x86/pti_enabled`.",
         )
         .reference("arch/x86/mm/pti.c")
         .reference("Documentation/arch/x86/pti.rst")

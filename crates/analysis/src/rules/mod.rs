@@ -3,18 +3,19 @@
 //! reason next to them.
 
 use crate::finding::Finding;
-use stealscope_model::GuestModel;
+use stealscope_model::MachineModel;
 
 pub mod clock;
+pub mod host;
 pub mod idle;
 pub mod irq;
 pub mod mitigation;
 pub mod steal;
 pub mod tuning;
 
-pub type RuleFn = fn(&GuestModel, &mut Vec<Finding>);
+pub type RuleFn = fn(&MachineModel, &mut Vec<Finding>);
 
-/// Every guest rule with the finding ids it may raise.
+/// Every rule (guest and host) with the finding ids it may raise.
 pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["steal.busy", "steal.idle"], steal::busy_idle),
     (&["steal.bursty"], steal::bursty),
@@ -30,9 +31,18 @@ pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["tuning.io-scheduler"], tuning::io_scheduler),
     (&["tuning.cpufreq-governor"], tuning::cpufreq_governor),
     (&["tuning.dirty-writeback"], tuning::dirty_writeback),
+    (&["host.steal.busy", "host.steal.idle"], host::steal),
+    (&["host.idle-vm-penalty"], host::idle_vm_penalty),
+    (&["host.numa-balancing"], host::numa_balancing),
+    (&["host.vm-spans-nodes"], host::vm_spans_nodes),
+    (&["host.cgroup-weight-unfair"], host::cgroup_weight_unfair),
+    (&["host.kvmclock-ipi-storm"], host::kvmclock_ipi_storm),
+    (&["host.no-ept"], host::no_ept),
+    (&["host.hlt-exits-dominant"], host::hlt_exits_dominant),
+    (&["host.swap-pressure"], host::swap_pressure),
 ];
 
-pub fn run_guest(m: &GuestModel) -> Vec<Finding> {
+pub fn run_guest(m: &MachineModel) -> Vec<Finding> {
     let mut out = Vec::new();
     for (_, rule) in GUEST_RULES {
         rule(m, &mut out);

@@ -3,7 +3,7 @@
 
 use crate::finding::{Finding, Severity};
 use serde_json::json;
-use stealscope_model::GuestModel;
+use stealscope_model::MachineModel;
 
 /// Disks that are virtual (virtio-blk, Xen) or NVMe: the host or the device
 /// already schedules, so a guest elevator only adds latency and CPU.
@@ -14,7 +14,7 @@ fn is_virtual_or_nvme(dev: &str) -> bool {
 /// Schedulers that do no reordering ("noop" is the single-queue name).
 const PASSTHROUGH_SCHEDULERS: &[&str] = &["none", "noop"];
 
-pub fn io_scheduler(m: &GuestModel, out: &mut Vec<Finding>) {
+pub fn io_scheduler(m: &MachineModel, out: &mut Vec<Finding>) {
     let bad: Vec<_> =
         m.t1.blocks
             .iter()
@@ -53,7 +53,7 @@ pub fn io_scheduler(m: &GuestModel, out: &mut Vec<Finding>) {
     );
 }
 
-pub fn cpufreq_governor(m: &GuestModel, out: &mut Vec<Finding>) {
+pub fn cpufreq_governor(m: &MachineModel, out: &mut Vec<Finding>) {
     let bad: Vec<_> =
         m.t1.cpufreq
             .iter()
@@ -90,7 +90,7 @@ pub const DIRTY_LIMIT_BYTES: u64 = 1 << 30;
 /// Background writeback starting this late lets a burst build up.
 pub const DIRTY_BACKGROUND_BYTES: u64 = 512 << 20;
 
-pub fn dirty_writeback(m: &GuestModel, out: &mut Vec<Finding>) {
+pub fn dirty_writeback(m: &MachineModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
     let d = &o.dirty;
     let dirtyable = o

@@ -1,4 +1,4 @@
-//! The guest model: two observations and the sample series of one interval,
+//! The model of one machine (guest, host or both): two observations and the sample series of one interval,
 //! turned into the derived numbers the rules and reports use.
 
 use crate::cputime::{delta, IntervalDelta, ModeSecs};
@@ -13,7 +13,7 @@ use stealscope_readers::{stat, ReadError};
 pub const DEFAULT_CLK_TCK: u64 = 100;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct GuestModel {
+pub struct MachineModel {
     pub t0: Observation,
     pub t1: Observation,
     pub clk_tck: u64,
@@ -25,12 +25,14 @@ pub struct GuestModel {
     pub windows: Vec<(f64, IntervalDelta)>,
     pub split: StealSplit,
     pub irq: Vec<CpuIrqRates>,
+    /// VMs on this machine, if it is a host.
+    pub host: crate::host::HostModel,
     /// Problems with optional inputs (from both sides, deduplicated).
     pub notes: Vec<String>,
 }
 
-impl GuestModel {
-    pub fn build(snap: &Snapshot) -> Result<GuestModel, ReadError> {
+impl MachineModel {
+    pub fn build(snap: &Snapshot) -> Result<MachineModel, ReadError> {
         let t0 = collect(&snap.t0).map_err(|e| side_err(e, &snap.t0.name))?;
         let t1 = collect(&snap.t1).map_err(|e| side_err(e, &snap.t1.name))?;
         let clk_tck = snap.meta.clk_tck.unwrap_or(DEFAULT_CLK_TCK);
@@ -78,12 +80,13 @@ impl GuestModel {
             (Some(a), Some(b)) => rates(a, b, wall_s),
             _ => Vec::new(),
         };
-        for n in t0.notes.iter().chain(t1.notes.iter()) {
+        let host = crate::host::host_model(&t0.host, &t1.host, &interval);
+        for n in t0.notes.iter().chain(t1.notes.iter()).chain(t1.host.notes.iter()).chain(host.notes.iter()) {
             if !notes.contains(n) {
                 notes.push(n.clone());
             }
         }
-        Ok(GuestModel {
+        Ok(MachineModel {
             t0,
             t1,
             clk_tck,
@@ -92,6 +95,7 @@ impl GuestModel {
             windows,
             split,
             irq,
+            host,
             notes,
         })
     }

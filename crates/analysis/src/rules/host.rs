@@ -1,0 +1,362 @@
+//! Host-side rules: steal seen from the hypervisor (vCPU run-queue wait) and
+//! the host configuration that causes it.
+
+use crate::finding::{round, Finding, Severity};
+use serde_json::json;
+use stealscope_model::MachineModel;
+
+/// Mean vCPU wait (% of wall) at which host steal is worth a finding; the
+/// same level as the guest-side threshold, since it is the same quantity.
+pub const HOST_STEAL_WARN_PCT: f64 = 2.0;
+pub const HOST_STEAL_CRITICAL_PCT: f64 = 10.0;
+/// "Lightly loaded" VM: its vCPUs ran less than this share of the time.
+pub const IDLE_VM_UTIL_PCT: f64 = 30.0;
+/// ...next to a VM whose vCPUs ran at least this much.
+pub const BUSY_VM_UTIL_PCT: f64 = 70.0;
+/// Weight per vCPU differing by more than this factor between VMs is unfair.
+pub const WEIGHT_RATIO_UNFAIR: f64 = 1.5;
+/// A node holding at least this share of a VM's memory counts as "used".
+pub const SPAN_MEMORY_SHARE: f64 = 0.10;
+/// Host IPIs (RES or CAL) per second per CPU that signal the kvmclock storm
+/// (the report saw host kernel CPU jump from 2-3 to 3-12 CPUs).
+pub const KVMCLOCK_IPI_PER_S: f64 = 5_000.0;
+/// HLT exits at least this share of all exits: guests idle by HLT.
+pub const HLT_EXIT_SHARE: f64 = 0.5;
+
+fn vm_table(m: &MachineModel) -> serde_json::Value {
+    json!(m.host.vms.iter().map(|v| json!({"name": v.name, "pid": v.pid, "vcpus": v.vcpus.len(), "steal_pct": round(v.steal_pct, 2), "util_pct": round(v.util_pct, 2)})).collect::<Vec<_>>())
+}
+
+pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
+    let vcpus: Vec<_> = m.host.vms.iter().flat_map(|v| &v.vcpus).collect();
+    if vcpus.is_empty() {
+        return;
+    }
+    let mean = vcpus.iter().map(|c| c.host_steal_pct).sum::<f64>() / vcpus.len() as f64;
+    if mean < HOST_STEAL_WARN_PCT {
+        return;
+    }
+    let s = m.host.split;
+    let sev = if mean >= HOST_STEAL_CRITICAL_PCT { Severity::Critical } else { Severity::Warning };
+    let runnable: f64 = vcpus.iter().map(|c| (c.util_pct + c.host_steal_pct) / 100.0).sum();
+    let cpus = m.interval.cpus.len();
+    let idle = s.idle_share().unwrap_or(0.0) >= 0.5;
+    let f = if idle {
+        Finding::new(
+            "host.steal.idle",
+            sev,
+            format!("vCPUs waited {mean:.1}% of the time while host CPUs sat idle ({:.1} CPU-s idle): placement, cgroup or scheduler problem", s.host_idle_s),
+        )
+        .remedy(
+            "Idle CPUs could have run the waiting vCPUs: this steal is fixable in software. Check vCPU affinity (pinned \
+             VMs crowded onto few CPUs while others idle), per-VM cgroup weights and cpusets, and NUMA placement. \
+             The placement daemon (`stealscope place`, planned) will propose and apply one reversibly.",
+        )
+    } else {
+        Finding::new(
+            "host.steal.busy",
+            sev,
+            format!("vCPUs waited {mean:.1}% of the time with no idle CPU: {runnable:.1} runnable vCPUs on {cpus} CPUs"),
+        )
+        .remedy(
+            "The host is oversubscribed at these moments: more vCPUs want to run than there are CPUs. Only moving VMs \
+             (or load) to another host, or reducing vCPU counts of busy VMs, removes this steal. Prefer moving the \
+             busiest VMs; re-check with `stealscope host`.",
+        )
+    };
+    out.push(
+        f.evidence("mean_vcpu_steal_pct", round(mean, 2))
+            .evidence("vcpu_wait_cpu_s", round(s.vcpu_wait_s, 3))
+            .evidence("host_idle_cpu_s", round(s.host_idle_s, 3))
+            .evidence("idle_steal_share", round(s.idle_share().unwrap_or(0.0), 3))
+            .evidence("busy_steal_share", round(s.busy_share().unwrap_or(0.0), 3))
+            .evidence("runnable_vcpus", round(runnable, 2))
+            .evidence("host_cpus", cpus)
+            .evidence("vms", vm_table(m))
+            .files(&["/proc/<pid>/task/<tid>/schedstat", "/proc/stat"])
+            .reference("arch/x86/kvm/x86.c record_steal_time (guest steal = host run_delay)")
+            .case("who-stole-my-cpu-talk.md"),
+    );
+}
+
+pub fn idle_vm_penalty(m: &MachineModel, out: &mut Vec<Finding>) {
+    let Some(busy) = m.host.vms.iter().filter(|v| v.util_pct >= BUSY_VM_UTIL_PCT).max_by(|a, b| a.util_pct.total_cmp(&b.util_pct)) else { return };
+    for v in &m.host.vms {
+        if v.util_pct < IDLE_VM_UTIL_PCT && v.steal_pct >= HOST_STEAL_WARN_PCT && !v.vcpus.is_empty() {
+            out.push(
+                Finding::new(
+                    "host.idle-vm-penalty",
+                    Severity::Warning,
+                    format!("Lightly loaded VM {} ({:.0}% busy) loses {:.1}% to steal next to busy VM {}", v.name, v.util_pct, v.steal_pct, busy.name),
+                )
+                .evidence("vm", v.name.clone())
+                .evidence("vm_util_pct", round(v.util_pct, 2))
+                .evidence("vm_steal_pct", round(v.steal_pct, 2))
+                .evidence("busy_vm", busy.name.clone())
+                .evidence("busy_vm_util_pct", round(busy.util_pct, 2))
+                .files(&["/proc/<pid>/task/<tid>/schedstat"])
+                .remedy(
+                    "A mostly idle VM wakes to find its CPU taken by a busy neighbour and waits a full slice. Give \
+                     latency-sensitive light VMs their own CPUs or a separate shared pool away from batch VMs, and keep \
+                     shared VMs in one cpu group rather than per-VM groups.",
+                )
+                .case("who-stole-my-cpu-talk.md"),
+            );
+        }
+    }
+}
+
+pub fn numa_balancing(m: &MachineModel, out: &mut Vec<Finding>) {
+    let h = &m.t1.host;
+    let Some(mode) = h.numa_balancing else { return };
+    if mode == 0 || h.nodes.len() < 2 || h.vms.is_empty() {
+        return;
+    }
+    out.push(
+        Finding::new("host.numa-balancing", Severity::Warning, format!("Automatic NUMA balancing is on (mode {mode}) on a {}-node host running VMs", h.nodes.len()))
+            .evidence("numa_balancing", mode)
+            .evidence("nodes", h.nodes.len())
+            .evidence("vms", h.vms.len())
+            .files(&["/proc/sys/kernel/numa_balancing", "/sys/devices/system/node/node*/cpulist"])
+            .remedy(
+                "NUMA balancing unmaps guest memory periodically to sample accesses (hinting faults stall vCPUs) and \
+                 migrates pages under the VM. Place VMs explicitly instead (pin each VM inside one node; `stealscope \
+                 place`, planned, does it safely) and turn it off: `sysctl -w kernel.numa_balancing=0`, persisted in /etc/sysctl.d/.",
+            )
+            .reference("Documentation/admin-guide/sysctl/kernel.rst (numa_balancing)")
+            .case("who-stole-my-cpu-talk.md"),
+    );
+}
+
+pub fn vm_spans_nodes(m: &MachineModel, out: &mut Vec<Finding>) {
+    let h = &m.t1.host;
+    if h.nodes.len() < 2 {
+        return;
+    }
+    let node_of = |cpu: u32| h.nodes.iter().find(|n| n.cpus.contains(&cpu)).map(|n| n.id);
+    for vm in &h.vms {
+        let mut cpu_nodes: Vec<u32> = vm.vcpus.iter().filter_map(|(_, t)| t.cpus_allowed.as_ref()).flatten().filter_map(|&c| node_of(c)).collect();
+        cpu_nodes.sort_unstable();
+        cpu_nodes.dedup();
+        let total: u64 = vm.numa_bytes.as_ref().map(|b| b.values().sum()).unwrap_or(0);
+        let mem_nodes: Vec<u32> = vm
+            .numa_bytes
+            .iter()
+            .flatten()
+            .filter(|(_, &b)| total > 0 && b as f64 / total as f64 >= SPAN_MEMORY_SHARE)
+            .map(|(&n, _)| n)
+            .collect();
+        if cpu_nodes.len() < 2 && mem_nodes.len() < 2 {
+            continue;
+        }
+        out.push(
+            Finding::new("host.vm-spans-nodes", Severity::Warning, format!("VM {} spans NUMA nodes (vCPUs may run on nodes {cpu_nodes:?}, memory on {mem_nodes:?})", vm.name))
+                .evidence("vm", vm.name.clone())
+                .evidence("pid", vm.pid)
+                .evidence("vcpu_nodes", json!(cpu_nodes))
+                .evidence("memory_nodes", json!(mem_nodes))
+                .evidence("memory_mib_per_node", json!(vm.numa_bytes.as_ref().map(|b| b.iter().map(|(n, v)| (n.to_string(), v >> 20)).collect::<std::collections::BTreeMap<_, _>>())))
+                .files(&["/proc/<pid>/task/<tid>/status (Cpus_allowed_list)", "/proc/<pid>/numa_maps", "/sys/devices/system/node/node*/cpulist"])
+                .remedy(
+                    "Remote memory accesses cost 30-100% more and cross-node vCPUs share caches badly. Keep the VM \
+                     inside one node where it fits: pin its vCPUs to one node (virsh vcpupin / numatune, or cpusets) \
+                     and move its memory there after checking the node's free memory (`stealscope place`, planned, \
+                     automates this safely).",
+                )
+                .case("who-stole-my-cpu-talk.md"),
+        );
+    }
+}
+
+pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
+    let h = &m.t1.host;
+    let mut groups: Vec<(&str, &str, usize, f64)> = Vec::new();
+    for vm in &h.vms {
+        if let Some((file, w)) = &vm.cpu_weight {
+            if !vm.vcpus.is_empty() && !groups.iter().any(|g| g.1 == file) {
+                groups.push((vm.name.as_str(), file.as_str(), vm.vcpus.len(), w.relative()));
+            }
+        }
+    }
+    if groups.len() < 2 {
+        return;
+    }
+    let per_vcpu: Vec<f64> = groups.iter().map(|g| g.3 / g.2 as f64).collect();
+    let (lo, hi) = per_vcpu.iter().fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+    if lo <= 0.0 || hi / lo < WEIGHT_RATIO_UNFAIR {
+        return;
+    }
+    out.push(
+        Finding::new("host.cgroup-weight-unfair", Severity::Warning, format!("Per-VM cpu cgroup weights are not proportional to vCPUs (weight per vCPU differs {:.1}x)", hi / lo))
+            .evidence("groups", json!(groups.iter().map(|g| json!({"vm": g.0, "file": g.1, "vcpus": g.2, "relative_weight": round(g.3, 3)})).collect::<Vec<_>>()))
+            .evidence("ratio", round(hi / lo, 2))
+            .files(&["/proc/<pid>/cgroup", "cpu.shares (v1) / cpu.weight (v2)"])
+            .remedy(
+                "Each VM's group gets the same share however many vCPUs it has, so under contention a 4-vCPU VM's \
+                 vCPUs each get half of what a 2-vCPU VM's get. Weights proportional to vCPUs help but are split per \
+                 CPU by where threads run, so measured fairness still varies; the measured-fair layouts are one shared \
+                 group for shared VMs, or pinning that gives every CPU a balanced set of vCPUs.",
+            )
+            .reference("Documentation/admin-guide/cgroup-v2.rst (cpu.weight)")
+            .case("who-stole-my-cpu-talk.md"),
+    );
+}
+
+/// (major, minor, patch, is_rc) from "6.19.3-200.fc43.x86_64" or "7.1.0-rc4".
+pub fn kernel_version(release: &str) -> Option<(u32, u32, u32, bool)> {
+    let core = release.split(|c: char| !(c.is_ascii_digit() || c == '.')).next()?;
+    let mut it = core.split('.').map(|p| p.parse::<u32>().ok());
+    let major = it.next()??;
+    let minor = it.next()??;
+    let patch = it.next().flatten().unwrap_or(0);
+    Some((major, minor, patch, release.contains("-rc")))
+}
+
+pub fn kvmclock_ipi_storm(m: &MachineModel, out: &mut Vec<Finding>) {
+    let o = &m.t1;
+    if o.host.vms.is_empty() {
+        return;
+    }
+    let Some(rel) = o.osrelease.as_deref() else { return };
+    let Some((maj, min, _, rc)) = kernel_version(rel) else { return };
+    // The rate limit was reverted for 6.19 (446fcce2a52b) and restored by
+    // 8fe2e698fce4, expected in 7.1; 6.19.y/7.0.y stable may have backports.
+    let in_range = (maj, min) == (6, 19) || (maj, min) == (7, 0) || ((maj, min) == (7, 1) && rc);
+    if !in_range {
+        return;
+    }
+    let rate = |name: &str| m.irq.iter().filter_map(|c| c.sources.iter().find(|s| s.name == name).map(|s| s.per_s)).fold(0.0, f64::max);
+    // kvm_vcpu_kick reaches other host CPUs as reschedule IPIs (RES) and
+    // function calls (CAL); either one storming is the signature.
+    let (cal_max, res_max) = (rate("CAL"), rate("RES"));
+    let clock = o.clocksource.current.clone().unwrap_or_default();
+    let no_master_clock = !clock.is_empty() && clock != "tsc";
+    let storm = cal_max.max(res_max) >= KVMCLOCK_IPI_PER_S;
+    if !storm && !no_master_clock {
+        return;
+    }
+    let (sev, verdict) = match (storm, no_master_clock) {
+        (true, true) => (Severity::Critical, "affected"),
+        _ => (Severity::Warning, "possibly affected"),
+    };
+    out.push(
+        Finding::new(
+            "host.kvmclock-ipi-storm",
+            sev,
+            format!("Host kernel {rel} is in the kvmclock IPI storm range and looks {verdict} (IPIs up to {:.0}/s per CPU, clocksource {clock})", cal_max.max(res_max)),
+        )
+        .evidence("kernel", rel)
+        .evidence("verdict", verdict)
+        .evidence("cal_per_s_max", round(cal_max, 0))
+        .evidence("res_per_s_max", round(res_max, 0))
+        .evidence("host_clocksource", clock.clone())
+        .evidence("vms_cannot_use_master_clock", no_master_clock)
+        .evidence("threshold_ipi_per_s", KVMCLOCK_IPI_PER_S)
+        .files(&["/proc/sys/kernel/osrelease", "/proc/interrupts", "/sys/devices/system/clocksource/clocksource0/current_clocksource"])
+        .remedy(format!(
+            "6.19 removed the rate limit on global kvmclock updates (446fcce2a52b): every vCPU that moves to another \
+             pCPU without the master clock kicks all vCPUs of its VM. Fixed by 8fe2e698fce4 \"KVM: x86: Rate-limit \
+             global clock updates on vCPU load\" (7.1); a stable kernel may carry the backport, which the version alone \
+             cannot show. Upgrade to a kernel with the fix or run 6.18.{} Meanwhile keep VMs on the master clock (host \
+             clocksource tsc{}) and pin vCPUs so they migrate less.",
+            if no_master_clock { "" } else { " Confirm with the tracepoint kvm:kvm_update_master_clock (masterclock 0 = affected)." },
+            if no_master_clock { format!("; it is {clock} now, so no VM can use the master clock") } else { String::new() }
+        ))
+        .reference("LKML 2026-03-21 [REGRESSION 6.19, BISECTED] kvmclock rate-limit removal causes IPI storm")
+        .reference("commit 8fe2e698fce4a95a3ac2c25fe59832a3c22534c6")
+        .case("kvmclock-ipi-storm-regression.txt"),
+    );
+}
+
+pub fn no_ept(m: &MachineModel, out: &mut Vec<Finding>) {
+    let Some(ci) = &m.t1.cpuinfo else { return };
+    let vmx_has = |f: &str| ci.has(f) || ci.vmx_flags.as_ref().is_some_and(|v| v.contains(f));
+    let (missing, arch) = if ci.has("vmx") && !vmx_has("ept") {
+        ("ept", "VT-x")
+    } else if ci.has("svm") && !ci.has("npt") {
+        ("npt", "AMD-V")
+    } else {
+        return;
+    };
+    out.push(
+        Finding::new("host.no-ept", Severity::Critical, format!("{arch} without {}: KVM uses shadow paging", missing.to_uppercase()))
+            .evidence("missing_flag", missing)
+            .evidence("vmx_flags", json!(ci.vmx_flags))
+            .evidence("vms", m.t1.host.vms.len())
+            .files(&["/proc/cpuinfo"])
+            .remedy(
+                "Without two-dimensional paging every guest page-table change and CR3 switch is a VM exit; guests \
+                 with KPTI (no PCID) become several times slower. Enable EPT/NPT in firmware, check that the kvm_intel \
+                 `ept` / kvm_amd `npt` module parameter is Y (/sys/module/kvm_intel/parameters/ept), and for nested \
+                 hosts ask the outer hypervisor to expose it.",
+            )
+            .case("kpti-shadow-paging-slow-vm.txt"),
+    );
+}
+
+pub fn hlt_exits_dominant(m: &MachineModel, out: &mut Vec<Finding>) {
+    let (Some(a), Some(b)) = (&m.t0.host.kvm, &m.t1.host.kvm) else { return };
+    let d = |name: &str| -> u64 {
+        b.iter()
+            .map(|vm| {
+                let before = a.iter().find(|x| x.pid == vm.pid && x.fd == vm.fd).and_then(|x| x.stats.get(name)).copied().unwrap_or(0);
+                vm.stats.get(name).copied().unwrap_or(0).saturating_sub(before)
+            })
+            .sum()
+    };
+    let (exits, halts) = (d("exits"), d("halt_exits"));
+    if exits == 0 || (halts as f64 / exits as f64) < HLT_EXIT_SHARE {
+        return;
+    }
+    let polls_ok = d("halt_successful_poll");
+    let polls = d("halt_attempted_poll");
+    out.push(
+        Finding::new("host.hlt-exits-dominant", Severity::Info, format!("HLT exits are {:.0}% of all KVM exits: guests idle by halting", 100.0 * halts as f64 / exits as f64))
+            .evidence("exits", exits)
+            .evidence("halt_exits", halts)
+            .evidence("halt_attempted_poll", polls)
+            .evidence("halt_successful_poll", polls_ok)
+            .evidence("exits_per_s", round(exits as f64 / m.wall_s, 0))
+            .files(&["/sys/kernel/debug/kvm/<pid>-<fd>/{exits,halt_exits,halt_*_poll}"])
+            .remedy(
+                "Each HLT exit costs a VM exit and, unless host halt-polling catches the wake-up, a host reschedule. \
+                 For latency-sensitive VMs on dedicated CPUs advertise KVM_HINTS_REALTIME (QEMU \
+                 `kvm-hint-dedicated=on`) so guests use haltpoll, or raise /sys/module/kvm/parameters/halt_poll_ns.",
+            )
+            .reference("Documentation/virt/guest-halt-polling.rst")
+            .case("haltpoll-hypervisor-cpuid.txt"),
+    );
+}
+
+pub fn swap_pressure(m: &MachineModel, out: &mut Vec<Finding>) {
+    let swapped: Vec<_> = m.t1.host.vms.iter().filter_map(|v| v.status.as_ref().and_then(|s| s.vm_swap_kb).filter(|&k| k > 0).map(|k| (v, k))).collect();
+    if swapped.is_empty() {
+        return;
+    }
+    let mem = m.t1.memory.clone();
+    out.push(
+        Finding::new("host.swap-pressure", Severity::Warning, format!("{} VM(s) have guest memory swapped out on the host", swapped.len()))
+            .evidence("vms", json!(swapped.iter().map(|(v, k)| json!({"vm": v.name, "pid": v.pid, "swap_mib": k >> 10})).collect::<Vec<_>>()))
+            .evidence("host_swap_free_mib", json!(mem.as_ref().and_then(|m| m.swap_free_bytes).map(|b| b >> 20)))
+            .evidence("host_mem_available_mib", json!(mem.as_ref().and_then(|m| m.available_bytes).map(|b| b >> 20)))
+            .files(&["/proc/<pid>/status (VmSwap)", "/proc/meminfo"])
+            .remedy(
+                "A vCPU touching swapped guest memory stalls for a disk read (guests see async page faults, HYP \
+                 interrupts, and steal). Reduce host memory overcommit, and do not move such a VM's memory between \
+                 NUMA nodes until it is back in RAM.",
+            ),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_version;
+
+    #[test]
+    fn versions() {
+        assert_eq!(kernel_version("6.19.3-200.fc43.x86_64"), Some((6, 19, 3, false)));
+        assert_eq!(kernel_version("7.1.0-rc4"), Some((7, 1, 0, true)));
+        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18, 44, false)));
+        assert_eq!(kernel_version("garbage"), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! Host-side steal: for every vCPU thread the run-queue wait between two
+//! readings (exactly the steal its guest is told about), its run time, VM
+//! totals, and the hypervisor-level split into busy steal (no CPU was idle:
+//! only moving VMs away helps) and idle steal (CPUs sat idle while vCPUs
+//! waited: scheduler, cgroup or placement; fixable in software).
+
+use super::discovery::VmKind;
+use super::observation::{HostObservation, VmObs};
+use crate::cputime::IntervalDelta;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VcpuSteal {
+    pub index: u32,
+    pub tid: u32,
+    /// Run-queue wait as % of wall time.
+    pub host_steal_pct: f64,
+    /// Run time as % of wall time.
+    pub util_pct: f64,
+    pub cpus_allowed: Option<Vec<u32>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OtherThread {
+    pub tid: u32,
+    pub comm: String,
+    pub role: &'static str,
+    pub util_pct: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VmSteal {
+    pub name: String,
+    pub pid: u32,
+    pub kind: &'static str,
+    pub manager: Option<String>,
+    pub vcpus: Vec<VcpuSteal>,
+    pub other_tids: Vec<u32>,
+    pub others: Vec<OtherThread>,
+    /// Mean over vCPUs.
+    pub steal_pct: f64,
+    pub util_pct: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct HypervisorSplit {
+    /// Sum of vCPU run-queue wait, CPU-seconds.
+    pub vcpu_wait_s: f64,
+    /// Host CPU idle time in the same interval, CPU-seconds.
+    pub host_idle_s: f64,
+    /// Wait that coincided with idle CPUs (could have run: fixable).
+    pub idle_steal_s: f64,
+    /// Wait while no CPU was idle (host oversubscribed).
+    pub busy_steal_s: f64,
+}
+
+impl HypervisorSplit {
+    pub fn idle_share(&self) -> Option<f64> {
+        (self.vcpu_wait_s > 0.0).then(|| self.idle_steal_s / self.vcpu_wait_s)
+    }
+    pub fn busy_share(&self) -> Option<f64> {
+        (self.vcpu_wait_s > 0.0).then(|| self.busy_steal_s / self.vcpu_wait_s)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HostModel {
+    pub vms: Vec<VmSteal>,
+    pub split: HypervisorSplit,
+    pub notes: Vec<String>,
+}
+
+fn pct(ns: u64, wall_s: f64) -> f64 {
+    100.0 * ns as f64 / 1e9 / wall_s
+}
+
+fn vm_delta(a: &VmObs, b: &VmObs, wall_s: f64) -> VmSteal {
+    let mut vcpus = Vec::new();
+    for (idx, t1) in &b.vcpus {
+        let Some((_, t0)) = a.vcpus.iter().find(|(_, t)| t.tid == t1.tid) else { continue };
+        let (Some(s0), Some(s1)) = (t0.sched, t1.sched) else { continue };
+        vcpus.push(VcpuSteal {
+            index: *idx,
+            tid: t1.tid,
+            // Saturating: a thread id reused by a new thread restarts at 0.
+            host_steal_pct: pct(s1.wait_ns.saturating_sub(s0.wait_ns), wall_s),
+            util_pct: pct(s1.run_ns.saturating_sub(s0.run_ns), wall_s),
+            cpus_allowed: t1.cpus_allowed.clone(),
+        });
+    }
+    let others = b
+        .others
+        .iter()
+        .map(|t| {
+            let before = a.others.iter().find(|o| o.tid == t.tid).and_then(|o| o.sched);
+            OtherThread {
+                tid: t.tid,
+                comm: t.comm.clone(),
+                role: match t.role {
+                    super::discovery::ThreadRole::Io => "io",
+                    _ => "emulator",
+                },
+                util_pct: before.zip(t.sched).map(|(x, y)| pct(y.run_ns.saturating_sub(x.run_ns), wall_s)),
+            }
+        })
+        .collect::<Vec<_>>();
+    let n = vcpus.len().max(1) as f64;
+    VmSteal {
+        name: b.name.clone(),
+        pid: b.pid,
+        kind: b.kind.as_str(),
+        manager: b.manager.clone(),
+        steal_pct: vcpus.iter().map(|v| v.host_steal_pct).sum::<f64>() / n,
+        util_pct: vcpus.iter().map(|v| v.util_pct).sum::<f64>() / n,
+        other_tids: others.iter().map(|o| o.tid).collect(),
+        others,
+        vcpus,
+    }
+}
+
+/// `interval` is the host's own /proc/stat delta (its idle time).
+pub fn host_model(t0: &HostObservation, t1: &HostObservation, interval: &IntervalDelta) -> HostModel {
+    let wall_s = interval.wall_s;
+    let mut m = HostModel::default();
+    if wall_s <= 0.0 {
+        return m;
+    }
+    for b in &t1.vms {
+        match t0.vms.iter().find(|a| a.pid == b.pid && a.name == b.name) {
+            Some(a) => m.vms.push(vm_delta(a, b, wall_s)),
+            None => m.notes.push(format!("VM {} (pid {}) started during the interval; measured from the next run", b.name, b.pid)),
+        }
+    }
+    // VMs present at t0 only exited mid-interval: dropped quietly, by design.
+    let wait: f64 = m.vms.iter().flat_map(|v| &v.vcpus).map(|c| c.host_steal_pct / 100.0 * wall_s).sum();
+    let idle: f64 = interval.cpus.iter().map(|c| c.secs.idle_all()).sum();
+    let idle_steal = wait.min(idle);
+    m.split = HypervisorSplit {
+        vcpu_wait_s: wait,
+        host_idle_s: idle,
+        idle_steal_s: idle_steal,
+        busy_steal_s: wait - idle_steal,
+    };
+    if t1.vms.iter().any(|v| v.kind == VmKind::Qemu) {
+        m.notes.push("a QEMU VM has unnamed vCPU threads (no -name ...,debug-threads=on) and no KVM debugfs: its vCPUs cannot be told apart".into());
+    }
+    m
+}

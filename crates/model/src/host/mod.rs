@@ -1,0 +1,9 @@
+//! The host side: VM discovery, per-vCPU host steal, hypervisor split.
+
+pub mod derived;
+pub mod discovery;
+pub mod observation;
+
+pub use derived::{host_model, HostModel, HypervisorSplit, VcpuSteal, VmSteal};
+pub use discovery::{ThreadRole, VmKind};
+pub use observation::{collect_host, HostObservation, VmObs};

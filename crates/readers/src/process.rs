@@ -1,0 +1,177 @@
+//! Processes and threads under /proc: names, command lines, cgroups, run
+//! and wait time (schedstat), memory and swap. A process or thread that
+//! exits while we read it is not an error: readers return `Ok(None)`.
+
+use crate::error::{ReadError, Result};
+use crate::Source;
+use procfs_core::FromRead;
+use serde::{Deserialize, Serialize};
+
+/// Numeric entries of /proc (pids), ascending.
+pub fn pids(src: &dyn Source) -> Result<Vec<u32>> {
+    let mut v: Vec<u32> = src.list("/proc")?.unwrap_or_default().iter().filter_map(|n| n.parse().ok()).collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// Thread ids of a process; None when it exited.
+pub fn tids(src: &dyn Source, pid: u32) -> Result<Option<Vec<u32>>> {
+    Ok(src.list(&format!("/proc/{pid}/task"))?.map(|names| {
+        let mut v: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
+        v.sort_unstable();
+        v
+    }))
+}
+
+pub fn comm(src: &dyn Source, pid: u32) -> Result<Option<String>> {
+    vanished_ok(src.read_text(&format!("/proc/{pid}/comm")).map(|o| o.map(|s| s.trim_end_matches('\n').to_string())))
+}
+
+pub fn task_comm(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<String>> {
+    vanished_ok(src.read_text(&format!("/proc/{pid}/task/{tid}/comm")).map(|o| o.map(|s| s.trim_end_matches('\n').to_string())))
+}
+
+/// Command line split at NULs (empty for kernel threads).
+pub fn cmdline(src: &dyn Source, pid: u32) -> Result<Option<Vec<String>>> {
+    let r = src.read(&format!("/proc/{pid}/cmdline")).map(|o| {
+        o.map(|b| b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+    });
+    vanished_ok(r)
+}
+
+/// Run and wait time of a task (CONFIG_SCHED_INFO): on a host, the wait of
+/// a vCPU thread is exactly the steal its guest sees (record_steal_time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSchedstat {
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    pub slices: u64,
+}
+
+pub fn parse_schedstat(text: &str, path: &str) -> Result<TaskSchedstat> {
+    let s = procfs_core::process::Schedstat::from_read(text.as_bytes()).map_err(|e| ReadError::parse(path, e))?;
+    Ok(TaskSchedstat {
+        run_ns: s.sum_exec_runtime,
+        wait_ns: s.run_delay,
+        slices: s.pcount,
+    })
+}
+
+pub fn task_schedstat_path(pid: u32, tid: u32) -> String {
+    format!("/proc/{pid}/task/{tid}/schedstat")
+}
+
+pub fn task_schedstat(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<TaskSchedstat>> {
+    let path = task_schedstat_path(pid, tid);
+    match vanished_ok(src.read_text(&path))? {
+        None => Ok(None),
+        Some(t) => parse_schedstat(&t, &path).map(Some),
+    }
+}
+
+/// One line of /proc/<pid>/cgroup: "hierarchy-id:controllers:path".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupMembership {
+    pub hierarchy: u32,
+    /// Empty for the v2 unified hierarchy.
+    pub controllers: Vec<String>,
+    pub path: String,
+}
+
+pub fn parse_cgroup(text: &str, path: &str) -> Result<Vec<CgroupMembership>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.splitn(3, ':');
+        let (Some(h), Some(c), Some(p)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(ReadError::parse(path, format!("line {}: expected id:controllers:path", i + 1)));
+        };
+        let hierarchy = h.parse().map_err(|_| ReadError::parse(path, format!("line {}: bad hierarchy id {h:?}", i + 1)))?;
+        out.push(CgroupMembership {
+            hierarchy,
+            controllers: c.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+            path: p.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+pub fn task_cgroup(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<Vec<CgroupMembership>>> {
+    let path = format!("/proc/{pid}/task/{tid}/cgroup");
+    match vanished_ok(src.read_text(&path))? {
+        None => Ok(None),
+        Some(t) => parse_cgroup(&t, &path).map(Some),
+    }
+}
+
+/// Fields of /proc/<pid>/status we use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    pub cpus_allowed: Option<Vec<u32>>,
+    pub mems_allowed: Option<Vec<u32>>,
+    pub vm_rss_kb: Option<u64>,
+    pub vm_swap_kb: Option<u64>,
+}
+
+pub fn parse_status(text: &str, path: &str) -> Result<TaskStatus> {
+    let mut st = TaskStatus::default();
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else { continue };
+        let v = v.trim();
+        let kb = || v.trim_end_matches(" kB").trim().parse::<u64>().map_err(|_| ReadError::parse(path, format!("{k}: {v:?} is not a number of kB")));
+        match k {
+            "Cpus_allowed_list" => st.cpus_allowed = Some(crate::cpulist::parse(v, path)?),
+            "Mems_allowed_list" => st.mems_allowed = Some(crate::cpulist::parse(v, path)?),
+            "VmRSS" => st.vm_rss_kb = Some(kb()?),
+            "VmSwap" => st.vm_swap_kb = Some(kb()?),
+            _ => {}
+        }
+    }
+    Ok(st)
+}
+
+pub fn task_status(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<TaskStatus>> {
+    let path = format!("/proc/{pid}/task/{tid}/status");
+    match vanished_ok(src.read_text(&path))? {
+        None => Ok(None),
+        Some(t) => parse_status(&t, &path).map(Some),
+    }
+}
+
+/// ESRCH/ENOENT from a task that exited between listing and reading.
+fn vanished_ok<T>(r: Result<Option<T>>) -> Result<Option<T>> {
+    match r {
+        Err(ReadError::Io { source, .. }) if matches!(source.raw_os_error(), Some(3) | Some(2)) => Ok(None),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_and_cgroup_and_status() {
+        let s = parse_schedstat("123 456 7\n", "p").unwrap();
+        assert_eq!((s.run_ns, s.wait_ns, s.slices), (123, 456, 7));
+        assert!(parse_schedstat("12 x\n", "p").is_err());
+        let c = parse_cgroup("12:cpu,cpuacct:/machine.slice/a\n0::/x\n", "p").unwrap();
+        assert_eq!(c[0].controllers, vec!["cpu", "cpuacct"]);
+        assert!(c[1].controllers.is_empty());
+        assert!(parse_cgroup("garbage\n", "p").is_err());
+        let st = parse_status("Name:\tx\nVmRSS:\t  1024 kB\nVmSwap:\t       0 kB\nCpus_allowed_list:\t0-1\n", "p").unwrap();
+        assert_eq!(st.cpus_allowed, Some(vec![0, 1]));
+        assert_eq!(st.vm_rss_kb, Some(1024));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panic(s in "\\PC{0,200}") {
+            let _ = parse_schedstat(&s, "p");
+            let _ = parse_cgroup(&s, "p");
+            let _ = parse_status(&s, "p");
+        }
+    }
+}
