@@ -193,7 +193,11 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         vms,
         hypervisor,
         kvm_stats,
-        findings: d.findings.into_iter().filter(|f| f.id.starts_with("host.")).collect(),
+        findings: d
+            .findings
+            .into_iter()
+            .filter(|f| f.id.starts_with("host."))
+            .collect(),
         notes,
     }
 }

@@ -34,11 +34,13 @@ pub enum Command {
     )]
     Doctor(DoctorArgs),
     /// Host view: every VM and vCPU thread, the steal each suffers, host findings
-    #[command(after_help = "Examples:\n  stealscope host\n  stealscope host --interval 10s --json | jq '.vms[] | {name, steal_pct}'\n  \
+    #[command(
+        after_help = "Examples:\n  stealscope host\n  stealscope host --interval 10s --json | jq '.vms[] | {name, steal_pct}'\n  \
                             stealscope host --snapshot host.tar.gz\n\n\
                             VMs are QEMU (KVM or TCG), Firecracker and libvirt-managed processes. A vCPU's host steal is \
                             the run-queue wait of its thread (/proc/<pid>/task/<tid>/schedstat), which is exactly the \
-                            steal its guest reports.")]
+                            steal its guest reports."
+    )]
     Host(DoctorArgs),
     /// Capture every file the rules read, at the start and end of an interval
     #[command(

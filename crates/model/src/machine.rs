@@ -81,7 +81,13 @@ impl MachineModel {
             _ => Vec::new(),
         };
         let host = crate::host::host_model(&t0.host, &t1.host, &interval);
-        for n in t0.notes.iter().chain(t1.notes.iter()).chain(t1.host.notes.iter()).chain(host.notes.iter()) {
+        for n in t0
+            .notes
+            .iter()
+            .chain(t1.notes.iter())
+            .chain(t1.host.notes.iter())
+            .chain(host.notes.iter())
+        {
             if !notes.contains(n) {
                 notes.push(n.clone());
             }

@@ -174,11 +174,22 @@ fn host_table(out: &mut String, st: &Style, h: &HostSection) {
         share(&hv.busy_steal_share),
         share(&hv.idle_steal_share)
     );
-    let _ = writeln!(out, "\n  VM                  pid     kind         vCPU    tid   steal%  util%  CPUs");
+    let _ = writeln!(
+        out,
+        "\n  VM                  pid     kind         vCPU    tid   steal%  util%  CPUs"
+    );
     for vm in &h.vms {
         for (i, c) in vm.vcpus.iter().enumerate() {
-            let (name, pid, kind) = if i == 0 { (vm.name.as_str(), vm.pid.to_string(), vm.kind) } else { ("", String::new(), "") };
-            let cpus = c.cpus_allowed.as_ref().map(|v| stealscope_readers::cpulist::format(v)).unwrap_or_default();
+            let (name, pid, kind) = if i == 0 {
+                (vm.name.as_str(), vm.pid.to_string(), vm.kind)
+            } else {
+                ("", String::new(), "")
+            };
+            let cpus = c
+                .cpus_allowed
+                .as_ref()
+                .map(|v| stealscope_readers::cpulist::format(v))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "  {:<18.18}  {:>6}  {:<11}  {:>4}  {:>6}  {:>6.1}  {:>5.1}  {}",
@@ -186,7 +197,11 @@ fn host_table(out: &mut String, st: &Style, h: &HostSection) {
             );
         }
         if vm.vcpus.is_empty() {
-            let _ = writeln!(out, "  {:<18.18}  {:>6}  {:<11}  (no vCPU threads identified)", vm.name, vm.pid, vm.kind);
+            let _ = writeln!(
+                out,
+                "  {:<18.18}  {:>6}  {:<11}  (no vCPU threads identified)",
+                vm.name, vm.pid, vm.kind
+            );
         }
     }
     if let Value::String(s) = &h.kvm_stats {
@@ -195,18 +210,29 @@ fn host_table(out: &mut String, st: &Style, h: &HostSection) {
 }
 
 fn share(v: &Value) -> String {
-    v.as_f64().map_or("n/a".to_string(), |x| format!("{:.0}%", 100.0 * x))
+    v.as_f64()
+        .map_or("n/a".to_string(), |x| format!("{:.0}%", 100.0 * x))
 }
 
 pub fn host(r: &HostReport, color: bool) -> String {
     let st = Style { color };
     let mut out = String::new();
-    let _ = writeln!(out, "{} interval {} s", st.bold("stealscope host"), fmt_value(&r.interval_s));
+    let _ = writeln!(
+        out,
+        "{} interval {} s",
+        st.bold("stealscope host"),
+        fmt_value(&r.interval_s)
+    );
     if let Some(hv) = &r.hypervisor {
         host_table(
             &mut out,
             &st,
-            &HostSection { vms: r.vms.clone(), hypervisor: hv.clone(), kvm_stats: r.kvm_stats.clone(), numa_nodes: 0 },
+            &HostSection {
+                vms: r.vms.clone(),
+                hypervisor: hv.clone(),
+                kvm_stats: r.kvm_stats.clone(),
+                numa_nodes: 0,
+            },
         );
     }
     let _ = writeln!(out, "\n{} ({})", st.bold("Host findings"), r.findings.len());

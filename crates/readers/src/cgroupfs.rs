@@ -17,7 +17,10 @@ pub struct CgroupMounts {
 
 impl CgroupMounts {
     pub fn v1_controller(&self, name: &str) -> Option<&str> {
-        self.v1.iter().find(|(c, _)| c == name).map(|(_, m)| m.as_str())
+        self.v1
+            .iter()
+            .find(|(c, _)| c == name)
+            .map(|(_, m)| m.as_str())
     }
 }
 
@@ -33,7 +36,17 @@ pub fn parse_mounts(text: &str) -> CgroupMounts {
             "cgroup2" => m.v2 = Some(f[1].to_string()),
             "cgroup" => {
                 for opt in f[3].split(',') {
-                    if matches!(opt, "cpu" | "cpuacct" | "cpuset" | "memory" | "pids" | "blkio" | "devices" | "freezer") {
+                    if matches!(
+                        opt,
+                        "cpu"
+                            | "cpuacct"
+                            | "cpuset"
+                            | "memory"
+                            | "pids"
+                            | "blkio"
+                            | "devices"
+                            | "freezer"
+                    ) {
                         m.v1.push((opt.to_string(), f[1].to_string()));
                     }
                 }
@@ -45,7 +58,10 @@ pub fn parse_mounts(text: &str) -> CgroupMounts {
 }
 
 pub fn mounts(src: &dyn Source) -> Result<CgroupMounts> {
-    Ok(src.read_text(MOUNTS)?.map(|t| parse_mounts(&t)).unwrap_or_default())
+    Ok(src
+        .read_text(MOUNTS)?
+        .map(|t| parse_mounts(&t))
+        .unwrap_or_default())
 }
 
 /// CPU weight of a group, in its own hierarchy's units.
@@ -71,21 +87,37 @@ impl CpuWeight {
 fn num(src: &dyn Source, path: &str) -> Result<Option<u64>> {
     match src.read_value(path)? {
         None => Ok(None),
-        Some(v) => v.parse().map(Some).map_err(|_| ReadError::parse(path, format!("{v:?} is not a number"))),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| ReadError::parse(path, format!("{v:?} is not a number"))),
     }
 }
 
 /// Weight of the group at `cg_path` (as in /proc/<pid>/cgroup): v1 cpu.shares
 /// when the task is in a v1 cpu hierarchy, else v2 cpu.weight.
-pub fn cpu_weight(src: &dyn Source, mounts: &CgroupMounts, v1_path: Option<&str>, v2_path: Option<&str>) -> Result<Option<(String, CpuWeight)>> {
+pub fn cpu_weight(
+    src: &dyn Source,
+    mounts: &CgroupMounts,
+    v1_path: Option<&str>,
+    v2_path: Option<&str>,
+) -> Result<Option<(String, CpuWeight)>> {
     if let (Some(mnt), Some(p)) = (mounts.v1_controller("cpu"), v1_path) {
-        let file = format!("{}{}/cpu.shares", mnt.trim_end_matches('/'), p.trim_end_matches('/'));
+        let file = format!(
+            "{}{}/cpu.shares",
+            mnt.trim_end_matches('/'),
+            p.trim_end_matches('/')
+        );
         if let Some(v) = num(src, &file)? {
             return Ok(Some((file, CpuWeight::Shares(v))));
         }
     }
     if let (Some(mnt), Some(p)) = (mounts.v2.as_deref(), v2_path) {
-        let file = format!("{}{}/cpu.weight", mnt.trim_end_matches('/'), p.trim_end_matches('/'));
+        let file = format!(
+            "{}{}/cpu.weight",
+            mnt.trim_end_matches('/'),
+            p.trim_end_matches('/')
+        );
         if let Some(v) = num(src, &file)? {
             return Ok(Some((file, CpuWeight::Weight(v))));
         }

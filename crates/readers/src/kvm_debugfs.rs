@@ -40,25 +40,41 @@ pub struct KvmVm {
 
 /// None when debugfs is not mounted or KVM is not loaded.
 pub fn read(src: &dyn Source) -> Result<Option<Vec<KvmVm>>> {
-    let Some(entries) = src.list(DIR)? else { return Ok(None) };
+    let Some(entries) = src.list(DIR)? else {
+        return Ok(None);
+    };
     let mut out = Vec::new();
     for e in entries {
-        let Some((pid, fd)) = e.split_once('-') else { continue };
-        let (Ok(pid), Ok(fd)) = (pid.parse(), fd.parse()) else { continue };
+        let Some((pid, fd)) = e.split_once('-') else {
+            continue;
+        };
+        let (Ok(pid), Ok(fd)) = (pid.parse(), fd.parse()) else {
+            continue;
+        };
         let dir = format!("{DIR}/{e}");
-        let mut vm = KvmVm { pid, fd, ..Default::default() };
+        let mut vm = KvmVm {
+            pid,
+            fd,
+            ..Default::default()
+        };
         for name in STATS {
             let path = format!("{dir}/{name}");
             if let Some(v) = src.read_value(&path)? {
-                let n = v.parse().map_err(|_| ReadError::parse(&path, format!("{v:?} is not a number")))?;
+                let n = v
+                    .parse()
+                    .map_err(|_| ReadError::parse(&path, format!("{v:?} is not a number")))?;
                 vm.stats.insert(name.to_string(), n);
             }
         }
         for sub in src.list(&dir)?.unwrap_or_default() {
-            let Some(idx) = sub.strip_prefix("vcpu").and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Some(idx) = sub.strip_prefix("vcpu").and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
             let path = format!("{dir}/{sub}/pid");
             if let Some(v) = src.read_value(&path)? {
-                let tid = v.parse().map_err(|_| ReadError::parse(&path, format!("{v:?} is not a thread id")))?;
+                let tid = v
+                    .parse()
+                    .map_err(|_| ReadError::parse(&path, format!("{v:?} is not a thread id")))?;
                 vm.vcpu_tids.insert(idx, tid);
             }
         }

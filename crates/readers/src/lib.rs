@@ -4,9 +4,9 @@
 //! the kernel did not provide is `None`, never 0.
 
 pub mod block;
+pub mod cgroupfs;
 pub mod clocksource;
 pub mod cpu_topology;
-pub mod cgroupfs;
 pub mod cpufreq;
 pub mod cpuidle;
 pub mod cpuinfo;

@@ -9,7 +9,12 @@ use serde::{Deserialize, Serialize};
 
 /// Numeric entries of /proc (pids), ascending.
 pub fn pids(src: &dyn Source) -> Result<Vec<u32>> {
-    let mut v: Vec<u32> = src.list("/proc")?.unwrap_or_default().iter().filter_map(|n| n.parse().ok()).collect();
+    let mut v: Vec<u32> = src
+        .list("/proc")?
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
     v.sort_unstable();
     Ok(v)
 }
@@ -24,17 +29,28 @@ pub fn tids(src: &dyn Source, pid: u32) -> Result<Option<Vec<u32>>> {
 }
 
 pub fn comm(src: &dyn Source, pid: u32) -> Result<Option<String>> {
-    vanished_ok(src.read_text(&format!("/proc/{pid}/comm")).map(|o| o.map(|s| s.trim_end_matches('\n').to_string())))
+    vanished_ok(
+        src.read_text(&format!("/proc/{pid}/comm"))
+            .map(|o| o.map(|s| s.trim_end_matches('\n').to_string())),
+    )
 }
 
 pub fn task_comm(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<String>> {
-    vanished_ok(src.read_text(&format!("/proc/{pid}/task/{tid}/comm")).map(|o| o.map(|s| s.trim_end_matches('\n').to_string())))
+    vanished_ok(
+        src.read_text(&format!("/proc/{pid}/task/{tid}/comm"))
+            .map(|o| o.map(|s| s.trim_end_matches('\n').to_string())),
+    )
 }
 
 /// Command line split at NULs (empty for kernel threads).
 pub fn cmdline(src: &dyn Source, pid: u32) -> Result<Option<Vec<String>>> {
     let r = src.read(&format!("/proc/{pid}/cmdline")).map(|o| {
-        o.map(|b| b.split(|&c| c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+        o.map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
     });
     vanished_ok(r)
 }
@@ -49,7 +65,8 @@ pub struct TaskSchedstat {
 }
 
 pub fn parse_schedstat(text: &str, path: &str) -> Result<TaskSchedstat> {
-    let s = procfs_core::process::Schedstat::from_read(text.as_bytes()).map_err(|e| ReadError::parse(path, e))?;
+    let s = procfs_core::process::Schedstat::from_read(text.as_bytes())
+        .map_err(|e| ReadError::parse(path, e))?;
     Ok(TaskSchedstat {
         run_ns: s.sum_exec_runtime,
         wait_ns: s.run_delay,
@@ -86,12 +103,21 @@ pub fn parse_cgroup(text: &str, path: &str) -> Result<Vec<CgroupMembership>> {
         }
         let mut parts = line.splitn(3, ':');
         let (Some(h), Some(c), Some(p)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(ReadError::parse(path, format!("line {}: expected id:controllers:path", i + 1)));
+            return Err(ReadError::parse(
+                path,
+                format!("line {}: expected id:controllers:path", i + 1),
+            ));
         };
-        let hierarchy = h.parse().map_err(|_| ReadError::parse(path, format!("line {}: bad hierarchy id {h:?}", i + 1)))?;
+        let hierarchy = h.parse().map_err(|_| {
+            ReadError::parse(path, format!("line {}: bad hierarchy id {h:?}", i + 1))
+        })?;
         out.push(CgroupMembership {
             hierarchy,
-            controllers: c.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+            controllers: c
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
             path: p.to_string(),
         });
     }
@@ -118,9 +144,16 @@ pub struct TaskStatus {
 pub fn parse_status(text: &str, path: &str) -> Result<TaskStatus> {
     let mut st = TaskStatus::default();
     for line in text.lines() {
-        let Some((k, v)) = line.split_once(':') else { continue };
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
         let v = v.trim();
-        let kb = || v.trim_end_matches(" kB").trim().parse::<u64>().map_err(|_| ReadError::parse(path, format!("{k}: {v:?} is not a number of kB")));
+        let kb = || {
+            v.trim_end_matches(" kB")
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| ReadError::parse(path, format!("{k}: {v:?} is not a number of kB")))
+        };
         match k {
             "Cpus_allowed_list" => st.cpus_allowed = Some(crate::cpulist::parse(v, path)?),
             "Mems_allowed_list" => st.mems_allowed = Some(crate::cpulist::parse(v, path)?),
@@ -143,7 +176,9 @@ pub fn task_status(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<TaskSt
 /// ESRCH/ENOENT from a task that exited between listing and reading.
 fn vanished_ok<T>(r: Result<Option<T>>) -> Result<Option<T>> {
     match r {
-        Err(ReadError::Io { source, .. }) if matches!(source.raw_os_error(), Some(3) | Some(2)) => Ok(None),
+        Err(ReadError::Io { source, .. }) if matches!(source.raw_os_error(), Some(3) | Some(2)) => {
+            Ok(None)
+        }
         other => other,
     }
 }
@@ -161,7 +196,11 @@ mod tests {
         assert_eq!(c[0].controllers, vec!["cpu", "cpuacct"]);
         assert!(c[1].controllers.is_empty());
         assert!(parse_cgroup("garbage\n", "p").is_err());
-        let st = parse_status("Name:\tx\nVmRSS:\t  1024 kB\nVmSwap:\t       0 kB\nCpus_allowed_list:\t0-1\n", "p").unwrap();
+        let st = parse_status(
+            "Name:\tx\nVmRSS:\t  1024 kB\nVmSwap:\t       0 kB\nCpus_allowed_list:\t0-1\n",
+            "p",
+        )
+        .unwrap();
         assert_eq!(st.cpus_allowed, Some(vec![0, 1]));
         assert_eq!(st.vm_rss_kb, Some(1024));
     }

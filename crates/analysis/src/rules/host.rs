@@ -37,8 +37,15 @@ pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
         return;
     }
     let s = m.host.split;
-    let sev = if mean >= HOST_STEAL_CRITICAL_PCT { Severity::Critical } else { Severity::Warning };
-    let runnable: f64 = vcpus.iter().map(|c| (c.util_pct + c.host_steal_pct) / 100.0).sum();
+    let sev = if mean >= HOST_STEAL_CRITICAL_PCT {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let runnable: f64 = vcpus
+        .iter()
+        .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
+        .sum();
     let cpus = m.interval.cpus.len();
     let idle = s.idle_share().unwrap_or(0.0) >= 0.5;
     let f = if idle {
@@ -80,9 +87,20 @@ pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
 }
 
 pub fn idle_vm_penalty(m: &MachineModel, out: &mut Vec<Finding>) {
-    let Some(busy) = m.host.vms.iter().filter(|v| v.util_pct >= BUSY_VM_UTIL_PCT).max_by(|a, b| a.util_pct.total_cmp(&b.util_pct)) else { return };
+    let Some(busy) = m
+        .host
+        .vms
+        .iter()
+        .filter(|v| v.util_pct >= BUSY_VM_UTIL_PCT)
+        .max_by(|a, b| a.util_pct.total_cmp(&b.util_pct))
+    else {
+        return;
+    };
     for v in &m.host.vms {
-        if v.util_pct < IDLE_VM_UTIL_PCT && v.steal_pct >= HOST_STEAL_WARN_PCT && !v.vcpus.is_empty() {
+        if v.util_pct < IDLE_VM_UTIL_PCT
+            && v.steal_pct >= HOST_STEAL_WARN_PCT
+            && !v.vcpus.is_empty()
+        {
             out.push(
                 Finding::new(
                     "host.idle-vm-penalty",
@@ -135,10 +153,20 @@ pub fn vm_spans_nodes(m: &MachineModel, out: &mut Vec<Finding>) {
     }
     let node_of = |cpu: u32| h.nodes.iter().find(|n| n.cpus.contains(&cpu)).map(|n| n.id);
     for vm in &h.vms {
-        let mut cpu_nodes: Vec<u32> = vm.vcpus.iter().filter_map(|(_, t)| t.cpus_allowed.as_ref()).flatten().filter_map(|&c| node_of(c)).collect();
+        let mut cpu_nodes: Vec<u32> = vm
+            .vcpus
+            .iter()
+            .filter_map(|(_, t)| t.cpus_allowed.as_ref())
+            .flatten()
+            .filter_map(|&c| node_of(c))
+            .collect();
         cpu_nodes.sort_unstable();
         cpu_nodes.dedup();
-        let total: u64 = vm.numa_bytes.as_ref().map(|b| b.values().sum()).unwrap_or(0);
+        let total: u64 = vm
+            .numa_bytes
+            .as_ref()
+            .map(|b| b.values().sum())
+            .unwrap_or(0);
         let mem_nodes: Vec<u32> = vm
             .numa_bytes
             .iter()
@@ -174,7 +202,12 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
     for vm in &h.vms {
         if let Some((file, w)) = &vm.cpu_weight {
             if !vm.vcpus.is_empty() && !groups.iter().any(|g| g.1 == file) {
-                groups.push((vm.name.as_str(), file.as_str(), vm.vcpus.len(), w.relative()));
+                groups.push((
+                    vm.name.as_str(),
+                    file.as_str(),
+                    vm.vcpus.len(),
+                    w.relative(),
+                ));
             }
         }
     }
@@ -182,7 +215,9 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
         return;
     }
     let per_vcpu: Vec<f64> = groups.iter().map(|g| g.3 / g.2 as f64).collect();
-    let (lo, hi) = per_vcpu.iter().fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
+    let (lo, hi) = per_vcpu
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
     if lo <= 0.0 || hi / lo < WEIGHT_RATIO_UNFAIR {
         return;
     }
@@ -204,7 +239,9 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
 
 /// (major, minor, patch, is_rc) from "6.19.3-200.fc43.x86_64" or "7.1.0-rc4".
 pub fn kernel_version(release: &str) -> Option<(u32, u32, u32, bool)> {
-    let core = release.split(|c: char| !(c.is_ascii_digit() || c == '.')).next()?;
+    let core = release
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .next()?;
     let mut it = core.split('.').map(|p| p.parse::<u32>().ok());
     let major = it.next()??;
     let minor = it.next()??;
@@ -217,15 +254,24 @@ pub fn kvmclock_ipi_storm(m: &MachineModel, out: &mut Vec<Finding>) {
     if o.host.vms.is_empty() {
         return;
     }
-    let Some(rel) = o.osrelease.as_deref() else { return };
-    let Some((maj, min, _, rc)) = kernel_version(rel) else { return };
+    let Some(rel) = o.osrelease.as_deref() else {
+        return;
+    };
+    let Some((maj, min, _, rc)) = kernel_version(rel) else {
+        return;
+    };
     // The rate limit was reverted for 6.19 (446fcce2a52b) and restored by
     // 8fe2e698fce4, expected in 7.1; 6.19.y/7.0.y stable may have backports.
     let in_range = (maj, min) == (6, 19) || (maj, min) == (7, 0) || ((maj, min) == (7, 1) && rc);
     if !in_range {
         return;
     }
-    let rate = |name: &str| m.irq.iter().filter_map(|c| c.sources.iter().find(|s| s.name == name).map(|s| s.per_s)).fold(0.0, f64::max);
+    let rate = |name: &str| {
+        m.irq
+            .iter()
+            .filter_map(|c| c.sources.iter().find(|s| s.name == name).map(|s| s.per_s))
+            .fold(0.0, f64::max)
+    };
     // kvm_vcpu_kick reaches other host CPUs as reschedule IPIs (RES) and
     // function calls (CAL); either one storming is the signature.
     let (cal_max, res_max) = (rate("CAL"), rate("RES"));
@@ -295,12 +341,23 @@ pub fn no_ept(m: &MachineModel, out: &mut Vec<Finding>) {
 }
 
 pub fn hlt_exits_dominant(m: &MachineModel, out: &mut Vec<Finding>) {
-    let (Some(a), Some(b)) = (&m.t0.host.kvm, &m.t1.host.kvm) else { return };
+    let (Some(a), Some(b)) = (&m.t0.host.kvm, &m.t1.host.kvm) else {
+        return;
+    };
     let d = |name: &str| -> u64 {
         b.iter()
             .map(|vm| {
-                let before = a.iter().find(|x| x.pid == vm.pid && x.fd == vm.fd).and_then(|x| x.stats.get(name)).copied().unwrap_or(0);
-                vm.stats.get(name).copied().unwrap_or(0).saturating_sub(before)
+                let before = a
+                    .iter()
+                    .find(|x| x.pid == vm.pid && x.fd == vm.fd)
+                    .and_then(|x| x.stats.get(name))
+                    .copied()
+                    .unwrap_or(0);
+                vm.stats
+                    .get(name)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(before)
             })
             .sum()
     };
@@ -329,7 +386,18 @@ pub fn hlt_exits_dominant(m: &MachineModel, out: &mut Vec<Finding>) {
 }
 
 pub fn swap_pressure(m: &MachineModel, out: &mut Vec<Finding>) {
-    let swapped: Vec<_> = m.t1.host.vms.iter().filter_map(|v| v.status.as_ref().and_then(|s| s.vm_swap_kb).filter(|&k| k > 0).map(|k| (v, k))).collect();
+    let swapped: Vec<_> =
+        m.t1.host
+            .vms
+            .iter()
+            .filter_map(|v| {
+                v.status
+                    .as_ref()
+                    .and_then(|s| s.vm_swap_kb)
+                    .filter(|&k| k > 0)
+                    .map(|k| (v, k))
+            })
+            .collect();
     if swapped.is_empty() {
         return;
     }
@@ -354,7 +422,10 @@ mod tests {
 
     #[test]
     fn versions() {
-        assert_eq!(kernel_version("6.19.3-200.fc43.x86_64"), Some((6, 19, 3, false)));
+        assert_eq!(
+            kernel_version("6.19.3-200.fc43.x86_64"),
+            Some((6, 19, 3, false))
+        );
         assert_eq!(kernel_version("7.1.0-rc4"), Some((7, 1, 0, true)));
         assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18, 44, false)));
         assert_eq!(kernel_version("garbage"), None);

@@ -77,8 +77,12 @@ fn pct(ns: u64, wall_s: f64) -> f64 {
 fn vm_delta(a: &VmObs, b: &VmObs, wall_s: f64) -> VmSteal {
     let mut vcpus = Vec::new();
     for (idx, t1) in &b.vcpus {
-        let Some((_, t0)) = a.vcpus.iter().find(|(_, t)| t.tid == t1.tid) else { continue };
-        let (Some(s0), Some(s1)) = (t0.sched, t1.sched) else { continue };
+        let Some((_, t0)) = a.vcpus.iter().find(|(_, t)| t.tid == t1.tid) else {
+            continue;
+        };
+        let (Some(s0), Some(s1)) = (t0.sched, t1.sched) else {
+            continue;
+        };
         vcpus.push(VcpuSteal {
             index: *idx,
             tid: t1.tid,
@@ -92,7 +96,11 @@ fn vm_delta(a: &VmObs, b: &VmObs, wall_s: f64) -> VmSteal {
         .others
         .iter()
         .map(|t| {
-            let before = a.others.iter().find(|o| o.tid == t.tid).and_then(|o| o.sched);
+            let before = a
+                .others
+                .iter()
+                .find(|o| o.tid == t.tid)
+                .and_then(|o| o.sched);
             OtherThread {
                 tid: t.tid,
                 comm: t.comm.clone(),
@@ -100,7 +108,9 @@ fn vm_delta(a: &VmObs, b: &VmObs, wall_s: f64) -> VmSteal {
                     super::discovery::ThreadRole::Io => "io",
                     _ => "emulator",
                 },
-                util_pct: before.zip(t.sched).map(|(x, y)| pct(y.run_ns.saturating_sub(x.run_ns), wall_s)),
+                util_pct: before
+                    .zip(t.sched)
+                    .map(|(x, y)| pct(y.run_ns.saturating_sub(x.run_ns), wall_s)),
             }
         })
         .collect::<Vec<_>>();
@@ -119,7 +129,11 @@ fn vm_delta(a: &VmObs, b: &VmObs, wall_s: f64) -> VmSteal {
 }
 
 /// `interval` is the host's own /proc/stat delta (its idle time).
-pub fn host_model(t0: &HostObservation, t1: &HostObservation, interval: &IntervalDelta) -> HostModel {
+pub fn host_model(
+    t0: &HostObservation,
+    t1: &HostObservation,
+    interval: &IntervalDelta,
+) -> HostModel {
     let wall_s = interval.wall_s;
     let mut m = HostModel::default();
     if wall_s <= 0.0 {
@@ -128,11 +142,19 @@ pub fn host_model(t0: &HostObservation, t1: &HostObservation, interval: &Interva
     for b in &t1.vms {
         match t0.vms.iter().find(|a| a.pid == b.pid && a.name == b.name) {
             Some(a) => m.vms.push(vm_delta(a, b, wall_s)),
-            None => m.notes.push(format!("VM {} (pid {}) started during the interval; measured from the next run", b.name, b.pid)),
+            None => m.notes.push(format!(
+                "VM {} (pid {}) started during the interval; measured from the next run",
+                b.name, b.pid
+            )),
         }
     }
     // VMs present at t0 only exited mid-interval: dropped quietly, by design.
-    let wait: f64 = m.vms.iter().flat_map(|v| &v.vcpus).map(|c| c.host_steal_pct / 100.0 * wall_s).sum();
+    let wait: f64 = m
+        .vms
+        .iter()
+        .flat_map(|v| &v.vcpus)
+        .map(|c| c.host_steal_pct / 100.0 * wall_s)
+        .sum();
     let idle: f64 = interval.cpus.iter().map(|c| c.secs.idle_all()).sum();
     let idle_steal = wait.min(idle);
     m.split = HypervisorSplit {

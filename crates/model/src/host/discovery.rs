@@ -28,8 +28,15 @@ impl VmKind {
 
 /// What a process's name and command line say it is.
 pub fn vmm_of(comm: &str, cmdline: &[String]) -> Option<VmKind> {
-    let exe = cmdline.first().map(|a| a.rsplit('/').next().unwrap_or(a)).unwrap_or("");
-    if comm.starts_with("qemu") || exe.starts_with("qemu-system") || exe == "qemu-kvm" || exe == "kvm" && cmdline.len() > 1 {
+    let exe = cmdline
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a))
+        .unwrap_or("");
+    if comm.starts_with("qemu")
+        || exe.starts_with("qemu-system")
+        || exe == "qemu-kvm"
+        || exe == "kvm" && cmdline.len() > 1
+    {
         return Some(VmKind::Qemu);
     }
     if comm == "firecracker" || exe == "firecracker" {
@@ -72,17 +79,29 @@ pub fn thread_role(comm: &str) -> (ThreadRole, Option<&str>) {
 /// VM name: QEMU `-name [guest=]NAME[,...]`, Firecracker `--id ID`, else the
 /// libvirt scope name, else "pid-N".
 pub fn vm_name(kind: VmKind, cmdline: &[String], cgroup_paths: &[String], pid: u32) -> String {
-    let arg_after = |flag: &str| cmdline.iter().position(|a| a == flag).and_then(|i| cmdline.get(i + 1));
+    let arg_after = |flag: &str| {
+        cmdline
+            .iter()
+            .position(|a| a == flag)
+            .and_then(|i| cmdline.get(i + 1))
+    };
     let from_cmd = match kind {
         VmKind::Firecracker => arg_after("--id").cloned(),
         _ => arg_after("-name").map(|v| {
             let first = v.split(',').next().unwrap_or(v);
-            v.split(',').find_map(|p| p.strip_prefix("guest=")).unwrap_or(first).to_string()
+            v.split(',')
+                .find_map(|p| p.strip_prefix("guest="))
+                .unwrap_or(first)
+                .to_string()
         }),
     };
     from_cmd
         .filter(|s| !s.is_empty())
-        .or_else(|| cgroup_paths.iter().find_map(|p| libvirt_scope(p).map(|(_, n)| n)))
+        .or_else(|| {
+            cgroup_paths
+                .iter()
+                .find_map(|p| libvirt_scope(p).map(|(_, n)| n))
+        })
         .unwrap_or_else(|| format!("pid-{pid}"))
 }
 
@@ -95,7 +114,11 @@ pub fn libvirt_scope(path: &str) -> Option<(u32, String)> {
         let inner = unescaped
             .strip_prefix("machine-qemu-")
             .and_then(|s| s.strip_suffix(".scope"))
-            .or_else(|| unescaped.strip_prefix("qemu-").and_then(|s| s.strip_suffix(".libvirt-qemu")));
+            .or_else(|| {
+                unescaped
+                    .strip_prefix("qemu-")
+                    .and_then(|s| s.strip_suffix(".libvirt-qemu"))
+            });
         if let Some(inner) = inner {
             let (id, name) = inner.split_once('-')?;
             return Some((id.parse().ok()?, name.to_string()));
@@ -119,11 +142,23 @@ mod tests {
 
     #[test]
     fn qemu_and_firecracker() {
-        assert_eq!(vmm_of("qemu-system-x86", &v(&["/usr/bin/qemu-system-x86_64", "-name", "a"])), Some(VmKind::Qemu));
-        assert_eq!(vmm_of("firecracker", &v(&["firecracker", "--id", "x"])), Some(VmKind::Firecracker));
+        assert_eq!(
+            vmm_of(
+                "qemu-system-x86",
+                &v(&["/usr/bin/qemu-system-x86_64", "-name", "a"])
+            ),
+            Some(VmKind::Qemu)
+        );
+        assert_eq!(
+            vmm_of("firecracker", &v(&["firecracker", "--id", "x"])),
+            Some(VmKind::Firecracker)
+        );
         assert_eq!(vmm_of("bash", &v(&["bash"])), None);
         assert_eq!(thread_role("CPU 1/KVM"), (ThreadRole::Vcpu(1), Some("KVM")));
-        assert_eq!(thread_role("CPU 12/TCG"), (ThreadRole::Vcpu(12), Some("TCG")));
+        assert_eq!(
+            thread_role("CPU 12/TCG"),
+            (ThreadRole::Vcpu(12), Some("TCG"))
+        );
         assert_eq!(thread_role("fc_vcpu 0"), (ThreadRole::Vcpu(0), None));
         assert_eq!(thread_role("IO mon_iothread").0, ThreadRole::Io);
         assert_eq!(thread_role("call_rcu").0, ThreadRole::Emulator);
@@ -133,12 +168,36 @@ mod tests {
     fn names() {
         let cmd = v(&["qemu", "-name", "guest=web1,debug-threads=on"]);
         assert_eq!(vm_name(VmKind::Qemu, &cmd, &[], 5), "web1");
-        assert_eq!(vm_name(VmKind::Qemu, &v(&["qemu", "-name", "db,debug-threads=on"]), &[], 5), "db");
-        assert_eq!(vm_name(VmKind::Firecracker, &v(&["firecracker", "--id", "fc7"]), &[], 5), "fc7");
-        let cg = vec!["/machine.slice/machine-qemu\\x2d3\\x2ddebian\\x2d12.scope/libvirt/vcpu0".to_string()];
+        assert_eq!(
+            vm_name(
+                VmKind::Qemu,
+                &v(&["qemu", "-name", "db,debug-threads=on"]),
+                &[],
+                5
+            ),
+            "db"
+        );
+        assert_eq!(
+            vm_name(
+                VmKind::Firecracker,
+                &v(&["firecracker", "--id", "fc7"]),
+                &[],
+                5
+            ),
+            "fc7"
+        );
+        let cg = vec![
+            "/machine.slice/machine-qemu\\x2d3\\x2ddebian\\x2d12.scope/libvirt/vcpu0".to_string(),
+        ];
         assert_eq!(vm_name(VmKind::Qemu, &v(&["qemu"]), &cg, 5), "debian-12");
-        assert_eq!(libvirt_scope("/machine/qemu-4-win.libvirt-qemu/vcpu1"), Some((4, "win".into())));
-        assert_eq!(libvirt_vcpu_cgroup("/machine.slice/x.scope/libvirt/vcpu3"), Some(3));
+        assert_eq!(
+            libvirt_scope("/machine/qemu-4-win.libvirt-qemu/vcpu1"),
+            Some((4, "win".into()))
+        );
+        assert_eq!(
+            libvirt_vcpu_cgroup("/machine.slice/x.scope/libvirt/vcpu3"),
+            Some(3)
+        );
         assert_eq!(vm_name(VmKind::Qemu, &v(&["qemu"]), &[], 9), "pid-9");
     }
 }

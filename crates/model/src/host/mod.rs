@@ -3,6 +3,7 @@
 pub mod derived;
 pub mod discovery;
 pub mod observation;
+pub mod scanner;
 
 pub use derived::{host_model, HostModel, HypervisorSplit, VcpuSteal, VmSteal};
 pub use discovery::{ThreadRole, VmKind};

@@ -2,7 +2,9 @@
 //! its vCPU and other threads with run/wait time, affinity and cgroups, plus
 //! host facts the rules need (NUMA nodes, balancing, KVM debugfs).
 
-use super::discovery::{libvirt_scope, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_of, ThreadRole, VmKind};
+use super::discovery::{
+    libvirt_scope, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_of, ThreadRole, VmKind,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stealscope_readers::cgroupfs::{self, CgroupMounts, CpuWeight};
@@ -49,16 +51,29 @@ pub struct HostObservation {
 }
 
 fn cg_path<'a>(cgs: &'a [CgroupMembership], controller: &str) -> Option<&'a str> {
-    cgs.iter().find(|c| c.controllers.iter().any(|x| x == controller)).map(|c| c.path.as_str())
+    cgs.iter()
+        .find(|c| c.controllers.iter().any(|x| x == controller))
+        .map(|c| c.path.as_str())
 }
 
 fn cg_v2(cgs: &[CgroupMembership]) -> Option<&str> {
-    cgs.iter().find(|c| c.hierarchy == 0 && c.controllers.is_empty()).map(|c| c.path.as_str())
+    cgs.iter()
+        .find(|c| c.hierarchy == 0 && c.controllers.is_empty())
+        .map(|c| c.path.as_str())
 }
 
 /// One VMM process; None if it exited while we read it.
-fn read_vm(src: &dyn Source, pid: u32, kind: VmKind, cmdline: &[String], mounts: &CgroupMounts, kvm: Option<&[KvmVm]>) -> Result<Option<VmObs>, ReadError> {
-    let Some(tids) = proc_::tids(src, pid)? else { return Ok(None) };
+fn read_vm(
+    src: &dyn Source,
+    pid: u32,
+    kind: VmKind,
+    cmdline: &[String],
+    mounts: &CgroupMounts,
+    kvm: Option<&[KvmVm]>,
+) -> Result<Option<VmObs>, ReadError> {
+    let Some(tids) = proc_::tids(src, pid)? else {
+        return Ok(None);
+    };
     let cgroups = proc_::task_cgroup(src, pid, pid)?.unwrap_or_default();
     let kvm_tids: BTreeMap<u32, u32> = kvm
         .and_then(|vms| vms.iter().find(|v| v.pid == pid))
@@ -68,7 +83,9 @@ fn read_vm(src: &dyn Source, pid: u32, kind: VmKind, cmdline: &[String], mounts:
     let mut others = Vec::new();
     let mut accel = None;
     for tid in tids {
-        let Some(comm) = proc_::task_comm(src, pid, tid)? else { continue };
+        let Some(comm) = proc_::task_comm(src, pid, tid)? else {
+            continue;
+        };
         let (mut role, acc) = thread_role(&comm);
         if acc.is_some() {
             accel = acc.map(str::to_string);
@@ -77,7 +94,9 @@ fn read_vm(src: &dyn Source, pid: u32, kind: VmKind, cmdline: &[String], mounts:
         if let Some(i) = kvm_tids.get(&tid) {
             role = ThreadRole::Vcpu(*i);
         } else if role == ThreadRole::Emulator {
-            if let Some(i) = proc_::task_cgroup(src, pid, tid)?.and_then(|c| c.iter().find_map(|m| libvirt_vcpu_cgroup(&m.path))) {
+            if let Some(i) = proc_::task_cgroup(src, pid, tid)?
+                .and_then(|c| c.iter().find_map(|m| libvirt_vcpu_cgroup(&m.path)))
+            {
                 role = ThreadRole::Vcpu(i);
             }
         }
@@ -103,10 +122,17 @@ fn read_vm(src: &dyn Source, pid: u32, kind: VmKind, cmdline: &[String], mounts:
         (k, _) => k,
     };
     let paths: Vec<String> = cgroups.iter().map(|c| c.path.clone()).collect();
-    let manager = paths.iter().any(|p| libvirt_scope(p).is_some()).then(|| "libvirt".to_string());
+    let manager = paths
+        .iter()
+        .any(|p| libvirt_scope(p).is_some())
+        .then(|| "libvirt".to_string());
     let cpu_weight = cgroupfs::cpu_weight(src, mounts, cg_path(&cgroups, "cpu"), cg_v2(&cgroups))?;
     let status = proc_::task_status(src, pid, pid)?;
-    let numa_bytes = src.read_text(&format!("/proc/{pid}/numa_maps")).ok().flatten().map(|t| numa::parse_numa_maps(&t));
+    let numa_bytes = src
+        .read_text(&format!("/proc/{pid}/numa_maps"))
+        .ok()
+        .flatten()
+        .map(|t| numa::parse_numa_maps(&t));
     Ok(Some(VmObs {
         pid,
         name: vm_name(kind, cmdline, &paths, pid),
@@ -132,13 +158,19 @@ pub fn collect_host(src: &dyn Source) -> Result<HostObservation, ReadError> {
         None
     });
     for pid in proc_::pids(src)? {
-        let Some(comm) = proc_::comm(src, pid)? else { continue };
+        let Some(comm) = proc_::comm(src, pid)? else {
+            continue;
+        };
         // Cheap filter first: only VMM-looking processes get their cmdline read.
         if !(comm.starts_with("qemu") || comm == "firecracker" || comm == "kvm") {
             continue;
         }
-        let Some(cmdline) = proc_::cmdline(src, pid)? else { continue };
-        let Some(kind) = vmm_of(&comm, &cmdline) else { continue };
+        let Some(cmdline) = proc_::cmdline(src, pid)? else {
+            continue;
+        };
+        let Some(kind) = vmm_of(&comm, &cmdline) else {
+            continue;
+        };
         match read_vm(src, pid, kind, &cmdline, &h.cgroup_mounts, h.kvm.as_deref()) {
             Ok(Some(vm)) => h.vms.push(vm),
             Ok(None) => {}

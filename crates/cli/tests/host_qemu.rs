@@ -1,0 +1,217 @@
+//! Host side against real QEMU (TCG) VMs started by testenv/: discovery,
+//! vCPU thread ids against QMP, per-vCPU steal against an independent
+//! schedstat reading, busy vs idle steal, and a VM exiting mid-scan.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::Command;
+use std::time::Instant;
+
+const RUN_DIR: &str = "/run/stealscope-test-host";
+
+fn testenv(script: &str, args: &[&str]) -> String {
+    let out = Command::new(repo().join("testenv").join(script))
+        .args(args)
+        .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
+        .output()
+        .unwrap_or_else(|e| panic!("{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Stops every VM of this test even when an assertion fails.
+struct Vms;
+impl Drop for Vms {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("testenv/stop-all.sh"))
+            .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
+            .output();
+    }
+}
+
+fn qmp_tids(vm: &str) -> Vec<u64> {
+    let out = testenv("qmp.py", &[vm, "query-cpus-fast"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let mut t: Vec<u64> = v["return"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["thread-id"].as_u64().unwrap())
+        .collect();
+    t.sort_unstable();
+    t
+}
+
+fn wait_ns(pid: u64, tid: u64) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap();
+    s.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn vm<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("VM {name} not found in {r}"))
+}
+
+fn host_json(interval: &str) -> Value {
+    json(&run(&["host", "--json", "--interval", interval]))
+}
+
+fn ids(r: &Value) -> Vec<String> {
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn pin_all_threads(pid: &str, cpu: &str) {
+    let st = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpu, pid])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "taskset: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
+#[test]
+fn real_qemu_vms_discovery_steal_and_split() {
+    let have = is_root()
+        && repo().join("testenv/start-vm.sh").exists()
+        && Command::new("qemu-system-x86_64")
+            .arg("--version")
+            .output()
+            .is_ok();
+    if !require(have, "root and qemu-system-x86_64 (run testenv/setup.sh)") {
+        return;
+    }
+    let _vms = Vms;
+    let pid_a: u64 = testenv("start-vm.sh", &["vmA", "2", "--busy", "2"])
+        .parse()
+        .unwrap();
+    let pid_b: u64 = testenv("start-vm.sh", &["vmB", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
+
+    // 1. Discovery and vCPU thread ids equal QMP's.
+    let mut tids = std::collections::BTreeMap::new();
+    for (name, pid) in [("vmA", pid_a), ("vmB", pid_b)] {
+        tids.insert(name, (pid, qmp_tids(name)));
+    }
+    let before: Vec<(u64, u64, u64)> = tids
+        .values()
+        .flat_map(|(pid, t)| t.iter().map(move |tid| (*pid, *tid, wait_ns(*pid, *tid))))
+        .collect();
+    let t0 = Instant::now();
+    let r = host_json("4s");
+    let wall = t0.elapsed().as_secs_f64();
+    let after: Vec<u64> = before
+        .iter()
+        .map(|(pid, tid, _)| wait_ns(*pid, *tid))
+        .collect();
+    assert_eq!(r["schema"], "stealscope/host/1");
+    for (name, (pid, qtids)) in &tids {
+        let v = vm(&r, name);
+        assert_eq!(v["pid"].as_u64(), Some(*pid));
+        assert_eq!(v["kind"], "qemu-tcg");
+        let mut ours: Vec<u64> = v["vcpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["tid"].as_u64().unwrap())
+            .collect();
+        ours.sort_unstable();
+        assert_eq!(&ours, qtids, "{name}: vCPU tids vs QMP");
+        let others = v["other_tids"].as_array().unwrap();
+        assert!(
+            !others.is_empty(),
+            "{name}: emulator threads listed separately"
+        );
+        assert!(others.iter().all(|t| !qtids.contains(&t.as_u64().unwrap())));
+    }
+    // 2. Per-vCPU host steal agrees with an independent schedstat reading (2 pp).
+    for ((pid, tid, w0), w1) in before.iter().zip(&after) {
+        let theirs = 100.0 * (w1 - w0) as f64 / 1e9 / wall;
+        let v = r["vms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["pid"].as_u64() == Some(*pid))
+            .unwrap();
+        let c = v["vcpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["tid"].as_u64() == Some(*tid))
+            .unwrap();
+        let ours = c["host_steal_pct"].as_f64().unwrap();
+        assert!(
+            (ours - theirs).abs() <= 2.0,
+            "tid {tid}: stealscope {ours:.2} vs schedstat {theirs:.2}"
+        );
+    }
+    // 3. Three busy vCPUs on two CPUs: busy steal.
+    let f = ids(&r);
+    assert!(f.contains(&"host.steal.busy".into()), "{f:?}");
+    assert!(!f.contains(&"host.steal.idle".into()), "{f:?}");
+
+    // 4. Two 1-vCPU VMs forced onto CPU 0 while CPU 1 idles: idle steal.
+    testenv("stop-vm.sh", &["vmA"]);
+    let pid_c = testenv("start-vm.sh", &["vmC", "1", "--busy", "1"]);
+    pin_all_threads(&pid_b.to_string(), "0");
+    pin_all_threads(&pid_c, "0");
+    let r = host_json("4s");
+    let f = ids(&r);
+    assert!(
+        f.contains(&"host.steal.idle".into()),
+        "{f:?} {}",
+        r["hypervisor"]
+    );
+    assert!(!f.contains(&"host.steal.busy".into()), "{f:?}");
+    for name in ["vmB", "vmC"] {
+        let v = vm(&r, name);
+        assert!(
+            v["steal_pct"].as_f64().unwrap() > 20.0,
+            "{name} shares CPU 0: {v}"
+        );
+        assert_eq!(v["vcpus"][0]["cpus_allowed"], serde_json::json!([0]));
+    }
+
+    // 5. A VM that exits mid-scan is dropped quietly.
+    let child = bin()
+        .args(["host", "--json", "--interval", "3s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    Command::new("kill").args(["-9", &pid_c]).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.stderr.is_empty(),
+        "no error output: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&out);
+    assert!(
+        r["vms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["name"] != "vmC"),
+        "exited VM dropped"
+    );
+    vm(&r, "vmB");
+}

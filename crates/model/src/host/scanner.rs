@@ -1,0 +1,108 @@
+//! Periodic host scan for long-running commands (serve, record, place
+//! daemon): discovery once, then each scan only preads the schedstat file of
+//! every known thread, kept open. Threads or VMs that exit are dropped
+//! quietly; a changed thread list triggers rediscovery of that VM.
+
+use super::discovery::ThreadRole;
+use super::observation::collect_host;
+use std::path::{Path, PathBuf};
+use stealscope_readers::pread::PreadFile;
+use stealscope_readers::process::{parse_schedstat, task_schedstat_path, TaskSchedstat};
+use stealscope_readers::{ReadError, RootFs};
+
+pub struct ScannedThread {
+    pub tid: u32,
+    pub role: ThreadRole,
+    file: PreadFile,
+}
+
+pub struct ScannedVm {
+    pub pid: u32,
+    pub name: String,
+    pub threads: Vec<ScannedThread>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadSample {
+    pub pid: u32,
+    pub tid: u32,
+    pub role: ThreadRole,
+    pub sched: TaskSchedstat,
+}
+
+pub struct HostScanner {
+    root: PathBuf,
+    pub vms: Vec<ScannedVm>,
+}
+
+impl HostScanner {
+    /// Finds every VM and opens each thread's schedstat.
+    pub fn discover(root: &Path) -> Result<Self, ReadError> {
+        raise_fd_limit();
+        let obs = collect_host(&RootFs::new(root))?;
+        let mut vms = Vec::new();
+        for vm in obs.vms {
+            let mut threads = Vec::new();
+            let all = vm.vcpus.into_iter().map(|(_, t)| t).chain(vm.others);
+            for t in all {
+                // A thread that exited since discovery is simply not kept.
+                if let Ok(file) = PreadFile::open(root, &task_schedstat_path(vm.pid, t.tid)) {
+                    threads.push(ScannedThread {
+                        tid: t.tid,
+                        role: t.role,
+                        file,
+                    });
+                }
+            }
+            vms.push(ScannedVm {
+                pid: vm.pid,
+                name: vm.name,
+                threads,
+            });
+        }
+        Ok(HostScanner {
+            root: root.to_path_buf(),
+            vms,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// One scan: run/wait time of every known thread, into `out`.
+    pub fn scan(&mut self, out: &mut Vec<ThreadSample>) {
+        out.clear();
+        for vm in &mut self.vms {
+            vm.threads.retain_mut(|t| {
+                let Ok(text) = t.file.read_text() else {
+                    return false;
+                };
+                match parse_schedstat(text, "schedstat") {
+                    Ok(sched) => {
+                        out.push(ThreadSample {
+                            pid: vm.pid,
+                            tid: t.tid,
+                            role: t.role,
+                            sched,
+                        });
+                        true
+                    }
+                    // An exited thread reads as empty: drop it.
+                    Err(_) => false,
+                }
+            });
+        }
+        self.vms.retain(|v| !v.threads.is_empty());
+    }
+}
+
+/// Long scans keep one fd per thread; lift the soft limit to the hard one.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}

@@ -1,0 +1,630 @@
+//! The kernel's own evidence for the preempt probe: a dedicated tracefs
+//! instance (so the global buffer and anyone using it are not disturbed)
+//! recording hard IRQs (irq_handler_entry/exit and the x86 irq_vectors
+//! *_entry/*_exit, which is where the local timer and IPIs show up),
+//! softirq_entry/exit and sched_switch on the probed CPUs, with trace_clock
+//! "mono" so the timestamps are the spinner's CLOCK_MONOTONIC. Events are read
+//! from the instance's text trace_pipe while the probe runs.
+//!
+//! Cleanup: the instance is removed and a tracefs mount we made is unmounted
+//! when the [`Tracer`] drops. An instance left by a killed (SIGKILL) earlier
+//! run is removed the next time a probe starts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
+const INSTANCE_PREFIX: &str = "stealscope-probe-";
+/// Ring buffer per probed CPU. The reader may be starved while SCHED_FIFO
+/// spinners hold every CPU (the fair server gives it ~50 ms a second), so the
+/// buffer must hold a second or more of events: a busy guest CPU makes ~20k
+/// IRQ/softirq/switch events a second at ~40 bytes each.
+const BUFFER_KB_PROBED: u32 = 4096;
+/// CPUs not probed record nothing (tracing_cpumask) and get a token buffer.
+const BUFFER_KB_OTHER: u32 = 16;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// One span on one CPU, ns CLOCK_MONOTONIC, `name` indexing [`TraceData::names`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub start: u64,
+    pub end: u64,
+    pub name: u32,
+}
+
+/// A task's stretch on a CPU between two sched_switch events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskSpan {
+    pub start: u64,
+    pub end: u64,
+    pub pid: i32,
+    pub name: u32,
+}
+
+/// What one CPU did, in time order.
+#[derive(Debug, Default)]
+pub struct CpuTrace {
+    /// Outermost hard IRQ handlers (device IRQs and x86 vectors).
+    pub irq: Vec<Span>,
+    pub softirq: Vec<Span>,
+    pub tasks: Vec<TaskSpan>,
+    irq_depth: u32,
+    irq_open: Option<(u64, u32)>,
+    soft_open: Option<(u64, u32)>,
+    current: Option<(u64, i32, u32)>,
+}
+
+#[derive(Debug, Default)]
+pub struct TraceData {
+    pub cpus: BTreeMap<u32, CpuTrace>,
+    pub names: Vec<String>,
+    name_ids: HashMap<String, u32>,
+    pub events: u64,
+    pub lost: u64,
+    pub unparsed: u64,
+}
+
+impl TraceData {
+    fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.name_ids.get(s) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.names.push(s.to_string());
+        self.name_ids.insert(s.to_string(), i);
+        i
+    }
+
+    pub fn name(&self, i: u32) -> &str {
+        self.names
+            .get(i as usize)
+            .map(String::as_str)
+            .unwrap_or("?")
+    }
+
+    /// Feeds one line of trace_pipe text.
+    pub fn line(&mut self, line: &str) {
+        if line.is_empty() || line.starts_with('#') {
+            return;
+        }
+        if let Some(i) = line.find("[LOST ") {
+            let n = line[i + 6..]
+                .split_ascii_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            self.lost += n;
+            return;
+        }
+        let Some(ev) = parse_line(line) else {
+            self.unparsed += 1;
+            return;
+        };
+        self.events += 1;
+        self.event(ev);
+    }
+
+    fn event(&mut self, ev: Event<'_>) {
+        let Event {
+            cpu,
+            ts,
+            name,
+            fields,
+        } = ev;
+        match name {
+            "sched_switch" => {
+                let Some((pid, comm)) = parse_next_task(fields) else {
+                    self.unparsed += 1;
+                    return;
+                };
+                let id = self.intern(comm);
+                let t = self.cpus.entry(cpu).or_default();
+                if let Some((start, p, n)) = t.current.take() {
+                    t.tasks.push(TaskSpan {
+                        start,
+                        end: ts,
+                        pid: p,
+                        name: n,
+                    });
+                }
+                t.current = Some((ts, pid, id));
+            }
+            "softirq_entry" => {
+                let action = fields
+                    .split("action=")
+                    .nth(1)
+                    .map(|a| a.trim_end_matches(']').trim())
+                    .unwrap_or(fields);
+                let id = self.intern(&format!("softirq {action}"));
+                self.cpus.entry(cpu).or_default().soft_open = Some((ts, id));
+            }
+            "softirq_exit" => {
+                let t = self.cpus.entry(cpu).or_default();
+                if let Some((start, n)) = t.soft_open.take() {
+                    t.softirq.push(Span {
+                        start,
+                        end: ts,
+                        name: n,
+                    });
+                }
+            }
+            "irq_handler_entry" => {
+                let irq = field(fields, "irq=").unwrap_or("?");
+                let dev = fields.split("name=").nth(1).unwrap_or("").trim();
+                let id = self.intern(&format!("IRQ {irq} {dev}"));
+                self.irq_entry(cpu, ts, id);
+            }
+            "irq_handler_exit" => self.irq_exit(cpu, ts),
+            _ => {
+                if let Some(vector) = name.strip_suffix("_entry") {
+                    let id = self.intern(vector);
+                    self.irq_entry(cpu, ts, id);
+                } else if name.ends_with("_exit") {
+                    self.irq_exit(cpu, ts);
+                }
+            }
+        }
+    }
+
+    fn irq_entry(&mut self, cpu: u32, ts: u64, name: u32) {
+        let t = self.cpus.entry(cpu).or_default();
+        if t.irq_depth == 0 {
+            t.irq_open = Some((ts, name));
+        }
+        t.irq_depth += 1;
+    }
+
+    fn irq_exit(&mut self, cpu: u32, ts: u64) {
+        let t = self.cpus.entry(cpu).or_default();
+        if t.irq_depth == 0 {
+            return; // the entry was before tracing started
+        }
+        t.irq_depth -= 1;
+        if t.irq_depth == 0 {
+            if let Some((start, name)) = t.irq_open.take() {
+                t.irq.push(Span {
+                    start,
+                    end: ts,
+                    name,
+                });
+            }
+        }
+    }
+
+    /// Closes what is still open at `end` (the task running, an IRQ in flight).
+    pub fn close(&mut self, end: u64) {
+        for t in self.cpus.values_mut() {
+            if let Some((start, pid, name)) = t.current.take() {
+                t.tasks.push(TaskSpan {
+                    start,
+                    end: end.max(start),
+                    pid,
+                    name,
+                });
+            }
+            if let Some((start, name)) = t.irq_open.take() {
+                t.irq.push(Span {
+                    start,
+                    end: end.max(start),
+                    name,
+                });
+            }
+            if let Some((start, name)) = t.soft_open.take() {
+                t.softirq.push(Span {
+                    start,
+                    end: end.max(start),
+                    name,
+                });
+            }
+            t.irq_depth = 0;
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Event<'a> {
+    cpu: u32,
+    ts: u64,
+    name: &'a str,
+    fields: &'a str,
+}
+
+fn field<'a>(fields: &'a str, key: &str) -> Option<&'a str> {
+    let i = fields.find(key)?;
+    fields[i + key.len()..].split_ascii_whitespace().next()
+}
+
+/// "next_comm=CPU 0/TCG next_pid=32733 next_prio=120" -> (32733, "CPU 0/TCG").
+/// Comms may hold spaces, so the pid is found from the right.
+fn parse_next_task(fields: &str) -> Option<(i32, &str)> {
+    let next = fields.rsplit_once("==> ")?.1;
+    let comm_start = next.find("next_comm=")? + "next_comm=".len();
+    let pid_at = next.rfind(" next_pid=")?;
+    let comm = next.get(comm_start..pid_at)?;
+    let pid = next[pid_at + " next_pid=".len()..]
+        .split_ascii_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((pid, comm))
+}
+
+/// "1107.667837" -> ns. The text output has µs resolution.
+fn parse_ts(s: &str) -> Option<u64> {
+    let (sec, frac) = s.split_once('.')?;
+    if sec.is_empty() || frac.is_empty() || frac.len() > 9 {
+        return None;
+    }
+    if !sec.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let sec: u64 = sec.parse().ok()?;
+    let f: u64 = frac.parse().ok()?;
+    Some(sec * 1_000_000_000 + f * 10u64.pow(9 - frac.len() as u32))
+}
+
+/// `  TASK-PID  [CPU] flags  TIMESTAMP: event: fields`. TASK may contain
+/// spaces and brackets, so the CPU field is the first `[digits]` followed by
+/// a timestamp token.
+fn parse_line(line: &str) -> Option<Event<'_>> {
+    let mut from = 0;
+    while let Some(open) = line[from..].find('[').map(|i| i + from) {
+        from = open + 1;
+        let Some(close) = line[open..].find(']').map(|i| i + open) else {
+            return None;
+        };
+        let digits = &line[open + 1..close];
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(cpu) = digits.parse::<u32>() else {
+            continue;
+        };
+        // Tokens after "]": optional flags, then "TS:", then "event:".
+        let mut rest = &line[close + 1..];
+        let mut ts = None;
+        for _ in 0..3 {
+            rest = rest.trim_start();
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            let tok = &rest[..end];
+            rest = &rest[end..];
+            if let Some(t) = tok.strip_suffix(':').and_then(parse_ts) {
+                ts = Some(t);
+                break;
+            }
+        }
+        let Some(ts) = ts else { continue };
+        let rest = rest.trim_start();
+        let colon = rest.find(':')?;
+        let name = &rest[..colon];
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return None;
+        }
+        let fields = rest[colon + 1..].trim();
+        return Some(Event {
+            cpu,
+            ts,
+            name,
+            fields,
+        });
+    }
+    None
+}
+
+fn tracing_root() -> Option<PathBuf> {
+    [TRACEFS, DEBUGFS_TRACING]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("instances").is_dir())
+}
+
+fn write(path: &Path, value: &str) -> Result<(), String> {
+    std::fs::write(path, value).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// tracing_cpumask format: 32-bit hex groups, most significant first.
+fn cpumask(cpus: &[u32]) -> String {
+    let max = cpus.iter().copied().max().unwrap_or(0);
+    let groups = (max / 32 + 1) as usize;
+    let mut words = vec![0u32; groups];
+    for &c in cpus {
+        words[(c / 32) as usize] |= 1 << (c % 32);
+    }
+    words
+        .iter()
+        .rev()
+        .map(|w| format!("{w:08x}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn pid_alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes instances that earlier runs left behind when they were killed
+/// with SIGKILL (their pid no longer exists).
+fn remove_stale_instances(root: &Path) {
+    let Ok(dir) = std::fs::read_dir(root.join("instances")) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(INSTANCE_PREFIX) else {
+            continue;
+        };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<i32>().ok());
+        if pid.is_some_and(|p| !pid_alive(p)) {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// A running trace of the probed CPUs. Drop removes the instance and
+/// unmounts tracefs if this tracer mounted it.
+pub struct Tracer {
+    root: PathBuf,
+    mounted: bool,
+    instance: Option<PathBuf>,
+    pipe: Option<File>,
+    partial: Vec<u8>,
+    buf: Vec<u8>,
+    pub data: TraceData,
+}
+
+impl Tracer {
+    /// Sets up and starts the instance. `allow_mount`: mount tracefs on
+    /// /sys/kernel/tracing if nothing is mounted there (unmounted on drop).
+    /// The error is a reason for the report's notes.
+    pub fn start(cpus: &[u32], allow_mount: bool) -> Result<Tracer, String> {
+        let mut mounted = false;
+        let root = match tracing_root() {
+            Some(r) => r,
+            None if allow_mount => {
+                nix::mount::mount(
+                    Some("nodev"),
+                    TRACEFS,
+                    Some("tracefs"),
+                    nix::mount::MsFlags::empty(),
+                    None::<&str>,
+                )
+                .map_err(|e| format!("tracefs not mounted and mount failed: {e}"))?;
+                mounted = true;
+                if !Path::new(TRACEFS).join("instances").is_dir() {
+                    let _ = nix::mount::umount(TRACEFS);
+                    return Err("tracefs has no instances/ directory".into());
+                }
+                PathBuf::from(TRACEFS)
+            }
+            None => return Err("tracefs is not mounted".into()),
+        };
+        let mut t = Tracer {
+            root,
+            mounted,
+            instance: None,
+            pipe: None,
+            partial: Vec::new(),
+            buf: vec![0; 1 << 16],
+            data: TraceData::default(),
+        };
+        remove_stale_instances(&t.root);
+        let name = format!(
+            "{INSTANCE_PREFIX}{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let inst = t.root.join("instances").join(name);
+        std::fs::create_dir(&inst)
+            .map_err(|e| format!("cannot create tracing instance {}: {e}", inst.display()))?;
+        t.instance = Some(inst.clone());
+        write(&inst.join("tracing_on"), "0")?;
+        write(&inst.join("trace_clock"), "mono")?;
+        write(&inst.join("buffer_size_kb"), &BUFFER_KB_OTHER.to_string())?;
+        for c in cpus {
+            write(
+                &inst.join(format!("per_cpu/cpu{c}/buffer_size_kb")),
+                &BUFFER_KB_PROBED.to_string(),
+            )?;
+        }
+        write(&inst.join("tracing_cpumask"), &cpumask(cpus))?;
+        let ev = inst.join("events");
+        for e in [
+            "irq/irq_handler_entry",
+            "irq/irq_handler_exit",
+            "irq/softirq_entry",
+            "irq/softirq_exit",
+            "sched/sched_switch",
+        ] {
+            write(&ev.join(e).join("enable"), "1")?;
+        }
+        // x86: the local APIC timer, IPIs and irq_work never pass through
+        // irq_handler_entry; their vectors have their own events.
+        if let Ok(dir) = std::fs::read_dir(ev.join("irq_vectors")) {
+            for e in dir.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.ends_with("_entry") || n.ends_with("_exit") {
+                    let _ = write(&e.path().join("enable"), "1");
+                }
+            }
+        }
+        let pipe = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(inst.join("trace_pipe"))
+            .map_err(|e| format!("{}/trace_pipe: {e}", inst.display()))?;
+        t.pipe = Some(pipe);
+        write(&inst.join("tracing_on"), "1")?;
+        Ok(t)
+    }
+
+    /// Where the events come from, for evidence.
+    pub fn describe(&self) -> String {
+        self.instance
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Reads whatever the pipe has now (never blocks).
+    pub fn drain(&mut self) {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return;
+        };
+        loop {
+            match pipe.read(&mut self.buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.partial.extend_from_slice(&self.buf[..n]);
+                    let mut start = 0;
+                    while let Some(nl) = self.partial[start..].iter().position(|&b| b == b'\n') {
+                        let line = String::from_utf8_lossy(&self.partial[start..start + nl]);
+                        self.data.line(&line);
+                        start += nl + 1;
+                    }
+                    self.partial.drain(..start);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => break, // WouldBlock: empty for now
+            }
+        }
+    }
+
+    /// Stops recording, reads the rest and returns the events; spans still
+    /// open are closed at `end_ns`.
+    pub fn finish(mut self, end_ns: u64) -> TraceData {
+        if let Some(inst) = &self.instance {
+            let _ = write(&inst.join("tracing_on"), "0");
+        }
+        self.drain();
+        self.data.close(end_ns);
+        std::mem::take(&mut self.data)
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        // The open trace_pipe holds a reference: close it before rmdir.
+        drop(self.pipe.take());
+        if let Some(inst) = self.instance.take() {
+            let _ = write(&inst.join("tracing_on"), "0");
+            let _ = std::fs::remove_dir(&inst);
+        }
+        if self.mounted {
+            let _ = nix::mount::umount(self.root.as_path());
+        }
+    }
+}
+
+/// Instances of ours that exist now (tests: none may be left behind).
+pub fn leftover_instances() -> Vec<String> {
+    let Some(root) = tracing_root() else {
+        return Vec::new();
+    };
+    std::fs::read_dir(root.join("instances"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(INSTANCE_PREFIX))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+       CPU 0/TCG-32733   [001] d.h..  1107.667837: local_timer_entry: vector=236
+       CPU 0/TCG-32733   [001] dNh..  1107.667861: local_timer_exit: vector=236
+       CPU 0/TCG-32733   [001] d..2.  1107.667864: sched_switch: prev_comm=CPU 0/TCG prev_pid=32733 prev_prio=120 prev_state=R ==> next_comm=qemu-system-x86 next_pid=32730 next_prio=120
+ qemu-system-x86-32730   [001] d..2.  1107.667872: sched_switch: prev_comm=qemu-system-x86 prev_pid=32730 prev_prio=120 prev_state=S ==> next_comm=CPU 0/TCG next_pid=32733 next_prio=120
+       CPU 0/TCG-32733   [001] d.h..  1107.668007: local_timer_entry: vector=236
+       CPU 0/TCG-32733   [001] d.h..  1107.668010: softirq_raise: vec=9 [action=RCU]
+       CPU 0/TCG-32733   [001] dNh..  1107.668016: local_timer_exit: vector=236
+       CPU 0/TCG-32733   [001] .Ns..  1107.668017: softirq_entry: vec=9 [action=RCU]
+       CPU 0/TCG-32733   [001] .Ns..  1107.668019: softirq_exit: vec=9 [action=RCU]
+ qemu-system-x86-32629   [000] d.H1.  1107.668184: irq_handler_entry: irq=36 name=virtio1-req.0
+ qemu-system-x86-32629   [000] d.H1.  1107.668190: irq_handler_exit: irq=36 ret=handled
+CPU:1 [LOST 12 EVENTS]
+";
+
+    #[test]
+    fn parses_real_lines() {
+        let mut d = TraceData::default();
+        for l in SAMPLE.lines() {
+            d.line(l);
+        }
+        d.close(1_107_668_100_000);
+        assert_eq!(d.lost, 12);
+        assert_eq!(d.unparsed, 0);
+        let c1 = &d.cpus[&1];
+        assert_eq!(c1.irq.len(), 2);
+        assert_eq!(c1.irq[0].start, 1_107_667_837_000);
+        assert_eq!(c1.irq[0].end, 1_107_667_861_000);
+        assert_eq!(d.name(c1.irq[0].name), "local_timer");
+        assert_eq!(c1.softirq.len(), 1);
+        assert_eq!(d.name(c1.softirq[0].name), "softirq RCU");
+        // Two switches: qemu ran 864..872, then "CPU 0/TCG" from 872 to close.
+        assert_eq!(c1.tasks.len(), 2);
+        assert_eq!(c1.tasks[0].pid, 32730);
+        assert_eq!(c1.tasks[0].end - c1.tasks[0].start, 8_000);
+        assert_eq!(d.name(c1.tasks[1].name), "CPU 0/TCG");
+        let c0 = &d.cpus[&0];
+        assert_eq!(d.name(c0.irq[0].name), "IRQ 36 virtio1-req.0");
+        assert_eq!(c0.irq[0].end - c0.irq[0].start, 6_000);
+    }
+
+    #[test]
+    fn comm_with_brackets_and_ns_timestamps() {
+        let e =
+            parse_line("  weird [7] name-12  [003] ....  55.123456789: sched_switch: x").unwrap();
+        assert_eq!(e.cpu, 3);
+        assert_eq!(e.ts, 55_123_456_789);
+        assert_eq!(e.name, "sched_switch");
+        assert!(parse_line("garbage").is_none());
+        assert!(parse_line("a [001] nots: x").is_none());
+        assert_eq!(
+            parse_next_task("prev_comm=a ==> next_comm=x y next_pid=42 next_prio=9"),
+            Some((42, "x y"))
+        );
+    }
+
+    #[test]
+    fn nested_irqs_make_one_outer_span_and_exit_without_entry_is_ignored() {
+        let mut d = TraceData::default();
+        d.line("t-1 [000] d.h.. 1.000010: irq_handler_exit: irq=1 ret=handled");
+        d.line("t-1 [000] d.h.. 1.000020: local_timer_entry: vector=236");
+        d.line("t-1 [000] d.h.. 1.000022: irq_handler_entry: irq=5 name=x");
+        d.line("t-1 [000] d.h.. 1.000024: irq_handler_exit: irq=5 ret=handled");
+        d.line("t-1 [000] d.h.. 1.000030: local_timer_exit: vector=236");
+        let c = &d.cpus[&0];
+        assert_eq!(c.irq.len(), 1);
+        assert_eq!(
+            (c.irq[0].start, c.irq[0].end),
+            (1_000_020_000, 1_000_030_000)
+        );
+    }
+
+    #[test]
+    fn cpumask_format() {
+        assert_eq!(cpumask(&[0, 1]), "00000003");
+        assert_eq!(cpumask(&[1]), "00000002");
+        assert_eq!(cpumask(&[0, 33]), "00000002,00000001");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,200}") {
+            let mut d = TraceData::default();
+            d.line(&s);
+            d.close(0);
+        }
+    }
+}
