@@ -14,6 +14,7 @@ tmp=$(mktemp)
   echo "Each section names the command that produced it; every comparison ran side by side in one run."
   echo
   cargo bench --quiet --bench sample_cost 2>/dev/null
+  cargo bench --quiet --bench host_scan 2>/dev/null
 } > "$tmp"
 mv "$tmp" "$out"
 cat "$out"
