@@ -52,13 +52,14 @@ fn wait_ns(pid: u64, tid: u64) -> u64 {
     s.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-fn vm<'a>(r: &'a Value, name: &str) -> &'a Value {
+/// A VM of this test by name and pid (other VMs on the machine may share the name).
+fn vm<'a>(r: &'a Value, name: &str, pid: u64) -> &'a Value {
     r["vms"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|v| v["name"] == name)
-        .unwrap_or_else(|| panic!("VM {name} not found in {r}"))
+        .find(|v| v["name"] == name && v["pid"].as_u64() == Some(pid))
+        .unwrap_or_else(|| panic!("VM {name} (pid {pid}) not found in {r}"))
 }
 
 fn host_json(interval: &str) -> Value {
@@ -98,16 +99,16 @@ fn real_qemu_vms_discovery_steal_and_split() {
         return;
     }
     let _vms = Vms;
-    let pid_a: u64 = testenv("start-vm.sh", &["vmA", "2", "--busy", "2"])
+    let pid_a: u64 = testenv("start-vm.sh", &["hqA", "2", "--busy", "2"])
         .parse()
         .unwrap();
-    let pid_b: u64 = testenv("start-vm.sh", &["vmB", "1", "--busy", "1"])
+    let pid_b: u64 = testenv("start-vm.sh", &["hqB", "1", "--busy", "1"])
         .parse()
         .unwrap();
 
     // 1. Discovery and vCPU thread ids equal QMP's.
     let mut tids = std::collections::BTreeMap::new();
-    for (name, pid) in [("vmA", pid_a), ("vmB", pid_b)] {
+    for (name, pid) in [("hqA", pid_a), ("hqB", pid_b)] {
         tids.insert(name, (pid, qmp_tids(name)));
     }
     let before: Vec<(u64, u64, u64)> = tids
@@ -123,8 +124,7 @@ fn real_qemu_vms_discovery_steal_and_split() {
         .collect();
     assert_eq!(r["schema"], "stealscope/host/1");
     for (name, (pid, qtids)) in &tids {
-        let v = vm(&r, name);
-        assert_eq!(v["pid"].as_u64(), Some(*pid));
+        let v = vm(&r, name, *pid);
         assert_eq!(v["kind"], "qemu-tcg");
         let mut ours: Vec<u64> = v["vcpus"]
             .as_array()
@@ -168,8 +168,9 @@ fn real_qemu_vms_discovery_steal_and_split() {
     assert!(!f.contains(&"host.steal.idle".into()), "{f:?}");
 
     // 4. Two 1-vCPU VMs forced onto CPU 0 while CPU 1 idles: idle steal.
-    testenv("stop-vm.sh", &["vmA"]);
-    let pid_c = testenv("start-vm.sh", &["vmC", "1", "--busy", "1"]);
+    testenv("stop-vm.sh", &["hqA"]);
+    let pid_c = testenv("start-vm.sh", &["hqC", "1", "--busy", "1"]);
+    let pid_c_num: u64 = pid_c.parse().unwrap();
     pin_all_threads(&pid_b.to_string(), "0");
     pin_all_threads(&pid_c, "0");
     let r = host_json("4s");
@@ -180,8 +181,8 @@ fn real_qemu_vms_discovery_steal_and_split() {
         r["hypervisor"]
     );
     assert!(!f.contains(&"host.steal.busy".into()), "{f:?}");
-    for name in ["vmB", "vmC"] {
-        let v = vm(&r, name);
+    for (name, pid) in [("hqB", pid_b), ("hqC", pid_c_num)] {
+        let v = vm(&r, name, pid);
         assert!(
             v["steal_pct"].as_f64().unwrap() > 20.0,
             "{name} shares CPU 0: {v}"
@@ -210,8 +211,8 @@ fn real_qemu_vms_discovery_steal_and_split() {
             .as_array()
             .unwrap()
             .iter()
-            .all(|v| v["name"] != "vmC"),
+            .all(|v| v["pid"].as_u64() != Some(pid_c_num)),
         "exited VM dropped"
     );
-    vm(&r, "vmB");
+    vm(&r, "hqB", pid_b);
 }
