@@ -15,6 +15,7 @@ tmp=$(mktemp)
   echo
   cargo bench --quiet --bench sample_cost 2>/dev/null
   cargo bench --quiet --bench host_scan 2>/dev/null
+  echo; scripts/bench-probes.sh
 } > "$tmp"
 mv "$tmp" "$out"
 cat "$out"

@@ -49,6 +49,16 @@ pub enum Command {
                             under their absolute paths, and samples.jsonl with the /proc/stat series."
     )]
     Snapshot(SnapshotArgs),
+    /// Active measurements: timer wake-up latency, preemption gaps, throughput vs steal
+    #[command(
+        after_help = "Examples:\n  stealscope probe wakeup                        cyclictest-style latency, 5 s\n  \
+                            stealscope probe preempt --cpus 1 --json       gaps and who caused them\n  \
+                            stealscope probe throughput --duration 30s     ops/s per 100 ms vs steal\n  \
+                            stealscope probe wakeup --no-change            change nothing on the system\n\n\
+                            Ctrl-C or SIGTERM end a run early with a partial report; priorities, memory lock, \
+                            PM QoS and the tracing instance are released on every path."
+    )]
+    Probe(crate::probe_cmd::ProbeArgs),
     /// Print shell completions to stdout
     #[command(
         after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \

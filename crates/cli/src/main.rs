@@ -2,6 +2,7 @@
 //! analysis and output together. Errors are one line on stderr, exit 2.
 
 mod args;
+mod probe_cmd;
 
 use args::{Cli, ColorChoice, Command, DoctorArgs, SampleArgs};
 use clap::{CommandFactory, Parser};
@@ -112,6 +113,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             clap_complete::generate(shell, &mut cmd, "stealscope", &mut std::io::stdout());
             Ok(())
         }
+        Command::Probe(a) => probe_cmd::run(&a),
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             clap_mangen::generate_to(Cli::command(), &dir)

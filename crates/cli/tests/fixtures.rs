@@ -120,6 +120,16 @@ fn snapshot_fixtures_meet_expectations() {
         "tuning.io-scheduler",
         "tuning.cpufreq-governor",
         "tuning.dirty-writeback",
+        "host.steal.busy",
+        "host.steal.idle",
+        "host.idle-vm-penalty",
+        "host.numa-balancing",
+        "host.vm-spans-nodes",
+        "host.cgroup-weight-unfair",
+        "host.kvmclock-ipi-storm",
+        "host.no-ept",
+        "host.hlt-exits-dominant",
+        "host.swap-pressure",
     ] {
         assert!(fired_somewhere.contains(id), "no fixture makes {id} fire");
         assert!(

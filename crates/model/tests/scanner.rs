@@ -52,7 +52,11 @@ fn scanner_follows_threads_and_drops_an_exited_vm() {
     let ours: Vec<_> = out.iter().filter(|s| s.pid == pid).collect();
     assert!(ours.len() >= 5, "vCPUs and the main thread: {}", ours.len());
     // The vCPUs spun 200 ms each (sharing Python's GIL): run time is visible.
-    let vcpu_run: u64 = ours.iter().filter(|s| matches!(s.role, stealscope_model::host::ThreadRole::Vcpu(_))).map(|s| s.sched.run_ns).sum();
+    let vcpu_run: u64 = ours
+        .iter()
+        .filter(|s| matches!(s.role, stealscope_model::host::ThreadRole::Vcpu(_)))
+        .map(|s| s.sched.run_ns)
+        .sum();
     assert!(vcpu_run > 50_000_000, "vCPU run time {vcpu_run} ns");
     child.kill().unwrap();
     child.wait().unwrap();

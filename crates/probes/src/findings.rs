@@ -136,6 +136,7 @@ fn preempt_finding(p: &PreemptReport) -> Option<Value> {
             json!({
                 "cpu": c.cpu,
                 "unexplained_pct": c.unexplained_pct,
+                "uncovered_pct": c.uncovered_pct,
                 "steal_pct": c.steal_pct,
                 "noise_us_per_s": c.noise_us_per_s,
                 "available_pct": c.available_pct,
@@ -273,6 +274,7 @@ mod tests {
                 max_gap_us,
                 classes,
                 unexplained_pct: unexpl_pct,
+                uncovered_pct: unexpl_pct,
                 steal_pct: Some(0.5),
                 policy: "other".into(),
                 gap_stats: stats(10.0, max_gap_us),

@@ -67,3 +67,10 @@ pub fn pm_qos_limit_us() -> Option<i32> {
 pub fn leftover_trace_instances() -> Vec<String> {
     tracefs::leftover_instances()
 }
+
+/// Live unit tests run probes on the same CPUs: one at a time.
+#[cfg(test)]
+pub(crate) fn test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}

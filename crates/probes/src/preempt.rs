@@ -41,6 +41,11 @@ const POLL: Duration = Duration::from_millis(200);
 /// and µs trace timestamps. More than this uncovered, and more than the guest
 /// events cover, is the vCPU not running: the gap is classed unexplained.
 pub const UNEXPLAINED_DOMINANT_NS: u64 = 10_000;
+/// Uncovered time a guest-caused gap may hold without it counting as the
+/// hypervisor's: scheduler and IRQ entry/exit paths outside the trace points
+/// (and their VM exits). The ground-truth test measures 15-18 µs of it in a
+/// gap made of a timer IRQ and two context switches on a KVM guest.
+pub const GUEST_GAP_ALLOWANCE_NS: u64 = 20_000;
 /// Counter fallback: an interrupt (handler plus the softirqs run on its exit)
 /// is a plausible cause of a gap up to this long. Longer softirq work is
 /// usually pushed to ksoftirqd, which is a context switch and counted as a
@@ -175,9 +180,13 @@ pub struct PreemptCpu {
     pub available_pct: f64,
     pub max_gap_us: f64,
     pub classes: Classes,
-    /// Unexplained time as a share of the run: the hypervisor's take as seen
-    /// from inside, at µs resolution.
+    /// The hypervisor's take as seen from inside, at µs resolution: the
+    /// uncovered time of unexplained gaps, plus what other gaps hold beyond
+    /// [`GUEST_GAP_ALLOWANCE_NS`], as a share of the run.
     pub unexplained_pct: f64,
+    /// All time no guest event covers, as a share of the run (upper bound of
+    /// `unexplained_pct`: includes entry/exit paths of guest events).
+    pub uncovered_pct: f64,
     /// /proc/stat steal on this CPU over the run (10 ms resolution), to
     /// compare with `unexplained_pct`.
     pub steal_pct: Option<f64>,
@@ -485,15 +494,26 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
         let mut hist_unexpl = stats::new_histogram();
         let mut by_source: HashMap<(GapClass, String), Vec<u64>> = HashMap::new();
         let mut noise = 0u64;
+        let mut hypervisor_ns = 0u64;
+        let mut counted = if trace.is_none() {
+            attribute_counters(&o.gaps, &windows, i).into_iter()
+        } else {
+            Vec::new().into_iter()
+        };
         for g in &o.gaps {
             let len = g.end - g.start;
             let split = match &trace {
                 Some(t) => {
                     attribute_traced(g, t.cpus.get(&cpu).unwrap_or(&empty), t, o.tid, reader_tid)
                 }
-                None => attribute_counters(g, &windows, i),
+                None => counted.next().expect("one split per gap"),
             };
             noise += len;
+            hypervisor_ns += if split.class == GapClass::Unexplained {
+                split.unexplained
+            } else {
+                split.unexplained.saturating_sub(GUEST_GAP_ALLOWANCE_NS)
+            };
             stats::record(&mut hist_all, len);
             let c = classes.get_mut(split.class);
             c.count += 1;
@@ -567,7 +587,8 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
                 3,
             ),
             classes,
-            unexplained_pct: round(100.0 * unexplained_ns / runtime_ns as f64, 4),
+            unexplained_pct: round(100.0 * hypervisor_ns as f64 / runtime_ns as f64, 4),
+            uncovered_pct: round(100.0 * unexplained_ns / runtime_ns as f64, 4),
             steal_pct,
             policy: o.policy.to_string(),
             gap_stats: LatencyStats::from_histogram(Some(cpu), &hist_all),
@@ -766,58 +787,96 @@ fn attribute_traced(
     }
 }
 
-/// Counter fallback for one gap on the CPU at index `i` of the windows.
-fn attribute_counters(g: &RawGap, windows: &[(u64, Vec<CpuCounts>)], i: usize) -> Split {
-    let len = g.end - g.start;
-    let whole = |class: GapClass, source: &str| {
-        let mut s = Split {
-            irq: 0,
-            softirq: 0,
-            thread: 0,
-            unexplained: 0,
-            class,
-            source: source.to_string(),
-        };
-        match class {
-            GapClass::Irq => s.irq = len,
-            GapClass::Softirq => s.softirq = len,
-            GapClass::Thread => s.thread = len,
-            GapClass::Unexplained => s.unexplained = len,
-        }
-        s
+fn whole(len: u64, class: GapClass, source: &str) -> Split {
+    let mut s = Split {
+        irq: 0,
+        softirq: 0,
+        thread: 0,
+        unexplained: 0,
+        class,
+        source: source.to_string(),
     };
-    if g.switched {
-        return whole(GapClass::Thread, "another thread (context-switch counter)");
+    match class {
+        GapClass::Irq => s.irq = len,
+        GapClass::Softirq => s.softirq = len,
+        GapClass::Thread => s.thread = len,
+        GapClass::Unexplained => s.unexplained = len,
     }
-    // The window holding the gap's end: the first sample at or after it.
-    let k = windows.partition_point(|w| w.0 < g.end);
-    let (irqs, softs) = if k == 0 || k >= windows.len() {
-        (None, None)
-    } else {
-        let (a, b) = (windows[k - 1].1.get(i), windows[k].1.get(i));
-        let d = |f: fn(&CpuCounts) -> Option<u64>| match (a.and_then(f), b.and_then(f)) {
-            (Some(x), Some(y)) => Some(y.saturating_sub(x)),
-            _ => None,
-        };
-        (d(|c| c.irqs), d(|c| c.softirqs))
+    s
+}
+
+/// Counter fallback for the gaps of the CPU at index `i` of the windows:
+/// a context switch across the gap means another thread (exact). Otherwise
+/// each hard IRQ counted in the gap's window can explain at most one gap no
+/// longer than [`IRQ_PLAUSIBLE_MAX_NS`] (softirqs on IRQ exit ride in the
+/// same gap; with no hard IRQ counted, softirqs take that role). Gaps beyond
+/// that budget, and longer gaps, are unexplained. The shortest gaps get the
+/// budget first: guest handlers are short, hypervisor stalls are not.
+fn attribute_counters(gaps: &[RawGap], windows: &[(u64, Vec<CpuCounts>)], i: usize) -> Vec<Split> {
+    let mut out: Vec<Option<Split>> = vec![None; gaps.len()];
+    // Candidates per window: (window, len, gap index).
+    let mut cand: Vec<(usize, u64, usize)> = Vec::new();
+    for (j, g) in gaps.iter().enumerate() {
+        let len = g.end - g.start;
+        if g.switched {
+            out[j] = Some(whole(
+                len,
+                GapClass::Thread,
+                "another thread (context-switch counter)",
+            ));
+        } else if len > IRQ_PLAUSIBLE_MAX_NS {
+            out[j] = Some(whole(
+                len,
+                GapClass::Unexplained,
+                "hypervisor (no context switch; too long for an interrupt)",
+            ));
+        } else {
+            // The window holding the gap's end: the first sample at or after it.
+            cand.push((windows.partition_point(|w| w.0 < g.end), len, j));
+        }
+    }
+    cand.sort_unstable();
+    let delta = |k: usize, f: fn(&CpuCounts) -> Option<u64>| -> Option<u64> {
+        if k == 0 || k >= windows.len() {
+            return None;
+        }
+        let (a, b) = (windows[k - 1].1.get(i)?, windows[k].1.get(i)?);
+        Some(f(b)?.saturating_sub(f(a)?))
     };
-    match (irqs, softs) {
-        (Some(0), Some(0)) => whole(
-            GapClass::Unexplained,
-            "hypervisor (no context switch, no interrupt in the window)",
-        ),
-        (irqs, softs) if len <= IRQ_PLAUSIBLE_MAX_NS => {
-            if irqs.unwrap_or(1) > 0 || softs.unwrap_or(0) == 0 {
-                whole(GapClass::Irq, "interrupt (counter-inferred)")
+    let mut start = 0;
+    while start < cand.len() {
+        let k = cand[start].0;
+        let end = start + cand[start..].iter().take_while(|c| c.0 == k).count();
+        let (irqs, softs) = (delta(k, |c| c.irqs), delta(k, |c| c.softirqs));
+        let (budget, class, source) = match (irqs, softs) {
+            (Some(n), _) if n > 0 => (n, GapClass::Irq, "interrupt (counter-inferred)"),
+            (Some(0), Some(n)) => (n, GapClass::Softirq, "softirq (counter-inferred)"),
+            // Counters unavailable: cannot bound, give the guest the benefit.
+            (None, _) => (u64::MAX, GapClass::Irq, "interrupt (counter-inferred)"),
+            _ => (0, GapClass::Irq, ""),
+        };
+        for (n, &(_, len, j)) in cand[start..end].iter().enumerate() {
+            out[j] = Some(if (n as u64) < budget {
+                whole(len, class, source)
+            } else if budget == 0 {
+                whole(
+                    len,
+                    GapClass::Unexplained,
+                    "hypervisor (no context switch, no interrupt in the window)",
+                )
             } else {
-                whole(GapClass::Softirq, "softirq (counter-inferred)")
-            }
+                whole(
+                    len,
+                    GapClass::Unexplained,
+                    "hypervisor (more gaps than interrupts in the window)",
+                )
+            });
         }
-        _ => whole(
-            GapClass::Unexplained,
-            "hypervisor (no context switch; too long for an interrupt)",
-        ),
+        start = end;
     }
+    out.into_iter()
+        .map(|s| s.expect("every gap is classified"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -911,24 +970,49 @@ mod tests {
                 }],
             )
         };
-        let windows = vec![w(0, 10, 5), w(100_000_000, 10, 5), w(200_000_000, 40, 9)];
-        let mut g = gap(50_000, 50_500);
+        // Window 1 (0-100 ms): no interrupt. Window 2: 2 IRQs. Window 3:
+        // softirqs only.
+        let windows = vec![
+            w(0, 10, 5),
+            w(100_000_000, 10, 5),
+            w(200_000_000, 12, 9),
+            w(300_000_000, 12, 10),
+        ];
+        let mut switched = gap(50_000, 50_500);
+        switched.switched = true;
+        let gaps = [
+            gap(50_000, 50_020),   // no IRQ in window 1
+            switched,              // another thread
+            gap(150_000, 150_020), // 20 µs: IRQ
+            gap(160_000, 160_030), // 30 µs: IRQ (budget 2)
+            gap(170_000, 170_040), // 40 µs: over budget
+            gap(180_000, 182_000), // 2 ms: too long for an IRQ
+            gap(250_000, 250_010), // softirq only in window 3
+        ];
+        let s: Vec<GapClass> = attribute_counters(&gaps, &windows, 0)
+            .iter()
+            .map(|s| s.class)
+            .collect();
+        use GapClass::*;
         assert_eq!(
-            attribute_counters(&g, &windows, 0).class,
-            GapClass::Unexplained
+            s,
+            [
+                Unexplained,
+                Thread,
+                Irq,
+                Irq,
+                Unexplained,
+                Unexplained,
+                Softirq
+            ]
         );
-        g.switched = true;
-        assert_eq!(attribute_counters(&g, &windows, 0).class, GapClass::Thread);
-        let g = gap(150_000, 150_020);
-        assert_eq!(attribute_counters(&g, &windows, 0).class, GapClass::Irq);
-        let g = gap(150_000, 152_000);
-        let s = attribute_counters(&g, &windows, 0);
-        assert_eq!(s.class, GapClass::Unexplained);
-        assert_eq!(s.unexplained, 2_000_000);
+        let s = attribute_counters(&gaps[5..6], &windows, 0);
+        assert_eq!(s[0].unexplained, 2_000_000);
     }
 
     #[test]
     fn no_change_run_with_counters() {
+        let _serial = crate::test_lock();
         let stop = AtomicBool::new(false);
         let r = run(
             &PreemptOptions {

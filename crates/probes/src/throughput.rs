@@ -411,6 +411,7 @@ mod tests {
 
     #[test]
     fn short_live_run() {
+        let _serial = crate::test_lock();
         let stop = AtomicBool::new(false);
         let r = run(
             &ThroughputOptions {

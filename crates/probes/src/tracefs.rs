@@ -276,9 +276,7 @@ fn parse_line(line: &str) -> Option<Event<'_>> {
     let mut from = 0;
     while let Some(open) = line[from..].find('[').map(|i| i + from) {
         from = open + 1;
-        let Some(close) = line[open..].find(']').map(|i| i + open) else {
-            return None;
-        };
+        let close = line[open..].find(']').map(|i| i + open)?;
         let digits = &line[open + 1..close];
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             continue;

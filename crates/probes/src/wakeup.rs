@@ -337,6 +337,7 @@ mod tests {
 
     #[test]
     fn no_change_run_counts_every_wakeup() {
+        let _serial = crate::test_lock();
         let stop = AtomicBool::new(false);
         let o = WakeupOptions {
             cpus: Some(vec![0]),
@@ -369,6 +370,7 @@ mod tests {
 
     #[test]
     fn stop_flag_ends_the_run_at_once() {
+        let _serial = crate::test_lock();
         let stop = AtomicBool::new(true);
         let o = WakeupOptions {
             duration: Duration::from_secs(30),

@@ -84,7 +84,7 @@ pub fn cpufreq_governor(m: &MachineModel, out: &mut Vec<Finding>) {
     );
 }
 
-/// Dirty data allowed before writers are throttled; past ~1 GiB a flush is a
+/// Dirty data allowed before writers are throttled; above 1 GiB a flush is a
 /// multi-second burst of I/O that stalls the guest (and its neighbours).
 pub const DIRTY_LIMIT_BYTES: u64 = 1 << 30;
 /// Background writeback starting this late lets a burst build up.
@@ -106,8 +106,8 @@ pub fn dirty_writeback(m: &MachineModel, out: &mut Vec<Finding>) {
     };
     let hard = limit(d.dirty_bytes, d.dirty_ratio);
     let bg = limit(d.dirty_background_bytes, d.dirty_background_ratio);
-    let hard_big = hard.is_some_and(|v| v >= DIRTY_LIMIT_BYTES);
-    let bg_big = bg.is_some_and(|v| v >= DIRTY_BACKGROUND_BYTES);
+    let hard_big = hard.is_some_and(|v| v > DIRTY_LIMIT_BYTES);
+    let bg_big = bg.is_some_and(|v| v > DIRTY_BACKGROUND_BYTES);
     if !hard_big && !bg_big {
         return;
     }
@@ -133,7 +133,7 @@ pub fn dirty_writeback(m: &MachineModel, out: &mut Vec<Finding>) {
         .remedy(
             "Ratios scale with RAM, so a large VM buffers gigabytes and then flushes them in one burst that stalls \
              writers and competes with neighbours on the host's disks. Use byte limits: `sysctl -w \
-             vm.dirty_background_bytes=268435456 vm.dirty_bytes=1073741824` and persist them in /etc/sysctl.d/.",
+             vm.dirty_background_bytes=134217728 vm.dirty_bytes=536870912` (128/512 MiB) and persist them in /etc/sysctl.d/.",
         )
         .reference("Documentation/admin-guide/sysctl/vm.rst"),
     );

@@ -32,10 +32,13 @@ pub fn vmm_of(comm: &str, cmdline: &[String]) -> Option<VmKind> {
         .first()
         .map(|a| a.rsplit('/').next().unwrap_or(a))
         .unwrap_or("");
-    if comm.starts_with("qemu")
+    // Only the system emulators run VMs: qemu-img, qemu-nbd, qemu-pr-helper
+    // and qemu-ga also start with "qemu" (comm is cut at 15 characters).
+    if comm.starts_with("qemu-system")
+        || comm == "qemu-kvm"
         || exe.starts_with("qemu-system")
         || exe == "qemu-kvm"
-        || exe == "kvm" && cmdline.len() > 1
+        || (exe == "kvm" && cmdline.len() > 1)
     {
         return Some(VmKind::Qemu);
     }
@@ -127,6 +130,21 @@ pub fn libvirt_scope(path: &str) -> Option<(u32, String)> {
     None
 }
 
+/// The libvirt machine scope that holds a VM's weight: the path up to and
+/// including the scope component, above libvirt's own emulator/vcpuN groups
+/// whose weights stay at the default.
+pub fn libvirt_scope_path(path: &str) -> Option<String> {
+    let mut out = String::new();
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        out.push('/');
+        out.push_str(comp);
+        if libvirt_scope(comp).is_some() {
+            return Some(out);
+        }
+    }
+    None
+}
+
 /// libvirt per-vCPU cgroup ("/.../libvirt/vcpu3" or the pre-7.1 "/.../vcpu3").
 pub fn libvirt_vcpu_cgroup(path: &str) -> Option<u32> {
     path.rsplit('/').next()?.strip_prefix("vcpu")?.parse().ok()
@@ -154,6 +172,24 @@ mod tests {
             Some(VmKind::Firecracker)
         );
         assert_eq!(vmm_of("bash", &v(&["bash"])), None);
+        assert_eq!(
+            vmm_of("qemu-img", &v(&["qemu-img", "convert", "a", "b"])),
+            None
+        );
+        assert_eq!(
+            vmm_of("qemu-nbd", &v(&["/usr/bin/qemu-nbd", "-c", "/dev/nbd0"])),
+            None
+        );
+        assert_eq!(
+            vmm_of("qemu-kvm", &v(&["/usr/libexec/qemu-kvm", "-name", "x"])),
+            Some(VmKind::Qemu)
+        );
+        assert_eq!(
+            libvirt_scope_path("/machine.slice/machine-qemu\\x2d1\\x2derp.scope/libvirt/emulator")
+                .as_deref(),
+            Some("/machine.slice/machine-qemu\\x2d1\\x2derp.scope")
+        );
+        assert_eq!(libvirt_scope_path("/user.slice/x"), None);
         assert_eq!(thread_role("CPU 1/KVM"), (ThreadRole::Vcpu(1), Some("KVM")));
         assert_eq!(
             thread_role("CPU 12/TCG"),

@@ -3,7 +3,8 @@
 //! host facts the rules need (NUMA nodes, balancing, KVM debugfs).
 
 use super::discovery::{
-    libvirt_scope, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_of, ThreadRole, VmKind,
+    libvirt_scope, libvirt_scope_path, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_of,
+    ThreadRole, VmKind,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -126,7 +127,12 @@ fn read_vm(
         .iter()
         .any(|p| libvirt_scope(p).is_some())
         .then(|| "libvirt".to_string());
-    let cpu_weight = cgroupfs::cpu_weight(src, mounts, cg_path(&cgroups, "cpu"), cg_v2(&cgroups))?;
+    // libvirt keeps the main thread in .../libvirt/emulator (default weight);
+    // the domain's weight is set on the machine scope above it.
+    let scope = |p: &str| libvirt_scope_path(p).unwrap_or_else(|| p.to_string());
+    let v1 = cg_path(&cgroups, "cpu").map(scope);
+    let v2 = cg_v2(&cgroups).map(scope);
+    let cpu_weight = cgroupfs::cpu_weight(src, mounts, v1.as_deref(), v2.as_deref())?;
     let status = proc_::task_status(src, pid, pid)?;
     let numa_bytes = src
         .read_text(&format!("/proc/{pid}/numa_maps"))
