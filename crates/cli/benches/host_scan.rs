@@ -21,7 +21,7 @@ fn child() {
         handles.push(
             std::thread::Builder::new()
                 .name(name)
-                .spawn(|| std::thread::park())
+                .spawn(std::thread::park)
                 .unwrap(),
         );
     }
