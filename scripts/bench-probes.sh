@@ -111,6 +111,7 @@ table() { # $1 = regex of tools
   awk -v re="$1" '$2 ~ re {
       printf "| %s | %s | %d | %.1f | %.1f | %.1f | %.0f |\n", $1, $2, $3, $4, $5, $6, ($7 + $8) * 1000 }' "$rows"
   # Medians over rounds per tool.
+  # shellcheck disable=SC2013 # tool names are single words
   for tool in $(awk -v re="$1" '$2 ~ re {print $2}' "$rows" | awk '!seen[$0]++'); do
     awk -v t="$tool" '$2 == t' "$rows" | awk '
       { n++; p50[n] = $4; p99[n] = $5; mx[n] = $6; cpu[n] = ($7 + $8) * 1000; s[n] = $3 }
@@ -132,6 +133,14 @@ ours99=$(med_of stealscope 5); ct99=$(med_of cyclictest 5)
 oursc=$(med_of stealscope cpu); ctc=$(med_of cyclictest cpu)
 q50=$(med_of stealscope+qos0 4); cq50=$(med_of cyclictest+qos0 4)
 q99=$(med_of stealscope+qos0 5); cq99=$(med_of cyclictest+qos0 5)
+# Median over rounds of the per-round difference a vs b (same round = same
+# machine state), for column c.
+paired() {
+  awk -v a="$1" -v b="$2" -v c="$3" '{ v = (c == "cpu") ? $7 + $8 : $c }
+    $2 == a {x[$1] = v} $2 == b {y[$1] = v}
+    END { for (r in x) if (r in y && y[r] > 0) print 100 * (x[r] - y[r]) / y[r] }' "$rows" |
+    sort -g | awk '{v[NR] = $1} END { if (NR) printf "%+.0f%%", v[int((NR + 1) / 2)]; else print "n/a" }'
+}
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%+.0f%%", 100 * (a - b) / b }'; }
 
 cat <<EOF
@@ -153,11 +162,14 @@ CPU = user+system time of the whole process (start-up, report and all), from bas
 $(table '^(stealscope|cyclictest|stress-ng)$')
 
 Medians: p50 $ours50 vs $ct50 µs ($(pct "$ours50" "$ct50") against cyclictest), p99 $ours99 vs $ct99 µs
-($(pct "$ours99" "$ct99")); CPU $oursc vs $ctc ms ($(pct "$oursc" "$ctc")).
+($(pct "$ours99" "$ct99")); CPU $oursc vs $ctc ms ($(pct "$oursc" "$ctc")). Paired by round (the tools
+run back to back, so a round shares the machine's state): median per-round difference p50
+$(paired stealscope cyclictest 4), p99 $(paired stealscope cyclictest 5), CPU $(paired stealscope cyclictest cpu).
 
 With a PM QoS limit of 0 µs held during the run (\`--pm-qos-us 0\`; cyclictest's default):
 
 $(table 'qos0')
 
 Medians: p50 $q50 vs $cq50 µs ($(pct "$q50" "$cq50")), p99 $q99 vs $cq99 µs ($(pct "$q99" "$cq99")).
+Paired by round: p50 $(paired stealscope+qos0 cyclictest+qos0 4), p99 $(paired stealscope+qos0 cyclictest+qos0 5), CPU $(paired stealscope+qos0 cyclictest+qos0 cpu).
 EOF

@@ -22,4 +22,4 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
-cargo test --workspace 2>&1 | tee target/test.log
+cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log

@@ -607,8 +607,8 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
     if all_gaps.len() > opts.max_gap_records {
         all_gaps.sort_by(|a, b| b.us.total_cmp(&a.us));
         all_gaps.truncate(opts.max_gap_records);
-        all_gaps.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
     }
+    all_gaps.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
     let n = per_cpu.len().max(1) as f64;
     let mean = |f: &dyn Fn(&PreemptCpu) -> f64| per_cpu.iter().map(f).sum::<f64>() / n;
     let steal: Vec<f64> = per_cpu.iter().filter_map(|c| c.steal_pct).collect();

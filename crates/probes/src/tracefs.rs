@@ -322,6 +322,17 @@ fn tracing_root() -> Option<PathBuf> {
         .find(|p| p.join("instances").is_dir())
 }
 
+/// Why tracefs cannot be used without mounting it: None when it may simply be
+/// unmounted, Some(reason) when it is there but not ours to use.
+fn access_problem() -> Option<String> {
+    match std::fs::read_dir(TRACEFS) {
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            Some(format!("{TRACEFS}: permission denied (needs root)"))
+        }
+        _ => None,
+    }
+}
+
 fn write(path: &Path, value: &str) -> Result<(), String> {
     std::fs::write(path, value).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -384,6 +395,9 @@ impl Tracer {
         let mut mounted = false;
         let root = match tracing_root() {
             Some(r) => r,
+            None if access_problem().is_some() => {
+                return Err(access_problem().unwrap_or_default());
+            }
             None if allow_mount => {
                 nix::mount::mount(
                     Some("nodev"),

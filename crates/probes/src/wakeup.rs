@@ -123,7 +123,7 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
     }
     // PM QoS first: a failure is a note, and the guard releases it on every
     // path below, including `?` returns and panics.
-    let _pm_qos = match (opts.pm_qos_us, opts.no_change) {
+    let pm_qos = match (opts.pm_qos_us, opts.no_change) {
         (Some(us), false) => match PmQosGuard::hold(us) {
             Ok(g) => Some(g),
             Err(e) => {
@@ -140,7 +140,7 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
         }
         _ => None,
     };
-    let pm_qos_held = _pm_qos.as_ref().and(opts.pm_qos_us);
+    let pm_qos_held = pm_qos.as_ref().and(opts.pm_qos_us);
     let (mut counters, _) = Counters::open(false);
     let interval = opts.interval.as_nanos() as u64;
     let duration = opts.duration.as_nanos() as u64;
@@ -250,6 +250,7 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
     let cpu_time_s = sys::process_cpu_s() - cpu0;
     let after = counters.sample(&cpus).unwrap_or_default();
     drop(mlock);
+    drop(pm_qos);
     if let Some(e) = setup_error.into_inner().unwrap() {
         return Err(e);
     }
