@@ -38,7 +38,10 @@ pub struct Span {
     pub name: u32,
 }
 
-/// A task's stretch on a CPU between two sched_switch events.
+/// A task's stretch on a CPU between two sched_switch events. Switches can
+/// be missing from a trace (on some kernels the switch away from the idle
+/// task is not recorded), so a span may run on past its real end; the
+/// preempt attribution only trusts a span within a gap that it starts in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskSpan {
     pub start: u64,
@@ -54,7 +57,6 @@ pub struct CpuTrace {
     pub irq: Vec<Span>,
     pub softirq: Vec<Span>,
     pub tasks: Vec<TaskSpan>,
-    irq_depth: u32,
     irq_open: Option<(u64, u32)>,
     soft_open: Option<(u64, u32)>,
     current: Option<(u64, i32, u32)>,
@@ -172,28 +174,21 @@ impl TraceData {
         }
     }
 
+    /// Hard IRQ handlers do not nest (they run with interrupts off), so an
+    /// entry while one is open means its exit was lost: start over.
     fn irq_entry(&mut self, cpu: u32, ts: u64, name: u32) {
-        let t = self.cpus.entry(cpu).or_default();
-        if t.irq_depth == 0 {
-            t.irq_open = Some((ts, name));
-        }
-        t.irq_depth += 1;
+        self.cpus.entry(cpu).or_default().irq_open = Some((ts, name));
     }
 
     fn irq_exit(&mut self, cpu: u32, ts: u64) {
         let t = self.cpus.entry(cpu).or_default();
-        if t.irq_depth == 0 {
-            return; // the entry was before tracing started
-        }
-        t.irq_depth -= 1;
-        if t.irq_depth == 0 {
-            if let Some((start, name)) = t.irq_open.take() {
-                t.irq.push(Span {
-                    start,
-                    end: ts,
-                    name,
-                });
-            }
+        // None: the entry was before tracing started, or was lost.
+        if let Some((start, name)) = t.irq_open.take() {
+            t.irq.push(Span {
+                start,
+                end: ts,
+                name,
+            });
         }
     }
 
@@ -222,7 +217,6 @@ impl TraceData {
                     name,
                 });
             }
-            t.irq_depth = 0;
         }
     }
 }
@@ -609,18 +603,24 @@ CPU:1 [LOST 12 EVENTS]
     }
 
     #[test]
-    fn nested_irqs_make_one_outer_span_and_exit_without_entry_is_ignored() {
+    fn lost_irq_exits_and_entries_heal() {
         let mut d = TraceData::default();
         d.line("t-1 [000] d.h.. 1.000010: irq_handler_exit: irq=1 ret=handled");
         d.line("t-1 [000] d.h.. 1.000020: local_timer_entry: vector=236");
-        d.line("t-1 [000] d.h.. 1.000022: irq_handler_entry: irq=5 name=x");
-        d.line("t-1 [000] d.h.. 1.000024: irq_handler_exit: irq=5 ret=handled");
-        d.line("t-1 [000] d.h.. 1.000030: local_timer_exit: vector=236");
+        // local_timer_exit lost; the next entry starts over.
+        d.line("t-1 [000] d.h.. 1.000522: irq_handler_entry: irq=5 name=x");
+        d.line("t-1 [000] d.h.. 1.000524: irq_handler_exit: irq=5 ret=handled");
+        d.line("t-1 [000] d.h.. 1.000530: local_timer_entry: vector=236");
+        d.line("t-1 [000] d.h.. 1.000533: local_timer_exit: vector=236");
         let c = &d.cpus[&0];
-        assert_eq!(c.irq.len(), 1);
+        assert_eq!(c.irq.len(), 2);
         assert_eq!(
             (c.irq[0].start, c.irq[0].end),
-            (1_000_020_000, 1_000_030_000)
+            (1_000_522_000, 1_000_524_000)
+        );
+        assert_eq!(
+            (c.irq[1].start, c.irq[1].end),
+            (1_000_530_000, 1_000_533_000)
         );
     }
 
