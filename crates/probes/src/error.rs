@@ -29,4 +29,8 @@ impl ProbeError {
             source,
         }
     }
+
+    pub(crate) fn spawn(cpu: u32, e: std::io::Error) -> Self {
+        ProbeError::Thread(format!("cannot start the thread for CPU {cpu}: {e}"))
+    }
 }

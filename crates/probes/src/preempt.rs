@@ -411,29 +411,19 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => {
-                    *setup_error.lock().unwrap() = Some(ProbeError::Thread(format!(
-                        "cannot start the thread for CPU {cpu}: {e}"
-                    )));
+                    *setup_error.lock().unwrap() = Some(ProbeError::spawn(cpu, e));
                     break;
                 }
             }
         }
-        gate.wait_ready(handles.len());
-        if handles.len() < cpus.len() || setup_error.lock().unwrap().is_some() {
-            gate.abort();
-        } else {
-            if !opts.no_change {
-                match MlockGuard::new() {
-                    Ok(Some(g)) => {
-                        mlock = Some(g);
-                        memory_locked = true;
-                    }
-                    Ok(None) => memory_locked = true,
-                    Err(e) => notes.push(format!(
-                        "memory not locked (mlockall: {e}); page faults of the probe may show as gaps"
-                    )),
-                }
-            }
+        if gate.settle(handles.len(), cpus.len(), || {
+            setup_error.lock().unwrap().is_some()
+        }) {
+            (mlock, memory_locked) = sys::lock_memory(
+                opts.no_change,
+                "page faults of the probe may show as gaps",
+                &mut notes,
+            );
             before = counters.sample(&cpus).unwrap_or_default();
             if fallback {
                 windows.push((sys::now_ns(), before.clone()));

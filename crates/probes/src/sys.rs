@@ -169,6 +169,26 @@ impl MlockGuard {
     }
 }
 
+/// Locks memory for a measurement unless `no_change`: (guard to keep alive,
+/// whether memory is locked). A failure becomes a note ending with
+/// `consequence` (what the unlocked run may show).
+pub fn lock_memory(
+    no_change: bool,
+    consequence: &str,
+    notes: &mut Vec<String>,
+) -> (Option<MlockGuard>, bool) {
+    if no_change {
+        return (None, false);
+    }
+    match MlockGuard::new() {
+        Ok(g) => (g, true),
+        Err(e) => {
+            notes.push(format!("memory not locked (mlockall: {e}); {consequence}"));
+            (None, false)
+        }
+    }
+}
+
 impl Drop for MlockGuard {
     fn drop(&mut self) {
         let _ = munlockall();
@@ -253,6 +273,19 @@ impl StartGate {
     pub fn wait_ready(&self, n: usize) {
         while self.ready.load(std::sync::atomic::Ordering::SeqCst) < n {
             std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+    }
+
+    /// Coordinator side, after spawning: waits for the `started` threads,
+    /// then aborts unless all `wanted` threads started and none `failed` its
+    /// setup. True when the caller may finish its own setup and `open`.
+    pub fn settle(&self, started: usize, wanted: usize, failed: impl FnOnce() -> bool) -> bool {
+        self.wait_ready(started);
+        if started < wanted || failed() {
+            self.abort();
+            false
+        } else {
+            true
         }
     }
 

@@ -223,17 +223,14 @@ pub fn run(opts: &ThroughputOptions, stop: &AtomicBool) -> Result<ThroughputRepo
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => {
-                    *setup_error.lock().unwrap() = Some(ProbeError::Thread(format!(
-                        "cannot start the thread for CPU {cpu}: {e}"
-                    )));
+                    *setup_error.lock().unwrap() = Some(ProbeError::spawn(cpu, e));
                     break;
                 }
             }
         }
-        gate.wait_ready(handles.len());
-        if handles.len() < cpus.len() || setup_error.lock().unwrap().is_some() {
-            gate.abort();
-        } else {
+        if gate.settle(handles.len(), cpus.len(), || {
+            setup_error.lock().unwrap().is_some()
+        }) {
             cpu0 = sys::process_cpu_s();
             gate.open();
         }

@@ -216,31 +216,18 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => {
-                    *setup_error.lock().unwrap() = Some(ProbeError::Thread(format!(
-                        "cannot start the thread for CPU {cpu}: {e}"
-                    )));
+                    *setup_error.lock().unwrap() = Some(ProbeError::spawn(cpu, e));
                     break;
                 }
             }
         }
-        gate.wait_ready(handles.len());
-        if handles.len() < cpus.len() || setup_error.lock().unwrap().is_some() {
-            gate.abort();
-        } else {
+        if gate.settle(handles.len(), cpus.len(), || {
+            setup_error.lock().unwrap().is_some()
+        }) {
             // Every thread has its histogram and stack: lock it all now, so
             // the measurement takes no page faults.
-            if !opts.no_change {
-                match MlockGuard::new() {
-                    Ok(Some(g)) => {
-                        mlock = Some(g);
-                        memory_locked = true;
-                    }
-                    Ok(None) => memory_locked = true,
-                    Err(e) => notes.push(format!(
-                        "memory not locked (mlockall: {e}); page faults may add latency"
-                    )),
-                }
-            }
+            (mlock, memory_locked) =
+                sys::lock_memory(opts.no_change, "page faults may add latency", &mut notes);
             before = counters.sample(&cpus).unwrap_or_default();
             cpu0 = sys::process_cpu_s();
             wall = sys::now_ns();
