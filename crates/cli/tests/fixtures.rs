@@ -100,6 +100,19 @@ fn snapshot_fixtures_meet_expectations() {
             text.status.success() && text.stdout.len() > 100,
             "{name}: text report"
         );
+        // On a host the text report shows the VM table, every VM by name.
+        if let Some(vms) = report["host"]["vms"].as_array() {
+            let t = String::from_utf8_lossy(&text.stdout);
+            assert!(
+                t.contains("\nHost: "),
+                "{name}: host table missing from text"
+            );
+            for vm in vms {
+                let vm_name = vm["name"].as_str().unwrap();
+                let shown: String = vm_name.chars().take(18).collect();
+                assert!(t.contains(&shown), "{name}: VM {vm_name} missing from text");
+            }
+        }
     }
     assert!(
         failures.is_empty(),

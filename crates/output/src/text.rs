@@ -3,8 +3,9 @@
 
 use serde_json::Value;
 use std::fmt::Write;
-use stealscope_analysis::report::HostSection;
+use stealscope_analysis::report::Hypervisor;
 use stealscope_analysis::{DoctorReport, Finding, HostReport, Severity};
+use stealscope_model::host::VmSteal;
 
 const WIDTH: usize = 100;
 
@@ -133,6 +134,9 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
             pct(&c.steal_pct)
         );
     }
+    if let Some(h) = &r.host {
+        host_table(&mut out, &st, &h.vms, &h.hypervisor, &h.kvm_stats);
+    }
     let warn = r
         .findings
         .iter()
@@ -149,26 +153,30 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
     if r.findings.is_empty() {
         let _ = writeln!(out, "  none: no known cause of steal or jitter is present");
     }
-    for f in &r.findings {
-        out.push('\n');
-        finding(&mut out, &st, f);
-    }
-    if !r.notes.is_empty() {
-        let _ = writeln!(out, "\n{}", st.bold("Notes"));
-        for n in &r.notes {
-            wrap(&mut out, "  - ", n);
-        }
-    }
+    findings_and_notes(&mut out, &st, &r.findings, &r.notes);
     out
 }
 
-fn host_table(out: &mut String, st: &Style, h: &HostSection) {
-    let hv = &h.hypervisor;
+/// Findings ranked as given, then the notes: the tail of every report.
+fn findings_and_notes(out: &mut String, st: &Style, findings: &[Finding], notes: &[String]) {
+    for f in findings {
+        out.push('\n');
+        finding(out, st, f);
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(out, "\n{}", st.bold("Notes"));
+        for n in notes {
+            wrap(out, "  - ", n);
+        }
+    }
+}
+
+fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kvm_stats: &Value) {
     let _ = writeln!(
         out,
         "\n{}: {} VM(s); vCPUs waited {} CPU-s while host CPUs idled {} CPU-s (busy steal {}, idle steal {})",
         st.bold("Host"),
-        h.vms.len(),
+        vms.len(),
         fmt_value(&hv.vcpu_wait_cpu_s),
         fmt_value(&hv.host_idle_cpu_s),
         share(&hv.busy_steal_share),
@@ -178,7 +186,7 @@ fn host_table(out: &mut String, st: &Style, h: &HostSection) {
         out,
         "\n  VM                  pid     kind         vCPU    tid   steal%  util%  CPUs"
     );
-    for vm in &h.vms {
+    for vm in vms {
         for (i, c) in vm.vcpus.iter().enumerate() {
             let (name, pid, kind) = if i == 0 {
                 (vm.name.as_str(), vm.pid.to_string(), vm.kind)
@@ -204,7 +212,7 @@ fn host_table(out: &mut String, st: &Style, h: &HostSection) {
             );
         }
     }
-    if let Value::String(s) = &h.kvm_stats {
+    if let Value::String(s) = kvm_stats {
         wrap(out, "  KVM stats: ", s);
     }
 }
@@ -224,27 +232,9 @@ pub fn host(r: &HostReport, color: bool) -> String {
         fmt_value(&r.interval_s)
     );
     if let Some(hv) = &r.hypervisor {
-        host_table(
-            &mut out,
-            &st,
-            &HostSection {
-                vms: r.vms.clone(),
-                hypervisor: hv.clone(),
-                kvm_stats: r.kvm_stats.clone(),
-                numa_nodes: 0,
-            },
-        );
+        host_table(&mut out, &st, &r.vms, hv, &r.kvm_stats);
     }
     let _ = writeln!(out, "\n{} ({})", st.bold("Host findings"), r.findings.len());
-    for f in &r.findings {
-        out.push('\n');
-        finding(&mut out, &st, f);
-    }
-    if !r.notes.is_empty() {
-        let _ = writeln!(out, "\n{}", st.bold("Notes"));
-        for n in &r.notes {
-            wrap(&mut out, "  - ", n);
-        }
-    }
+    findings_and_notes(&mut out, &st, &r.findings, &r.notes);
     out
 }
