@@ -62,7 +62,7 @@ fn main() {
     let mut found = 0;
     for _ in 0..RUNS {
         let t = Instant::now();
-        let h = collect_host(&src).unwrap();
+        let h = collect_host(&src, stealscope_model::observation::Side::End).unwrap();
         ours.push(t.elapsed().as_secs_f64() * 1000.0);
         found = h
             .vms

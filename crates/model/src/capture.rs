@@ -3,7 +3,7 @@
 //! `doctor` analyses this in-memory snapshot with the same code that reads a
 //! snapshot from disk, so live and offline reports cannot drift apart.
 
-use crate::observation::collect;
+use crate::observation::{collect, Side};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use stealscope_readers::pread::PreadFile;
@@ -45,9 +45,9 @@ impl StatSampler {
 }
 
 /// Reads a side through a recorder and keeps the bytes as a snapshot side.
-fn record_side(root: &std::path::Path, name: &str) -> Result<MemFs, ReadError> {
+fn record_side(root: &std::path::Path, name: &str, side: Side) -> Result<MemFs, ReadError> {
     let rec = Recorder::new(RootFs::new(root));
-    collect(&rec)?;
+    collect(&rec, side)?;
     // The hostname is not a rule input, but meta.json records it.
     let _ = rec.read("/proc/sys/kernel/hostname");
     let mut fs = MemFs::new(name);
@@ -65,7 +65,7 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
     } else {
         None
     };
-    let t0 = record_side(&opts.root, "live t0")?;
+    let t0 = record_side(&opts.root, "live t0", Side::Start)?;
     let start = Instant::now();
     let mut samples = Vec::new();
     if let Some(s) = sampler.as_mut() {
@@ -96,7 +96,7 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
             stat: s.cpu_lines()?,
         });
     }
-    let t1 = record_side(&opts.root, "live t1")?;
+    let t1 = record_side(&opts.root, "live t1", Side::End)?;
     let meta = Meta {
         format: FORMAT.to_string(),
         interval_s: start.elapsed().as_secs_f64(),

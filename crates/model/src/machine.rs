@@ -3,7 +3,7 @@
 
 use crate::cputime::{delta, IntervalDelta, ModeSecs};
 use crate::irq_rates::{rates, CpuIrqRates};
-use crate::observation::{collect, Observation};
+use crate::observation::{collect, Observation, Side};
 use crate::windows::{series_windows, split, Sample, StealSplit};
 use serde::Serialize;
 use stealscope_readers::snapshot::Snapshot;
@@ -33,8 +33,8 @@ pub struct MachineModel {
 
 impl MachineModel {
     pub fn build(snap: &Snapshot) -> Result<MachineModel, ReadError> {
-        let t0 = collect(&snap.t0).map_err(|e| side_err(e, &snap.t0.name))?;
-        let t1 = collect(&snap.t1).map_err(|e| side_err(e, &snap.t1.name))?;
+        let t0 = collect(&snap.t0, Side::Start).map_err(|e| side_err(e, &snap.t0.name))?;
+        let t1 = collect(&snap.t1, Side::End).map_err(|e| side_err(e, &snap.t1.name))?;
         let clk_tck = snap.meta.clk_tck.unwrap_or(DEFAULT_CLK_TCK);
         let wall_s = match (t0.uptime_s, t1.uptime_s) {
             (Some(a), Some(b)) if b > a => b - a,

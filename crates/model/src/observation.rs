@@ -74,8 +74,15 @@ fn optional<T: Default>(notes: &mut Vec<String>, res: Result<T, ReadError>) -> T
     })
 }
 
+/// Which end of an interval is read: some inputs are only used at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Start,
+    End,
+}
+
 /// Reads one side. Fails only when /proc/stat is missing or unparsable.
-pub fn collect(src: &dyn Source) -> Result<Observation, ReadError> {
+pub fn collect(src: &dyn Source, side: Side) -> Result<Observation, ReadError> {
     // stat and uptime first and back to back: they time the interval.
     let stat =
         r::stat::read(src)?.ok_or_else(|| ReadError::parse(r::stat::PATH, "missing (required)"))?;
@@ -117,7 +124,7 @@ pub fn collect(src: &dyn Source) -> Result<Observation, ReadError> {
     obs.cmdline = optional(n, r::kernel::cmdline(src));
     obs.memory = optional(n, r::kernel::meminfo(src));
     obs.pm_qos_us = optional(n, r::kernel::pm_qos_cpu_latency_us(src));
-    obs.host = optional(n, crate::host::collect_host(src));
+    obs.host = optional(n, crate::host::collect_host(src, side));
     obs.notes = notes;
     Ok(obs)
 }

@@ -6,6 +6,7 @@ use super::discovery::{
     libvirt_scope, libvirt_scope_path, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_of,
     ThreadRole, VmKind,
 };
+use crate::observation::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stealscope_readers::cgroupfs::{self, CgroupMounts, CpuWeight};
@@ -71,6 +72,7 @@ fn read_vm(
     cmdline: &[String],
     mounts: &CgroupMounts,
     kvm: Option<&[KvmVm]>,
+    side: Side,
 ) -> Result<Option<VmObs>, ReadError> {
     let Some(tids) = proc_::tids(src, pid)? else {
         return Ok(None);
@@ -134,9 +136,14 @@ fn read_vm(
     let v2 = cg_v2(&cgroups).map(scope);
     let cpu_weight = cgroupfs::cpu_weight(src, mounts, v1.as_deref(), v2.as_deref())?;
     let status = proc_::task_status(src, pid, pid)?;
-    let numa_bytes = src
-        .read_text(&format!("/proc/{pid}/numa_maps"))
-        .ok()
+    // numa_maps walks the VM's page tables (costly for large VMs) and the
+    // rules use it at the end of the interval only.
+    let numa_bytes = (side == Side::End)
+        .then(|| {
+            src.read_text(&format!("/proc/{pid}/numa_maps"))
+                .ok()
+                .flatten()
+        })
         .flatten()
         .map(|t| numa::parse_numa_maps(&t));
     Ok(Some(VmObs {
@@ -154,7 +161,7 @@ fn read_vm(
 }
 
 /// Finds and reads every VM. Processes that exit mid-scan are skipped.
-pub fn collect_host(src: &dyn Source) -> Result<HostObservation, ReadError> {
+pub fn collect_host(src: &dyn Source, side: Side) -> Result<HostObservation, ReadError> {
     let mut h = HostObservation {
         cgroup_mounts: cgroupfs::mounts(src)?,
         ..Default::default()
@@ -177,7 +184,15 @@ pub fn collect_host(src: &dyn Source) -> Result<HostObservation, ReadError> {
         let Some(kind) = vmm_of(&comm, &cmdline) else {
             continue;
         };
-        match read_vm(src, pid, kind, &cmdline, &h.cgroup_mounts, h.kvm.as_deref()) {
+        match read_vm(
+            src,
+            pid,
+            kind,
+            &cmdline,
+            &h.cgroup_mounts,
+            h.kvm.as_deref(),
+            side,
+        ) {
             Ok(Some(vm)) => h.vms.push(vm),
             Ok(None) => {}
             Err(e) => h.notes.push(format!("skipped VM pid {pid}: {e}")),

@@ -5,6 +5,7 @@
 
 use super::discovery::ThreadRole;
 use super::observation::collect_host;
+use crate::observation::Side;
 use std::path::{Path, PathBuf};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::process::{parse_schedstat, task_schedstat_path, TaskSchedstat};
@@ -39,7 +40,8 @@ impl HostScanner {
     /// Finds every VM and opens each thread's schedstat.
     pub fn discover(root: &Path) -> Result<Self, ReadError> {
         raise_fd_limit();
-        let obs = collect_host(&RootFs::new(root))?;
+        // Identity and threads only: memory placement is not scanned.
+        let obs = collect_host(&RootFs::new(root), Side::Start)?;
         let mut vms = Vec::new();
         for vm in obs.vms {
             let mut threads = Vec::new();
