@@ -65,7 +65,7 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
 fn doctor(a: &DoctorArgs) -> Result<(), Error> {
     let r = report(a)?;
     let text = if a.json {
-        stealscope_output::json::doctor(&r)
+        stealscope_output::json::render(&r)
     } else {
         stealscope_output::text::doctor(&r, color(a.color))
     };
@@ -75,7 +75,7 @@ fn doctor(a: &DoctorArgs) -> Result<(), Error> {
 fn host(a: &DoctorArgs) -> Result<(), Error> {
     let r = stealscope_analysis::host_report(report(a)?);
     let text = if a.json {
-        stealscope_output::json::host(&r)
+        stealscope_output::json::render(&r)
     } else {
         stealscope_output::text::host(&r, color(a.color))
     };

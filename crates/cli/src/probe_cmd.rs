@@ -129,7 +129,7 @@ pub fn run(a: &ProbeArgs) -> Result<(), Error> {
                 &stop,
             )?;
             let t = if w.common.json {
-                serde_json::to_string_pretty(&r)?
+                stealscope_output::json::render(&r)
             } else {
                 wakeup_text(&r)
             };
@@ -152,7 +152,7 @@ pub fn run(a: &ProbeArgs) -> Result<(), Error> {
                 &stop,
             )?;
             let t = if p.common.json {
-                serde_json::to_string_pretty(&r)?
+                stealscope_output::json::render(&r)
             } else {
                 preempt_text(&r)
             };
@@ -168,7 +168,7 @@ pub fn run(a: &ProbeArgs) -> Result<(), Error> {
                 &stop,
             )?;
             let s = if t.common.json {
-                serde_json::to_string_pretty(&r)?
+                stealscope_output::json::render(&r)
             } else {
                 throughput_text(&r)
             };

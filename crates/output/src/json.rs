@@ -1,12 +1,8 @@
-//! JSON rendering (the `--json` contract in SPEC.md).
+//! JSON rendering (the `--json` contract in SPEC.md) for every report.
 
-use stealscope_analysis::{DoctorReport, HostReport};
+use serde::Serialize;
 
-pub fn doctor(report: &DoctorReport) -> String {
-    // Serialising plain data with string keys cannot fail.
-    serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-}
-
-pub fn host(report: &HostReport) -> String {
+pub fn render<T: Serialize>(report: &T) -> String {
+    // Reports are plain data with string keys: serialising cannot fail.
     serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
