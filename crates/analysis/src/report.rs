@@ -83,10 +83,35 @@ pub struct DoctorReport {
     /// Present when VMs run on this machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostSection>,
+    /// Reports of the active probes (`doctor --probe`), as the probes
+    /// crate renders them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Value>,
     /// Most severe first.
     pub findings: Vec<Finding>,
     /// Inputs that were missing or unreadable, and what was skipped.
     pub notes: Vec<String>,
+}
+
+impl DoctorReport {
+    /// Adds what the active probes measured: their reports, their
+    /// findings (ranked with the rest) and their notes.
+    pub fn add_probes(&mut self, reports: Value, findings: Vec<Finding>, notes: Vec<String>) {
+        self.probes = Some(reports);
+        self.findings.extend(findings);
+        rank(&mut self.findings);
+        self.notes.extend(notes);
+    }
+}
+
+/// Stable order: severity, then id, then title (for identical live/offline output).
+fn rank(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then_with(|| a.id.cmp(&b.id))
+            .then_with(|| a.title.cmp(&b.title))
+    });
 }
 
 /// Tick quantisation can put a column a tick above wall time; a CPU cannot
@@ -106,13 +131,7 @@ pub struct ReportInput<'a> {
 pub fn build(input: ReportInput<'_>) -> DoctorReport {
     let m = input.model;
     let mut findings = run_guest(m);
-    // Stable order: severity, then id, then title (for identical live/offline output).
-    findings.sort_by(|a, b| {
-        b.severity
-            .cmp(&a.severity)
-            .then_with(|| a.id.cmp(&b.id))
-            .then_with(|| a.title.cmp(&b.title))
-    });
+    rank(&mut findings);
     let mut roles = Vec::new();
     if !guest_evidence(m).is_empty() {
         roles.push("guest".to_string());
@@ -160,6 +179,7 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
             wall_s: round(m.wall_s, 3),
         },
         host,
+        probes: None,
         findings,
         notes,
     }

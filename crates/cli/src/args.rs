@@ -29,10 +29,11 @@ pub enum Command {
         after_help = "Examples:\n  stealscope doctor\n  stealscope doctor --interval 60s\n  \
                             stealscope doctor --json | jq '.findings[].id'\n  \
                             stealscope doctor --snapshot snap.tar.gz\n  \
-                            stealscope doctor --save-snapshot evidence.tar.gz\n\n\
+                            stealscope doctor --save-snapshot evidence.tar.gz\n  \
+                            stealscope doctor --probe               also run the wakeup and preempt probes\n\n\
                             Exit status: 0 whatever is found; 2 on error (bad snapshot, unreadable root)."
     )]
-    Doctor(DoctorArgs),
+    Doctor(DoctorCmd),
     /// Host view: every VM and vCPU thread, the steal each suffers, host findings
     #[command(
         after_help = "Examples:\n  stealscope host\n  stealscope host --interval 10s --json | jq '.vms[] | {name, steal_pct}'\n  \
@@ -112,6 +113,20 @@ pub struct DoctorArgs {
     /// Colour in the text report
     #[arg(long, value_enum, default_value = "auto")]
     pub color: ColorChoice,
+}
+
+/// `doctor`: the common report flags plus the active probes.
+#[derive(Args, Debug)]
+pub struct DoctorCmd {
+    #[command(flatten)]
+    pub report: DoctorArgs,
+    /// After sampling, also run the wakeup and preempt probes (jitter.* findings);
+    /// adds twice --probe-duration
+    #[arg(long, conflicts_with = "snapshot")]
+    pub probe: bool,
+    /// How long each probe runs with --probe
+    #[arg(long, default_value = "5s", value_parser = parse_duration, requires = "probe")]
+    pub probe_duration: Duration,
 }
 
 #[derive(Args, Debug)]

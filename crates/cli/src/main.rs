@@ -2,9 +2,10 @@
 //! analysis and output together. Errors are one line on stderr, exit 2.
 
 mod args;
+mod doctor_probe;
 mod probe_cmd;
 
-use args::{Cli, ColorChoice, Command, DoctorArgs, SampleArgs};
+use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -62,8 +63,12 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
     }))
 }
 
-fn doctor(a: &DoctorArgs) -> Result<(), Error> {
-    let r = report(a)?;
+fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
+    let a = &cmd.report;
+    let mut r = report(a)?;
+    if cmd.probe {
+        doctor_probe::add_to(&mut r, cmd.probe_duration)?;
+    }
     let text = if a.json {
         stealscope_output::json::render(&r)
     } else {
@@ -93,7 +98,7 @@ fn write_stdout(text: &str) -> Result<(), Error> {
 
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
-        Command::Doctor(a) => doctor(&a),
+        Command::Doctor(c) => doctor(&c),
         Command::Host(a) => host(&a),
         Command::Snapshot(a) => {
             check_root(&a.sample)?;

@@ -629,3 +629,98 @@ fn bad_options_are_one_line_errors_with_exit_2() {
         assert!(err.starts_with("stealscope: "), "{err}");
     }
 }
+
+/// `doctor --probe`: the probe reports land in the doctor JSON (schema-valid,
+/// every online CPU measured for about the asked time), and the jitter.*
+/// findings present are exactly those the measured figures call for. With the
+/// burster delaying a tenth of the wake-ups on one CPU by up to BURST_US, the
+/// wake-up finding must be among them.
+#[test]
+fn doctor_probe_adds_the_findings_the_measurements_support() {
+    let _s = serial();
+    if !require(is_root(), "root (SCHED_FIFO probes and burster)") {
+        return;
+    }
+    let cpu = probe_cpu();
+    let burster = Burster::start(cpu, WAKEUP_PERIOD_US);
+    let r = json(&run(&[
+        "doctor",
+        "--interval",
+        "1s",
+        "--probe",
+        "--probe-duration",
+        "2s",
+        "--json",
+    ]));
+    burster.finish();
+    assert_valid(&r);
+    let w = &r["probes"]["wakeup"];
+    let online = stealscope_readers::cpulist::parse(
+        std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .unwrap()
+            .trim(),
+        "online",
+    )
+    .unwrap();
+    let measured: Vec<u64> = w["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cpu"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        measured,
+        online.iter().map(|&c| c as u64).collect::<Vec<_>>()
+    );
+    for c in w["cpus"].as_array().unwrap() {
+        let n = c["samples"].as_f64().unwrap();
+        // 2 s at the default 1000 µs period.
+        assert!(
+            (1400.0..=2100.0).contains(&n),
+            "cpu {}: {n} samples",
+            c["cpu"]
+        );
+    }
+    let ids = finding_ids(&r);
+    use stealscope_probes::findings::*;
+    let o = &w["overall"];
+    let wake_expected = o["p99_us"].as_f64().unwrap() > WAKEUP_P99_WARN_US
+        || o["max_us"].as_f64().unwrap() > WAKEUP_MAX_CRITICAL_US;
+    assert!(
+        wake_expected,
+        "the burster must push p99 over the limit: {o}"
+    );
+    assert!(
+        ids.contains(&"jitter.wakeup-latency".to_string()),
+        "{ids:?}"
+    );
+    // The preempt finding looks at the worst CPU's share and the longest gap.
+    let p = &r["probes"]["preempt"];
+    let worst = p["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["unexplained_pct"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    let preempt_expected = worst > PREEMPT_UNEXPLAINED_WARN_PCT
+        || p["overall"]["max_unexplained_gap_us"].as_f64().unwrap() > PREEMPT_GAP_WARN_US;
+    assert_eq!(
+        ids.contains(&"jitter.hypervisor-preemption".to_string()),
+        preempt_expected,
+        "{ids:?} vs {p}"
+    );
+    // Probe findings are ranked with the rest: severities never rise down the list.
+    let sev = |s: &str| {
+        ["info", "warning", "critical"]
+            .iter()
+            .position(|x| *x == s)
+            .unwrap()
+    };
+    let sevs: Vec<usize> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| sev(f["severity"].as_str().unwrap()))
+        .collect();
+    assert!(sevs.windows(2).all(|p| p[0] >= p[1]), "{sevs:?}");
+}

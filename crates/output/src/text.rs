@@ -137,6 +137,9 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
     if let Some(h) = &r.host {
         host_table(&mut out, &st, &h.vms, &h.hypervisor, &h.kvm_stats);
     }
+    if let Some(p) = &r.probes {
+        probes_summary(&mut out, &st, p);
+    }
     let warn = r
         .findings
         .iter()
@@ -155,6 +158,40 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
     }
     findings_and_notes(&mut out, &st, &r.findings, &r.notes);
     out
+}
+
+/// One line per probe that ran under `doctor --probe` (the whole reports
+/// are in the JSON).
+fn probes_summary(out: &mut String, st: &Style, p: &Value) {
+    let num = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+    let _ = writeln!(out, "\n{}", st.bold("Probes"));
+    if let Some(o) = p.get("wakeup").and_then(|w| w.get("overall")) {
+        if let (Some(p50), Some(p99), Some(max)) =
+            (num(o, "p50_us"), num(o, "p99_us"), num(o, "max_us"))
+        {
+            let policy = p["wakeup"]
+                .get("policy")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let _ = writeln!(
+                out,
+                "  wakeup   timer latency p50 {p50:.1} µs, p99 {p99:.1} µs, max {max:.1} µs ({policy})"
+            );
+        }
+    }
+    if let Some(o) = p.get("preempt").and_then(|w| w.get("overall")) {
+        if let (Some(un), Some(max)) = (num(o, "unexplained_pct"), num(o, "max_unexplained_gap_us"))
+        {
+            let attribution = p["preempt"]
+                .get("attribution")
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            let _ = writeln!(
+                out,
+                "  preempt  hypervisor (unexplained) {un:.2}% of CPU, longest stall {max:.1} µs (attribution: {attribution})"
+            );
+        }
+    }
 }
 
 /// Findings ranked as given, then the notes: the tail of every report.
