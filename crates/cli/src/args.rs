@@ -60,6 +60,17 @@ pub enum Command {
                             PM QoS and the tracing instance are released on every path."
     )]
     Probe(crate::probe_cmd::ProbeArgs),
+    /// Placement daemon: pin VMs to CPUs and NUMA nodes, fair CPU for shared VMs, safe memory moves
+    #[command(
+        after_help = "Examples:\n  stealscope place plan                   what it would do and why (read-only)\n  \
+                            stealscope place apply                  dry run: the actions, nothing changed\n  \
+                            stealscope place apply --yes            journal and apply\n  \
+                            stealscope place undo --yes             restore the placement before the last apply\n  \
+                            stealscope place daemon --yes           every 10 s, logs each decision\n\n\
+                            Config: /etc/stealscope/place.toml (dedicated VM globs, housekeeping CPUs, fairness, \
+                            intervals, memory margins). Journal: /var/lib/stealscope/place.journal."
+    )]
+    Place(crate::place_cmd::PlaceArgs),
     /// Print shell completions to stdout
     #[command(
         after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \

@@ -1,0 +1,7 @@
+//! Applies placement actions to the live host through the owner of each
+//! knob (libvirt's `virsh`, cgroup files, sched_setaffinity, move_pages),
+//! with every action journaled before it is applied and marked after, so a
+//! crash leaves a journal from which the state can be finished or rolled
+//! back, and `undo` can restore what was there before.
+
+pub mod memory;

@@ -1,0 +1,221 @@
+//! /etc/stealscope/place.toml: which VMs get dedicated cores, housekeeping
+//! CPUs, intervals, thresholds. Unknown keys are errors (a typo must not
+//! silently fall back to a default on a production host).
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_PATH: &str = "/etc/stealscope/place.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {msg}")]
+    Invalid { path: PathBuf, msg: String },
+}
+
+/// How shared VMs get CPU in proportion to their vCPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fairness {
+    /// Every shared VM's process joins one cpu group (`shared_group`), so the
+    /// scheduler weighs vCPU threads, not VMs. Measured fairest (BENCHMARKS.md).
+    SharedGroup,
+    /// Each VM keeps its own group, weighted by its vCPU count.
+    Weights,
+    /// Leave CPU weights and groups alone.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// VM name globs that get dedicated cores (SMT siblings kept together).
+    pub dedicated: Vec<String>,
+    /// CPUs reserved for emulator and I/O threads (kernel list format).
+    pub housekeeping_cpus: String,
+    pub fairness: Fairness,
+    /// cpu group (relative to the cpu controller's mount) for `shared-group`.
+    pub shared_group: String,
+    /// Seconds between daemon passes.
+    pub interval_s: f64,
+    /// A VM is not moved to another node again within this many seconds.
+    pub min_move_interval_s: f64,
+    /// Another node must be this much better (fraction of a node's load) to move a VM.
+    pub hysteresis: f64,
+    /// Memory on other nodes below this is left where it is.
+    pub migrate_min_mib: u64,
+    /// Free memory a node must keep after a move: the larger of these two.
+    pub mem_margin_pct: f64,
+    pub mem_margin_min_mib: u64,
+    /// Memory is moved in steps of this size, re-checking between steps.
+    pub mem_step_mib: u64,
+    /// Stop moving memory when /proc/pressure/memory "some avg10" exceeds this.
+    pub psi_memory_stop: f64,
+    /// Minimum free swap, as a share of the bytes to move, when swap is in use.
+    pub swap_headroom: f64,
+    /// Go on even when automatic NUMA balancing or numad would fight the plan.
+    pub override_conflicts: bool,
+    /// Where actions are journaled before they are applied.
+    pub journal: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            dedicated: Vec::new(),
+            housekeeping_cpus: String::new(),
+            fairness: Fairness::SharedGroup,
+            shared_group: "/stealscope.shared".into(),
+            interval_s: 10.0,
+            min_move_interval_s: 600.0,
+            hysteresis: 0.25,
+            migrate_min_mib: 64,
+            mem_margin_pct: 5.0,
+            mem_margin_min_mib: 256,
+            mem_step_mib: 128,
+            psi_memory_stop: 10.0,
+            swap_headroom: 1.0,
+            override_conflicts: false,
+            journal: "/var/lib/stealscope/place.journal".into(),
+        }
+    }
+}
+
+impl Config {
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let invalid = |msg: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let c: Config = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        c.validate().map_err(invalid)?;
+        Ok(c)
+    }
+
+    /// Reads `path`; a missing file at the default path means defaults.
+    pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(t) => Config::parse(&t, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok(Config::default())
+            }
+            Err(e) => Err(ConfigError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            }),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let pos = |v: f64, name: &str| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{name} must be a positive number, got {v}"))
+            }
+        };
+        pos(self.interval_s, "interval_s")?;
+        if !(self.min_move_interval_s.is_finite() && self.min_move_interval_s >= 0.0) {
+            return Err("min_move_interval_s must be 0 or more".into());
+        }
+        if !(0.0..=10.0).contains(&self.hysteresis) {
+            return Err(format!(
+                "hysteresis must be within [0, 10], got {}",
+                self.hysteresis
+            ));
+        }
+        if !(0.0..50.0).contains(&self.mem_margin_pct) {
+            return Err(format!(
+                "mem_margin_pct must be within [0, 50), got {}",
+                self.mem_margin_pct
+            ));
+        }
+        if self.mem_step_mib == 0 {
+            return Err("mem_step_mib must be at least 1".into());
+        }
+        pos(self.psi_memory_stop, "psi_memory_stop")?;
+        if !(self.swap_headroom.is_finite() && self.swap_headroom >= 0.0) {
+            return Err("swap_headroom must be 0 or more".into());
+        }
+        if !self.shared_group.starts_with('/') || self.shared_group.contains("..") {
+            return Err(format!(
+                "shared_group must be an absolute cgroup path without '..', got {:?}",
+                self.shared_group
+            ));
+        }
+        self.housekeeping()?;
+        self.dedicated_matcher()?;
+        Ok(())
+    }
+
+    pub fn housekeeping(&self) -> Result<Vec<u32>, String> {
+        if self.housekeeping_cpus.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        stealscope_readers::cpulist::parse(&self.housekeeping_cpus, "housekeeping_cpus")
+            .map_err(|e| format!("housekeeping_cpus: {e}"))
+    }
+
+    pub fn dedicated_matcher(&self) -> Result<globset::GlobSet, String> {
+        let mut b = globset::GlobSetBuilder::new();
+        for g in &self.dedicated {
+            b.add(globset::Glob::new(g).map_err(|e| format!("dedicated: {e}"))?);
+        }
+        b.build().map_err(|e| format!("dedicated: {e}"))
+    }
+
+    pub fn interval(&self) -> Duration {
+        Duration::from_secs_f64(self.interval_s)
+    }
+
+    /// Free memory a node must keep after a move.
+    pub fn mem_margin_bytes(&self, node_total: u64) -> u64 {
+        let pct = (node_total as f64 * self.mem_margin_pct / 100.0) as u64;
+        pct.max(self.mem_margin_min_mib << 20)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Result<Config, String> {
+        Config::parse(t, Path::new("place.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        assert_eq!(parse("").unwrap(), Config::default());
+        let c =
+            parse("dedicated = [\"db-*\"]\nhousekeeping_cpus = \"0,1\"\nfairness = \"weights\"\n")
+                .unwrap();
+        assert_eq!(c.housekeeping().unwrap(), vec![0, 1]);
+        assert!(c.dedicated_matcher().unwrap().is_match("db-7"));
+        assert_eq!(c.fairness, Fairness::Weights);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_problem() {
+        for (text, want) in [
+            ("interval_s = 0", "interval_s must be a positive"),
+            ("fairnes = \"weights\"", "unknown field `fairnes`"),
+            ("housekeeping_cpus = \"3-1\"", "housekeeping_cpus"),
+            ("dedicated = [\"[\"]", "dedicated"),
+            ("mem_step_mib = 0", "mem_step_mib"),
+            ("shared_group = \"x\"", "shared_group"),
+            ("hysteresis = \"a\"", "invalid type"),
+            ("[[[", "place.toml"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.starts_with("place.toml: "), "{e}");
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n') || e.lines().count() < 8, "{e}");
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! What the planner is given: the host's topology and memory, and each VM
+//! with its threads, measured demand, memory per node and how its knobs are
+//! reached. Built from the live host by `place`, or by `sim`.
+
+use crate::action::{CgroupRef, Knob};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Topology {
+    /// Online CPUs, ascending.
+    pub cpus: Vec<u32>,
+    /// SMT sibling groups (a core's hardware threads), each ascending.
+    pub cores: Vec<Vec<u32>>,
+    pub nodes: Vec<NodeInput>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInput {
+    pub id: u32,
+    /// Online CPUs of the node.
+    pub cpus: Vec<u32>,
+    pub mem_total_bytes: Option<u64>,
+    pub mem_free_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostInput {
+    pub topology: Topology,
+    pub swap_total_bytes: Option<u64>,
+    pub swap_free_bytes: Option<u64>,
+    /// /proc/sys/kernel/numa_balancing (None when absent).
+    pub numa_balancing: Option<u32>,
+    /// numad (or another placement tool) is running: it would fight us.
+    pub numad_running: bool,
+    /// Where the cpu controller is (None: no cpu controller mounted).
+    pub cpu_controller: Option<CpuController>,
+    pub vms: Vec<VmInput>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuController {
+    pub v2: bool,
+    /// Mount point, e.g. /sys/fs/cgroup/cpu (v1) or /sys/fs/cgroup (v2).
+    pub mount: String,
+}
+
+impl CpuController {
+    /// The group at `path` (as in /proc/<pid>/cgroup) under this mount.
+    pub fn group(&self, path: &str) -> CgroupRef {
+        CgroupRef {
+            v2: self.v2,
+            dir: format!(
+                "{}{}",
+                self.mount.trim_end_matches('/'),
+                path.trim_end_matches('/')
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadInput {
+    pub tid: u32,
+    /// Measured CPU use, in CPUs (1.0 = one CPU busy); None when not measured.
+    pub util: Option<f64>,
+    /// Current affinity (Cpus_allowed_list).
+    pub cpus_allowed: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmInput {
+    pub pid: u32,
+    pub name: String,
+    /// Who owns the VM's knobs (libvirt keeps its domain XML true).
+    pub knob: Knob,
+    /// vCPU threads by index.
+    pub vcpus: Vec<(u32, ThreadInput)>,
+    /// Emulator and I/O threads.
+    pub others: Vec<ThreadInput>,
+    /// Resident bytes per node (numa_maps); None when unreadable.
+    pub mem_by_node: Option<BTreeMap<u32, u64>>,
+    /// The cpu group the VM process is in now (any group, even the root).
+    pub cpu_group: Option<CgroupRef>,
+    /// Its current weight there, in the group's own units.
+    pub cpu_weight: Option<u64>,
+}
+
+impl VmInput {
+    pub fn mem_bytes(&self) -> Option<u64> {
+        self.mem_by_node.as_ref().map(|m| m.values().sum())
+    }
+
+    /// The node holding most of the VM's memory (where it is cheapest to keep it).
+    pub fn home_node(&self) -> Option<u32> {
+        self.mem_by_node
+            .as_ref()?
+            .iter()
+            .max_by_key(|(n, b)| (**b, std::cmp::Reverse(**n)))
+            .filter(|(_, b)| **b > 0)
+            .map(|(n, _)| *n)
+    }
+
+    /// Measured demand in CPUs; a vCPU never measured counts as one busy CPU
+    /// (the safe assumption for capacity).
+    pub fn demand(&self) -> f64 {
+        self.vcpus
+            .iter()
+            .map(|(_, t)| t.util.unwrap_or(1.0).clamp(0.0, 1.0))
+            .sum()
+    }
+}

@@ -1,0 +1,20 @@
+//! The placement planner (the "Octopus" of the who-stole-my-cpu talk) as
+//! pure code: from the host's topology, its VMs with their measured demand
+//! and memory per node, a config and the placement history, to a target
+//! placement and the actions that reach it, each with a reason in words.
+//! No I/O here: `place` feeds it from the live host and applies the actions
+//! through `stealscope-actuators`; `sim` feeds it simulated hosts.
+
+pub mod action;
+pub mod config;
+mod diff;
+pub mod history;
+pub mod input;
+mod nodes;
+pub mod plan;
+
+pub use action::{Action, CgroupRef, Knob};
+pub use config::{Config, ConfigError, Fairness};
+pub use history::History;
+pub use input::{HostInput, NodeInput, ThreadInput, Topology, VmInput};
+pub use plan::{plan, Plan, VmPlan};

@@ -1,0 +1,429 @@
+//! The planner: dedicated VMs get whole cores on one node, shared VMs go to
+//! the node whose shared pool has the most room for their measured demand
+//! (staying put unless another node is better by the hysteresis margin and
+//! the VM has not moved recently), emulator/I/O threads go to housekeeping
+//! CPUs, shared VMs get CPU in proportion to their vCPUs, and memory follows
+//! the VM's node when it fits with a margin. Then the actions are the
+//! difference between that target and what the host has now.
+
+use crate::action::{Action, Knob};
+use crate::config::{Config, Fairness};
+use crate::history::History;
+use crate::input::{HostInput, VmInput};
+use crate::nodes::{node_states, NodeState};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use stealscope_readers::cpulist::format as cpulist;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    Dedicated,
+    Shared,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VmPlan {
+    pub pid: u32,
+    pub name: String,
+    pub class: Class,
+    /// The node the VM lives on; None when it spans nodes.
+    pub node: Option<u32>,
+    /// Measured demand, CPUs.
+    pub demand: f64,
+    pub mem_bytes: Option<u64>,
+    /// (vCPU index, tid, CPUs).
+    pub vcpus: Vec<(u32, u32, Vec<u32>)>,
+    /// CPUs for the emulator and I/O threads.
+    pub other_cpus: Vec<u32>,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Plan {
+    pub vms: Vec<VmPlan>,
+    /// In the order they must be applied.
+    pub actions: Vec<Action>,
+    pub warnings: Vec<String>,
+    /// Why applying this plan must be refused (conflicts without override).
+    pub refused: Option<String>,
+    /// Shared load per pool CPU, per node, after the plan.
+    pub node_pressure: BTreeMap<u32, f64>,
+}
+
+struct Ctx<'a> {
+    cfg: &'a Config,
+    hist: &'a History,
+    now_s: f64,
+}
+
+/// Plans `host` from scratch, using `hist` for hysteresis; `now_s` is on the
+/// same clock as the history.
+pub fn plan(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan {
+    let mut out = Plan::default();
+    let ctx = Ctx { cfg, hist, now_s };
+    conflicts(host, cfg, &mut out);
+    let online: BTreeSet<u32> = host.topology.cpus.iter().copied().collect();
+    let mut hk: BTreeSet<u32> = cfg.housekeeping().unwrap_or_default().into_iter().collect();
+    let offline: Vec<u32> = hk.difference(&online).copied().collect();
+    if !offline.is_empty() {
+        out.warnings.push(format!(
+            "housekeeping CPUs {} are not online: left out",
+            cpulist(&offline)
+        ));
+        hk.retain(|c| online.contains(c));
+    }
+    if !hk.is_empty() && hk.len() == online.len() {
+        out.warnings
+            .push("housekeeping_cpus covers every online CPU: ignored, VMs need CPUs".into());
+        hk.clear();
+    }
+    let mut nodes = node_states(host, &hk);
+    let dedicated = cfg.dedicated_matcher().unwrap_or_default();
+
+    // Biggest first: they are the hardest to fit.
+    let mut order: Vec<&VmInput> = host.vms.iter().filter(|v| !v.vcpus.is_empty()).collect();
+    order.sort_by(|a, b| {
+        b.vcpus
+            .len()
+            .cmp(&a.vcpus.len())
+            .then(b.demand().total_cmp(&a.demand()))
+            .then(a.pid.cmp(&b.pid))
+    });
+    let mut shared = Vec::new();
+    for vm in order {
+        if dedicated.is_match(&vm.name) {
+            match place_dedicated(vm, &mut nodes, &ctx) {
+                Ok(p) => out.vms.push(p),
+                Err(why) => {
+                    out.warnings.push(format!(
+                        "{}: no node has room for dedicated cores ({why}); placed as shared",
+                        vm.name
+                    ));
+                    shared.push(vm);
+                }
+            }
+        } else {
+            shared.push(vm);
+        }
+    }
+    for vm in shared {
+        let p = place_shared(vm, &mut nodes, &ctx);
+        out.vms.push(p);
+    }
+    for n in &nodes {
+        let p = n.pressure_with(0.0);
+        out.node_pressure
+            .insert(n.id, (p * 1000.0).round() / 1000.0);
+        if p > 1.0 && !n.free.is_empty() {
+            out.warnings.push(format!(
+                "node {}: shared demand {:.2} CPUs on {} pool CPUs ({:.0}%): busy steal will remain; only moving VMs to another host removes it",
+                n.id, n.load, n.free.len(), 100.0 * p
+            ));
+        }
+    }
+    // Emulator/I/O threads: housekeeping CPUs of the VM's node, else all
+    // housekeeping CPUs, else the VM's own CPUs.
+    let hk_all: Vec<u32> = hk.iter().copied().collect();
+    for p in &mut out.vms {
+        let local = p
+            .node
+            .and_then(|id| nodes.iter().find(|n| n.id == id))
+            .map(|n| n.housekeeping.clone())
+            .unwrap_or_default();
+        p.other_cpus = if !local.is_empty() {
+            local
+        } else if !hk_all.is_empty() {
+            hk_all.clone()
+        } else {
+            let mut all: Vec<u32> = p
+                .vcpus
+                .iter()
+                .flat_map(|(_, _, c)| c.iter().copied())
+                .collect();
+            all.sort_unstable();
+            all.dedup();
+            all
+        };
+    }
+    out.vms.sort_by_key(|p| p.pid);
+    let (actions, warnings) = crate::diff::actions(host, cfg, &out.vms);
+    out.actions = actions;
+    out.warnings.extend(warnings);
+    out
+}
+
+fn conflicts(host: &HostInput, cfg: &Config, out: &mut Plan) {
+    let mut why = Vec::new();
+    if host.topology.nodes.len() > 1 && host.numa_balancing.is_some_and(|v| v != 0) {
+        why.push("automatic NUMA balancing is on (kernel.numa_balancing=1): it migrates vCPU threads and pages against the plan and itself causes idle steal; disable it with `sysctl -w kernel.numa_balancing=0`".to_string());
+    }
+    if host.numad_running {
+        why.push("numad is running: it rebinds processes to nodes on its own schedule; stop it (`systemctl disable --now numad`)".to_string());
+    }
+    for w in &why {
+        out.warnings.push(w.clone());
+    }
+    if !why.is_empty() && !cfg.override_conflicts {
+        out.refused = Some(format!(
+            "{} (set override_conflicts = true to place anyway)",
+            why.join("; ")
+        ));
+    }
+}
+
+/// The node a VM is on now: the history's, else the one holding all its
+/// vCPUs' CPUs, else where most of its memory is.
+fn current_node(vm: &VmInput, nodes: &[NodeState], ctx: &Ctx) -> Option<u32> {
+    if let Some(h) = ctx.hist.vms.get(&vm.pid) {
+        return h.node;
+    }
+    let cpus: BTreeSet<u32> = vm
+        .vcpus
+        .iter()
+        .flat_map(|(_, t)| t.cpus_allowed.iter().copied())
+        .collect();
+    let holder = nodes.iter().find(|n| {
+        !cpus.is_empty()
+            && cpus
+                .iter()
+                .all(|c| n.free.contains(c) || n.housekeeping.contains(c))
+    });
+    holder.map(|n| n.id).or_else(|| vm.home_node())
+}
+
+fn mib(b: u64) -> u64 {
+    b >> 20
+}
+
+fn place_dedicated(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> Result<VmPlan, String> {
+    let n = vm.vcpus.len();
+    let cur = current_node(vm, nodes, ctx);
+    // Preference: where it is now, then where its memory is, then most free cores.
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by_key(|&i| {
+        let id = nodes[i].id;
+        (
+            Some(id) != cur,
+            Some(id) != vm.home_node(),
+            std::cmp::Reverse(nodes[i].free.len()),
+            id,
+        )
+    });
+    let mut why = Vec::new();
+    for i in order {
+        let node = &mut nodes[i];
+        let threads: usize = node.cores.iter().map(Vec::len).sum();
+        if threads < n {
+            why.push(format!(
+                "node {}: {} free hardware threads in whole cores for {} vCPUs",
+                node.id, threads, n
+            ));
+            continue;
+        }
+        let incoming = match node.mem_fits(vm, ctx.cfg) {
+            Ok(b) => b,
+            Err(e) => {
+                why.push(e);
+                continue;
+            }
+        };
+        let cores = node.take_cores(n).expect("checked above");
+        node.take_mem(incoming.unwrap_or(0));
+        let cpus: Vec<u32> = cores.iter().flatten().copied().collect();
+        let idle: Vec<u32> = cpus[n..].to_vec();
+        let mut reasons = vec![format!(
+            "dedicated (matches `dedicated` in the config): {} vCPU(s) on whole cores {} of node {}{}",
+            n,
+            cpulist(&cpus),
+            node.id,
+            if idle.is_empty() { String::new() } else { format!("; sibling(s) {} left idle so no other VM shares these cores", cpulist(&idle)) }
+        )];
+        reasons.push(mem_reason(vm, node.id, incoming));
+        return Ok(VmPlan {
+            pid: vm.pid,
+            name: vm.name.clone(),
+            class: Class::Dedicated,
+            node: Some(node.id),
+            demand: vm.demand(),
+            mem_bytes: vm.mem_bytes(),
+            vcpus: vm
+                .vcpus
+                .iter()
+                .zip(&cpus)
+                .map(|((i, t), c)| (*i, t.tid, vec![*c]))
+                .collect(),
+            other_cpus: Vec::new(),
+            reasons,
+        });
+    }
+    Err(why.join("; "))
+}
+
+fn mem_reason(vm: &VmInput, node: u32, incoming: Option<u64>) -> String {
+    match (vm.mem_bytes(), incoming) {
+        (Some(total), Some(0)) => format!("memory: all {} MiB already on node {node}", mib(total)),
+        (Some(total), Some(b)) => format!(
+            "memory: {} of {} MiB to move to node {node}, which has room for it with the margin",
+            mib(b),
+            mib(total)
+        ),
+        _ => "memory per node unknown (numa_maps unreadable): no memory move planned".to_string(),
+    }
+}
+
+fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
+    let n = vm.vcpus.len();
+    let demand = vm.demand();
+    let mut reasons = Vec::new();
+    let mut rejected = Vec::new();
+    let eligible: Vec<usize> = (0..nodes.len())
+        .filter(|&i| {
+            let node = &nodes[i];
+            if node.free.len() < n {
+                rejected.push(format!(
+                    "node {}: {} pool CPUs for {} vCPUs",
+                    node.id,
+                    node.free.len(),
+                    n
+                ));
+                return false;
+            }
+            match node.mem_fits(vm, ctx.cfg) {
+                Ok(_) => true,
+                Err(e) => {
+                    rejected.push(e);
+                    false
+                }
+            }
+        })
+        .collect();
+    let best = eligible.iter().copied().min_by(|&a, &b| {
+        nodes[a]
+            .pressure_with(demand)
+            .total_cmp(&nodes[b].pressure_with(demand))
+            .then(nodes[a].id.cmp(&nodes[b].id))
+    });
+    let cur = current_node(vm, nodes, ctx)
+        .and_then(|id| eligible.iter().copied().find(|&i| nodes[i].id == id));
+    let chosen = match (cur, best) {
+        (Some(c), Some(b)) if c != b => {
+            let (pc, pb) = (
+                nodes[c].pressure_with(demand),
+                nodes[b].pressure_with(demand),
+            );
+            let since = ctx
+                .hist
+                .vms
+                .get(&vm.pid)
+                .map(|h| ctx.now_s - h.changed_at_s);
+            if pc - pb <= ctx.cfg.hysteresis {
+                reasons.push(format!(
+                    "stays on node {}: node {} would be only {:.2} CPUs/CPU less loaded ({:.2} vs {:.2}), within the hysteresis of {:.2}",
+                    nodes[c].id, nodes[b].id, pc - pb, pb, pc, ctx.cfg.hysteresis
+                ));
+                Some(c)
+            } else if since.is_some_and(|s| s < ctx.cfg.min_move_interval_s) {
+                reasons.push(format!(
+                    "stays on node {}: node {} is less loaded ({:.2} vs {:.2} CPUs/CPU) but the VM moved {:.0} s ago (minimum {:.0} s between moves)",
+                    nodes[c].id, nodes[b].id, pb, pc, since.unwrap_or(0.0), ctx.cfg.min_move_interval_s
+                ));
+                Some(c)
+            } else {
+                reasons.push(format!(
+                    "moves from node {} to node {}: pool load {:.2} there vs {:.2} here (CPUs of demand per pool CPU), beyond the hysteresis of {:.2}",
+                    nodes[c].id, nodes[b].id, pb, pc, ctx.cfg.hysteresis
+                ));
+                Some(b)
+            }
+        }
+        (Some(c), _) => {
+            reasons.push(format!(
+                "stays on node {}: its pool has room ({:.2} CPUs of demand per pool CPU with it)",
+                nodes[c].id,
+                nodes[c].pressure_with(demand)
+            ));
+            Some(c)
+        }
+        (None, Some(b)) => {
+            reasons.push(format!(
+                "node {}: the least loaded pool that holds {} vCPU(s) and the VM's memory ({:.2} CPUs of demand per pool CPU with it)",
+                nodes[b].id, n, nodes[b].pressure_with(demand)
+            ));
+            Some(b)
+        }
+        (None, None) => None,
+    };
+    match chosen {
+        Some(i) => {
+            let node = &mut nodes[i];
+            let incoming = node.mem_fits(vm, ctx.cfg).ok().flatten();
+            node.take_mem(incoming.unwrap_or(0));
+            node.load += demand;
+            let pool = node.pool();
+            reasons.insert(0, format!("shared: {n} vCPU(s), measured demand {demand:.2} CPUs, in node {}'s shared pool {}", node.id, cpulist(&pool)));
+            reasons.push(mem_reason(vm, node.id, incoming));
+            VmPlan {
+                pid: vm.pid,
+                name: vm.name.clone(),
+                class: Class::Shared,
+                node: Some(node.id),
+                demand,
+                mem_bytes: vm.mem_bytes(),
+                vcpus: vm
+                    .vcpus
+                    .iter()
+                    .map(|(i, t)| (*i, t.tid, pool.clone()))
+                    .collect(),
+                other_cpus: Vec::new(),
+                reasons,
+            }
+        }
+        None => {
+            // Spread the load over every pool; memory stays where it is.
+            let total: usize = nodes.iter().map(|n| n.free.len()).sum::<usize>().max(1);
+            let mut pool = Vec::new();
+            for node in nodes.iter_mut() {
+                node.load += demand * node.free.len() as f64 / total as f64;
+                pool.extend(node.free.iter().copied());
+            }
+            pool.sort_unstable();
+            reasons.push(format!(
+                "shared, spans nodes {}: no single node fits it ({}); memory is left where it is",
+                cpulist(&pool),
+                rejected.join("; ")
+            ));
+            VmPlan {
+                pid: vm.pid,
+                name: vm.name.clone(),
+                class: Class::Shared,
+                node: None,
+                demand,
+                mem_bytes: vm.mem_bytes(),
+                vcpus: vm
+                    .vcpus
+                    .iter()
+                    .map(|(i, t)| (*i, t.tid, pool.clone()))
+                    .collect(),
+                other_cpus: Vec::new(),
+                reasons,
+            }
+        }
+    }
+}
+
+/// Whether this VM's knobs belong to libvirt.
+pub fn libvirt_domain(vm: &VmInput) -> Option<&str> {
+    match &vm.knob {
+        Knob::Libvirt { domain } => Some(domain),
+        Knob::Direct => None,
+    }
+}
+
+pub(crate) fn fairness_for(vm: &VmInput, cfg: &Config) -> Fairness {
+    // libvirt owns the VM's cgroup placement: weights through libvirt instead.
+    match (cfg.fairness, libvirt_domain(vm)) {
+        (Fairness::SharedGroup, Some(_)) => Fairness::Weights,
+        (f, _) => f,
+    }
+}
