@@ -12,6 +12,7 @@ pub mod history;
 pub mod input;
 mod nodes;
 pub mod plan;
+pub mod synthetic;
 
 pub use action::{Action, CgroupRef, Knob};
 pub use config::{Config, ConfigError, Fairness};

@@ -58,13 +58,11 @@ impl NodeState {
         }
     }
 
-    /// Takes whole cores until `n` hardware threads are held; None if the
-    /// node has too few free cores (nothing is taken then).
-    pub fn take_cores(&mut self, n: usize) -> Option<Vec<Vec<u32>>> {
+    /// The whole cores that would hold `n` hardware threads, in CPU order
+    /// (all cores of a host have the same width); None if too few are free.
+    pub fn cores_for(&self, n: usize) -> Option<Vec<Vec<u32>>> {
         let mut got = Vec::new();
         let mut threads = 0;
-        // Smallest cores first would split fewer big cores; all cores of a
-        // host have the same width, so plain order keeps CPU numbers tidy.
         for c in &self.cores {
             if threads >= n {
                 break;
@@ -72,9 +70,12 @@ impl NodeState {
             threads += c.len();
             got.push(c.clone());
         }
-        if threads < n {
-            return None;
-        }
+        (threads >= n).then_some(got)
+    }
+
+    /// Takes the cores `cores_for(n)` names; None (nothing taken) if too few.
+    pub fn take_cores(&mut self, n: usize) -> Option<Vec<Vec<u32>>> {
+        let got = self.cores_for(n)?;
         self.cores.retain(|c| !got.contains(c));
         for c in &got {
             for cpu in c {

@@ -55,13 +55,23 @@ struct Ctx<'a> {
     cfg: &'a Config,
     hist: &'a History,
     now_s: f64,
+    /// Shared VMs exist: dedicated cores must leave them at least one CPU.
+    keep_pool: bool,
+    online: Vec<u32>,
 }
 
 /// Plans `host` from scratch, using `hist` for hysteresis; `now_s` is on the
 /// same clock as the history.
 pub fn plan(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan {
     let mut out = Plan::default();
-    let ctx = Ctx { cfg, hist, now_s };
+    let dedicated = cfg.dedicated_matcher().unwrap_or_default();
+    let ctx = Ctx {
+        cfg,
+        hist,
+        now_s,
+        keep_pool: host.vms.iter().any(|v| !dedicated.is_match(&v.name)),
+        online: host.topology.cpus.clone(),
+    };
     conflicts(host, cfg, &mut out);
     let online: BTreeSet<u32> = host.topology.cpus.iter().copied().collect();
     let mut hk: BTreeSet<u32> = cfg.housekeeping().unwrap_or_default().into_iter().collect();
@@ -79,7 +89,6 @@ pub fn plan(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
         hk.clear();
     }
     let mut nodes = node_states(host, &hk);
-    let dedicated = cfg.dedicated_matcher().unwrap_or_default();
 
     // Biggest first: they are the hardest to fit.
     let mut order: Vec<&VmInput> = host.vms.iter().filter(|v| !v.vcpus.is_empty()).collect();
@@ -211,13 +220,21 @@ fn place_dedicated(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> Result<V
         )
     });
     let mut why = Vec::new();
+    let pool_total: usize = nodes.iter().map(|n| n.free.len()).sum();
     for i in order {
         let node = &mut nodes[i];
-        let threads: usize = node.cores.iter().map(Vec::len).sum();
-        if threads < n {
+        let Some(cores) = node.cores_for(n) else {
+            let threads: usize = node.cores.iter().map(Vec::len).sum();
             why.push(format!(
                 "node {}: {} free hardware threads in whole cores for {} vCPUs",
                 node.id, threads, n
+            ));
+            continue;
+        };
+        let taking: usize = cores.iter().map(Vec::len).sum();
+        if ctx.keep_pool && taking >= pool_total {
+            why.push(format!(
+                "the host's last {pool_total} shared CPU(s) must stay for the shared VMs"
             ));
             continue;
         }
@@ -388,11 +405,27 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
                 pool.extend(node.free.iter().copied());
             }
             pool.sort_unstable();
-            reasons.push(format!(
-                "shared, spans nodes {}: no single node fits it ({}); memory is left where it is",
-                cpulist(&pool),
-                rejected.join("; ")
-            ));
+            if pool.is_empty() {
+                // Dedicated VMs hold every CPU: a VM must still run somewhere.
+                pool = nodes
+                    .iter()
+                    .flat_map(|n| n.housekeeping.iter().copied())
+                    .collect();
+                if pool.is_empty() {
+                    pool = ctx.online.clone();
+                }
+                pool.sort_unstable();
+                reasons.push(format!(
+                    "shared, but dedicated VMs hold every pool CPU: runs on {} (add CPUs or dedicate fewer VMs)",
+                    cpulist(&pool)
+                ));
+            } else {
+                reasons.push(format!(
+                    "shared, spans nodes {}: no single node fits it ({}); memory is left where it is",
+                    cpulist(&pool),
+                    rejected.join("; ")
+                ));
+            }
             VmPlan {
                 pid: vm.pid,
                 name: vm.name.clone(),

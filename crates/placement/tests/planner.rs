@@ -1,0 +1,336 @@
+//! Planner behaviour on synthetic hosts: what it decides, the reasons it
+//! gives, and invariants that must hold on any input.
+
+use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use stealscope_placement::plan::Class;
+use stealscope_placement::synthetic::{host, random_host, vm};
+use stealscope_placement::{plan, Action, Config, Fairness, History};
+
+const GIB: u64 = 1 << 30;
+
+fn cfg() -> Config {
+    Config::default()
+}
+
+fn vm_plan<'a>(p: &'a stealscope_placement::Plan, pid: u32) -> &'a stealscope_placement::VmPlan {
+    p.vms.iter().find(|v| v.pid == pid).unwrap()
+}
+
+#[test]
+fn dedicated_vm_gets_whole_cores_no_one_else_shares() {
+    let mut h = host(2, 8, true, 64 * GIB, 0.5);
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(10, 3, 1.0, 4 * GIB, 1, &all));
+    h.vms.push(vm(11, 4, 0.5, 2 * GIB, 1, &all));
+    let c = Config {
+        dedicated: vec!["vm10".into()],
+        ..cfg()
+    };
+    let p = plan(&h, &c, &History::default(), 0.0);
+    let d = vm_plan(&p, 10);
+    assert_eq!(d.class, Class::Dedicated);
+    assert_eq!(
+        d.node,
+        Some(1),
+        "stays where its memory is: {:?}",
+        d.reasons
+    );
+    let mine: Vec<u32> = d
+        .vcpus
+        .iter()
+        .map(|(_, _, c)| {
+            assert_eq!(c.len(), 1);
+            c[0]
+        })
+        .collect();
+    // 3 vCPUs take two whole cores: the 4th sibling is held idle.
+    let cores: BTreeSet<&Vec<u32>> = h
+        .topology
+        .cores
+        .iter()
+        .filter(|c| c.iter().any(|x| mine.contains(x)))
+        .collect();
+    assert_eq!(cores.len(), 2);
+    let held: BTreeSet<u32> = cores.iter().flat_map(|c| c.iter().copied()).collect();
+    assert!(
+        d.reasons.iter().any(|r| r.contains("left idle")),
+        "{:?}",
+        d.reasons
+    );
+    let s = vm_plan(&p, 11);
+    for (_, _, cpus) in &s.vcpus {
+        assert!(
+            cpus.iter().all(|c| !held.contains(c)),
+            "shared VM on a dedicated core: {cpus:?}"
+        );
+    }
+}
+
+#[test]
+fn shared_vms_are_spread_by_demand_and_stay_in_one_node() {
+    let mut h = host(2, 4, false, 64 * GIB, 0.8);
+    let all = h.topology.cpus.clone();
+    // Four busy 2-vCPU VMs with memory on node 0: two must go to node 1.
+    for pid in 1..=4 {
+        h.vms.push(vm(pid, 2, 1.0, GIB, 0, &all));
+    }
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let mut per_node: BTreeMap<u32, usize> = BTreeMap::new();
+    for v in &p.vms {
+        let n = v.node.expect("each fits one node");
+        *per_node.entry(n).or_default() += 1;
+        let node_cpus = &h.topology.nodes[n as usize].cpus;
+        assert!(v
+            .vcpus
+            .iter()
+            .all(|(_, _, c)| c.iter().all(|x| node_cpus.contains(x))));
+    }
+    assert_eq!(per_node, BTreeMap::from([(0, 2), (1, 2)]));
+    // The VMs that moved get their memory moved, with the numbers in the action.
+    let moves: Vec<&Action> = p
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::MigrateMemory { .. }))
+        .collect();
+    assert_eq!(moves.len(), 2);
+    for a in moves {
+        let Action::MigrateMemory { to_node, bytes, .. } = a else {
+            unreachable!()
+        };
+        assert_eq!((*to_node, *bytes), (1, GIB));
+    }
+}
+
+#[test]
+fn a_node_without_room_for_the_memory_is_not_chosen_and_the_reason_has_numbers() {
+    let mut h = host(2, 4, false, 16 * GIB, 0.1); // 1.6 GiB free per node
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(1, 4, 1.0, 8 * GIB, 0, &all));
+    h.vms.push(vm(2, 4, 1.0, 8 * GIB, 0, &all));
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    // Both stay on node 0 (their memory cannot go to node 1).
+    assert!(p.vms.iter().all(|v| v.node == Some(0)), "{:#?}", p.vms);
+    assert!(!p
+        .actions
+        .iter()
+        .any(|a| matches!(a, Action::MigrateMemory { .. })));
+    let over = p
+        .warnings
+        .iter()
+        .find(|w| w.contains("node 0: shared demand 8.00 CPUs on 4 pool CPUs"))
+        .is_some();
+    assert!(over, "{:?}", p.warnings);
+    // A third VM too big for either node's memory spans nodes, saying why.
+    h.vms.push(vm(3, 2, 1.0, 4 * GIB, 5, &all));
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let v = vm_plan(&p, 3);
+    assert_eq!(v.node, None);
+    assert!(
+        v.reasons
+            .iter()
+            .any(|r| r.contains("spans nodes") && r.contains("MiB free, needs 4096 MiB")),
+        "{:?}",
+        v.reasons
+    );
+}
+
+#[test]
+fn hysteresis_and_minimum_interval_keep_vms_still() {
+    let mut h = host(2, 4, false, 64 * GIB, 0.8);
+    let n0: Vec<u32> = h.topology.nodes[0].cpus.clone();
+    // Three 1-vCPU VMs on node 0: load 0.75 there vs 0 on node 1.
+    for pid in 1..=3 {
+        h.vms.push(vm(pid, 1, 1.0, GIB, 0, &n0));
+    }
+    let c = Config {
+        hysteresis: 0.9,
+        ..cfg()
+    };
+    let p = plan(&h, &c, &History::default(), 0.0);
+    assert!(p.vms.iter().all(|v| v.node == Some(0)));
+    assert!(
+        p.vms
+            .iter()
+            .flat_map(|v| &v.reasons)
+            .any(|r| r.contains("within the hysteresis")),
+        "{:?}",
+        p.vms[0].reasons
+    );
+    // A lower margin: the last one placed moves...
+    let c = Config {
+        hysteresis: 0.1,
+        ..cfg()
+    };
+    let p = plan(&h, &c, &History::default(), 1000.0);
+    assert!(p.vms.iter().any(|v| v.node == Some(1)));
+    // ...unless it moved less than min_move_interval_s ago.
+    let mut hist = History::default();
+    for pid in 1..=3 {
+        hist.record(pid, Some(0), 900.0);
+    }
+    let p = plan(&h, &c, &hist, 1000.0);
+    assert!(p.vms.iter().all(|v| v.node == Some(0)), "{:#?}", p.vms);
+    assert!(p
+        .vms
+        .iter()
+        .any(|v| v.reasons.iter().any(|r| r.contains("moved 100 s ago"))));
+}
+
+#[test]
+fn fairness_shared_group_and_weights() {
+    let mut h = host(1, 2, false, 64 * GIB, 0.8);
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(1, 2, 1.0, GIB, 0, &all));
+    h.vms.push(vm(2, 1, 1.0, GIB, 0, &all));
+    h.vms.push(vm(3, 1, 1.0, GIB, 0, &all));
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let joins = p
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::JoinGroup { .. }))
+        .count();
+    assert_eq!(joins, 3);
+    let w: Vec<u64> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CpuWeight { value, .. } => Some(*value),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(w, vec![4 * 1024], "group weighs as its 4 vCPU threads");
+    let c = Config {
+        fairness: Fairness::Weights,
+        ..cfg()
+    };
+    let p = plan(&h, &c, &History::default(), 0.0);
+    let w: BTreeMap<u32, u64> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CpuWeight { pid, value, .. } => Some((*pid, *value)),
+            _ => None,
+        })
+        .collect();
+    // vm1 has 2 vCPUs: 2048; the others already have 1024: no action.
+    assert_eq!(w, BTreeMap::from([(1, 2048)]));
+}
+
+#[test]
+fn conflicts_refuse_unless_overridden() {
+    let mut h = host(2, 2, false, 8 * GIB, 0.5);
+    h.numa_balancing = Some(1);
+    h.numad_running = true;
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let r = p.refused.expect("refused");
+    assert!(r.contains("numa_balancing=0") && r.contains("numad"), "{r}");
+    let c = Config {
+        override_conflicts: true,
+        ..cfg()
+    };
+    let p = plan(&h, &c, &History::default(), 0.0);
+    assert!(p.refused.is_none() && p.warnings.len() == 2);
+}
+
+#[test]
+fn housekeeping_cpus_take_emulator_threads_and_no_vcpu() {
+    let mut h = host(1, 4, false, 8 * GIB, 0.5);
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(1, 2, 1.0, GIB, 0, &all));
+    let c = Config {
+        housekeeping_cpus: "0".into(),
+        ..cfg()
+    };
+    let p = plan(&h, &c, &History::default(), 0.0);
+    let v = vm_plan(&p, 1);
+    assert_eq!(v.other_cpus, vec![0]);
+    assert!(v.vcpus.iter().all(|(_, _, cpus)| cpus == &vec![1, 2, 3]));
+}
+
+#[test]
+fn a_placed_host_needs_no_actions() {
+    let h0 = random_host(7, 2, 8, 12);
+    let p = plan(&h0, &cfg(), &History::default(), 0.0);
+    // Apply the plan to the input as the appliers would, then plan again.
+    let mut h = h0.clone();
+    for vm in &mut h.vms {
+        let vp = vm_plan(&p, vm.pid);
+        for (_, t) in &mut vm.vcpus {
+            t.cpus_allowed = vp
+                .vcpus
+                .iter()
+                .find(|(_, tid, _)| *tid == t.tid)
+                .unwrap()
+                .2
+                .clone();
+        }
+        for t in &mut vm.others {
+            t.cpus_allowed = vp.other_cpus.clone();
+        }
+        if let Some(n) = vp.node {
+            let total = vm.mem_bytes().unwrap();
+            vm.mem_by_node = Some(BTreeMap::from([(n, total)]));
+        }
+        vm.cpu_group = Some(
+            h.cpu_controller
+                .as_ref()
+                .unwrap()
+                .group("/stealscope.shared"),
+        );
+    }
+    let mut hist = History::default();
+    for v in &p.vms {
+        hist.record(v.pid, v.node, 0.0);
+    }
+    let again = plan(&h, &cfg(), &hist, 10.0);
+    let non_weight: Vec<&Action> = again
+        .actions
+        .iter()
+        .filter(|a| !matches!(a, Action::CpuWeight { .. }))
+        .collect();
+    assert!(non_weight.is_empty(), "{non_weight:#?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn invariants_hold_on_random_hosts(seed in any::<u64>(), nodes in 1u32..5, cpn in 1u32..17, vms in 0u32..60, hk in 0u32..3, ded in 0u32..4) {
+        let h = random_host(seed, nodes, cpn, vms);
+        let c = Config {
+            housekeeping_cpus: if hk == 0 { String::new() } else { format!("0-{}", hk - 1) },
+            dedicated: (0..ded).map(|i| format!("vm{}", 1000 + i * 3)).collect(),
+            ..cfg()
+        };
+        let p = plan(&h, &c, &History::default(), 0.0);
+        let online: BTreeSet<u32> = h.topology.cpus.iter().copied().collect();
+        let housekeeping: BTreeSet<u32> = c.housekeeping().unwrap().into_iter().filter(|x| online.contains(x)).collect();
+        let hk_used = !housekeeping.is_empty() && housekeeping.len() < online.len();
+        prop_assert_eq!(p.vms.len(), h.vms.len());
+        let mut dedicated_cpus = BTreeSet::new();
+        for v in &p.vms {
+            prop_assert_eq!(v.vcpus.len(), h.vms.iter().find(|x| x.pid == v.pid).unwrap().vcpus.len());
+            for (_, _, cpus) in &v.vcpus {
+                prop_assert!(!cpus.is_empty());
+                prop_assert!(cpus.iter().all(|x| online.contains(x)));
+                if hk_used { prop_assert!(cpus.iter().all(|x| !housekeeping.contains(x))); }
+                if let Some(n) = v.node {
+                    let ncpus = &h.topology.nodes[n as usize].cpus;
+                    prop_assert!(cpus.iter().all(|x| ncpus.contains(x)));
+                }
+                if v.class == Class::Dedicated {
+                    prop_assert!(dedicated_cpus.insert(cpus[0]), "dedicated CPU given twice");
+                }
+            }
+            prop_assert!(!v.reasons.is_empty());
+        }
+        for v in p.vms.iter().filter(|v| v.class == Class::Shared) {
+            for (_, _, cpus) in &v.vcpus {
+                prop_assert!(cpus.iter().all(|x| !dedicated_cpus.contains(x)));
+            }
+        }
+        for a in &p.actions {
+            prop_assert!(!a.reason().is_empty());
+        }
+    }
+}
