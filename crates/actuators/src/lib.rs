@@ -4,4 +4,14 @@
 //! crash leaves a journal from which the state can be finished or rolled
 //! back, and `undo` can restore what was there before.
 
+pub mod affinity;
+pub mod apply;
+pub mod cgroup;
+pub mod error;
+pub mod journal;
+pub mod live_state;
 pub mod memory;
+pub mod virsh;
+
+pub use apply::{Applier, ApplyReport};
+pub use error::ApplyError;

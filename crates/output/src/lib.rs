@@ -1,4 +1,5 @@
 //! Output: renderers for the reports (text for people, JSON for scripts).
 
 pub mod json;
+pub mod place;
 pub mod text;

@@ -35,6 +35,9 @@ pub enum Fairness {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// VM name globs this daemon manages; empty: every VM. Others are left
+    /// alone (and their CPU use is not planned around).
+    pub manage: Vec<String>,
     /// VM name globs that get dedicated cores (SMT siblings kept together).
     pub dedicated: Vec<String>,
     /// CPUs reserved for emulator and I/O threads (kernel list format).
@@ -68,6 +71,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            manage: Vec::new(),
             dedicated: Vec::new(),
             housekeeping_cpus: String::new(),
             fairness: Fairness::SharedGroup,
@@ -151,6 +155,7 @@ impl Config {
         }
         self.housekeeping()?;
         self.dedicated_matcher()?;
+        globs(&self.manage, "manage")?;
         Ok(())
     }
 
@@ -163,11 +168,12 @@ impl Config {
     }
 
     pub fn dedicated_matcher(&self) -> Result<globset::GlobSet, String> {
-        let mut b = globset::GlobSetBuilder::new();
-        for g in &self.dedicated {
-            b.add(globset::Glob::new(g).map_err(|e| format!("dedicated: {e}"))?);
-        }
-        b.build().map_err(|e| format!("dedicated: {e}"))
+        globs(&self.dedicated, "dedicated")
+    }
+
+    /// Whether this VM is managed (an empty `manage` list manages all).
+    pub fn manages(&self, name: &str) -> bool {
+        self.manage.is_empty() || globs(&self.manage, "manage").is_ok_and(|g| g.is_match(name))
     }
 
     pub fn interval(&self) -> Duration {
@@ -179,6 +185,14 @@ impl Config {
         let pct = (node_total as f64 * self.mem_margin_pct / 100.0) as u64;
         pct.max(self.mem_margin_min_mib << 20)
     }
+}
+
+fn globs(list: &[String], key: &str) -> Result<globset::GlobSet, String> {
+    let mut b = globset::GlobSetBuilder::new();
+    for g in list {
+        b.add(globset::Glob::new(g).map_err(|e| format!("{key}: {e}"))?);
+    }
+    b.build().map_err(|e| format!("{key}: {e}"))
 }
 
 #[cfg(test)]

@@ -62,7 +62,8 @@ impl CpuController {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadInput {
     pub tid: u32,
-    /// Measured CPU use, in CPUs (1.0 = one CPU busy); None when not measured.
+    /// Measured demand in CPUs: run plus run-queue wait (1.0 = wants a whole
+    /// CPU); None when not measured.
     pub util: Option<f64>,
     /// Current affinity (Cpus_allowed_list).
     pub cpus_allowed: Vec<u32>,

@@ -10,6 +10,7 @@ pub mod config;
 mod diff;
 pub mod history;
 pub mod input;
+pub mod live;
 mod nodes;
 pub mod plan;
 pub mod synthetic;

@@ -11,18 +11,18 @@ use crate::config::{Config, Fairness};
 use crate::history::History;
 use crate::input::{HostInput, VmInput};
 use crate::nodes::{node_states, NodeState};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_readers::cpulist::format as cpulist;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
     Dedicated,
     Shared,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VmPlan {
     pub pid: u32,
     pub name: String,
@@ -39,7 +39,7 @@ pub struct VmPlan {
     pub reasons: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub vms: Vec<VmPlan>,
     /// In the order they must be applied.
@@ -63,6 +63,21 @@ struct Ctx<'a> {
 /// Plans `host` from scratch, using `hist` for hysteresis; `now_s` is on the
 /// same clock as the history.
 pub fn plan(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan {
+    if !cfg.manage.is_empty() {
+        let mut managed = host.clone();
+        managed.vms.retain(|v| cfg.manages(&v.name));
+        let left = host.vms.len() - managed.vms.len();
+        let mut p = plan_all(&managed, cfg, hist, now_s);
+        if left > 0 {
+            p.warnings
+                .push(format!("{left} VM(s) not matched by `manage` left alone"));
+        }
+        return p;
+    }
+    plan_all(host, cfg, hist, now_s)
+}
+
+fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan {
     let mut out = Plan::default();
     let dedicated = cfg.dedicated_matcher().unwrap_or_default();
     let ctx = Ctx {

@@ -13,7 +13,7 @@ fn cfg() -> Config {
     Config::default()
 }
 
-fn vm_plan<'a>(p: &'a stealscope_placement::Plan, pid: u32) -> &'a stealscope_placement::VmPlan {
+fn vm_plan(p: &stealscope_placement::Plan, pid: u32) -> &stealscope_placement::VmPlan {
     p.vms.iter().find(|v| v.pid == pid).unwrap()
 }
 

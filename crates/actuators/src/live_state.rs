@@ -1,0 +1,98 @@
+//! The live value behind each action: read before an action (journaled as
+//! `prev`), compared after a crash, restored by rollback and undo.
+
+use crate::error::ApplyError;
+use crate::journal::Prev;
+use crate::{affinity, cgroup, virsh};
+use stealscope_placement::input::CpuController;
+use stealscope_placement::{Action, Knob};
+
+pub struct Live<'a> {
+    pub ctl: Option<&'a CpuController>,
+}
+
+fn no_ctl() -> ApplyError {
+    ApplyError::Refused("no cpu cgroup controller is mounted".into())
+}
+
+impl Live<'_> {
+    /// The current value of what `a` sets.
+    pub fn read(&self, a: &Action) -> Result<Prev, ApplyError> {
+        Ok(match a {
+            Action::Affinity { pid, tid, .. } => {
+                if !affinity::belongs(*pid, *tid) {
+                    return Err(ApplyError::Gone {
+                        what: format!("thread {tid} of process {pid}"),
+                    });
+                }
+                Prev::Affinity {
+                    cpus: affinity::get(*tid)?,
+                }
+            }
+            Action::CpuWeight { group, .. } => Prev::Weight {
+                value: cgroup::weight(group)?,
+            },
+            Action::JoinGroup { pid, .. } => Prev::Group {
+                group: cgroup::group_of(*pid, self.ctl.ok_or_else(no_ctl)?)?,
+            },
+            Action::MigrateMemory { pid, .. } => {
+                let path = format!("/proc/{pid}/numa_maps");
+                let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => ApplyError::Gone {
+                        what: format!("process {pid}"),
+                    },
+                    _ => ApplyError::io(&path, e),
+                })?;
+                Prev::Memory {
+                    by_node: stealscope_readers::numa::parse_numa_maps(&text),
+                }
+            }
+        })
+    }
+
+    /// What `a` would leave behind, in the same terms as `read`.
+    pub fn target(a: &Action) -> Option<Prev> {
+        match a {
+            Action::Affinity { cpus, .. } => Some(Prev::Affinity { cpus: cpus.clone() }),
+            Action::CpuWeight { value, .. } => Some(Prev::Weight { value: *value }),
+            Action::JoinGroup { group, .. } => Some(Prev::Group {
+                group: group.clone(),
+            }),
+            // A memory move is never "already there" by equality of maps.
+            Action::MigrateMemory { .. } => None,
+        }
+    }
+
+    /// Sets `value` through the action's knob.
+    pub fn write(&self, a: &Action, value: &Prev) -> Result<(), ApplyError> {
+        match (a, value) {
+            (Action::Affinity { pid, tid, vcpu, via, .. }, Prev::Affinity { cpus }) => {
+                if !affinity::belongs(*pid, *tid) {
+                    return Err(ApplyError::Gone {
+                        what: format!("thread {tid} of process {pid}"),
+                    });
+                }
+                match via {
+                    Knob::Libvirt { domain } => virsh::run(&virsh::pin_args(domain, *vcpu, cpus)),
+                    Knob::Direct => affinity::set(*tid, cpus),
+                }
+            }
+            (Action::CpuWeight { group, via, .. }, Prev::Weight { value }) => match via {
+                Knob::Libvirt { domain } => {
+                    // libvirt takes cpu_shares in v1 units on either hierarchy.
+                    let shares = if group.v2 { value * 1024 / 100 } else { *value };
+                    virsh::run(&virsh::shares_args(domain, shares))
+                }
+                Knob::Direct => cgroup::set_weight(group, *value),
+            },
+            (Action::JoinGroup { pid, .. }, Prev::Group { group }) => {
+                cgroup::ensure(group)?;
+                cgroup::join(group, *pid)
+            }
+            (Action::MigrateMemory { .. }, Prev::Memory { .. }) => Err(ApplyError::Refused(
+                "memory is not moved back: that would be another move with its own risk; use `place move-memory`".into(),
+            )),
+            _ => Err(ApplyError::Other("journal entry does not match its action".into())),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The planner's input from a host observed twice (utilisation is the
+//! run-time delta of each thread between the two), plus the topology, swap,
+//! cgroup mounts and whether numad runs. Reads through a `Source`, so tests
+//! run on fixtures.
+
+use crate::action::Knob;
+use crate::input::{CpuController, HostInput, NodeInput, ThreadInput, Topology, VmInput};
+use std::collections::BTreeMap;
+use stealscope_model::host::observation::ThreadObs;
+use stealscope_model::host::{HostObservation, VmObs};
+use stealscope_readers::cgroupfs::{CgroupMounts, CpuWeight};
+use stealscope_readers::{cpu_topology, kernel, process, ReadError, Source};
+
+/// Where the cpu controller is mounted (v1 preferred: where it is mounted,
+/// v2 cannot have it).
+pub fn cpu_controller(src: &dyn Source) -> Result<Option<CpuController>, ReadError> {
+    controller_in(src, &stealscope_readers::cgroupfs::mounts(src)?)
+}
+
+fn controller_in(src: &dyn Source, m: &CgroupMounts) -> Result<Option<CpuController>, ReadError> {
+    if let Some(mount) = m.v1_controller("cpu") {
+        return Ok(Some(CpuController {
+            v2: false,
+            mount: mount.to_string(),
+        }));
+    }
+    let Some(v2) = &m.v2 else { return Ok(None) };
+    let ctl = src.read_value(&format!("{}/cgroup.controllers", v2.trim_end_matches('/')))?;
+    Ok(ctl
+        .filter(|c| c.split_whitespace().any(|x| x == "cpu"))
+        .map(|_| CpuController {
+            v2: true,
+            mount: v2.clone(),
+        }))
+}
+
+/// The cpu group path of a VM process as /proc/<pid>/cgroup names it.
+fn cpu_group_path(vm: &VmObs, ctl: &CpuController) -> Option<String> {
+    vm.cgroups
+        .iter()
+        .find(|c| {
+            if ctl.v2 {
+                c.hierarchy == 0 && c.controllers.is_empty()
+            } else {
+                c.controllers.iter().any(|x| x == "cpu")
+            }
+        })
+        .map(|c| c.path.clone())
+}
+
+fn thread(t1: &ThreadObs, t0: Option<&ThreadObs>, wall_s: f64) -> ThreadInput {
+    let util = match (t0.and_then(|t| t.sched), t1.sched) {
+        // A counter that went backwards (a reused tid) is no measurement.
+        (Some(a), Some(b)) if b.run_ns >= a.run_ns && wall_s > 0.0 => {
+            Some((b.run_ns - a.run_ns) as f64 / 1e9 / wall_s)
+        }
+        _ => None,
+    };
+    ThreadInput {
+        tid: t1.tid,
+        util,
+        cpus_allowed: t1.cpus_allowed.clone().unwrap_or_default(),
+    }
+}
+
+fn numad_running(src: &dyn Source) -> Result<bool, ReadError> {
+    for pid in process::pids(src)? {
+        if process::comm(src, pid)?.as_deref() == Some("numad") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `t0` and `t1` are the same host `wall_s` apart (t1 read at the end, with
+/// memory per node). VMs that appeared in between have no utilisation yet.
+pub fn host_input(
+    src: &dyn Source,
+    t0: &HostObservation,
+    t1: &HostObservation,
+    wall_s: f64,
+) -> Result<HostInput, ReadError> {
+    let sets = cpu_topology::read(src)?;
+    let cpus = sets.online.clone().unwrap_or_default();
+    let cores = cpu_topology::cores(src, &cpus)?;
+    let mem = kernel::meminfo(src)?;
+    let ctl = controller_in(src, &t1.cgroup_mounts)?;
+    let nodes = t1
+        .nodes
+        .iter()
+        .map(|n| NodeInput {
+            id: n.id,
+            cpus: n
+                .cpus
+                .iter()
+                .copied()
+                .filter(|c| cpus.contains(c))
+                .collect(),
+            mem_total_bytes: n.mem_total_kb.map(|k| k << 10),
+            mem_free_bytes: n.mem_free_kb.map(|k| k << 10),
+        })
+        .collect();
+    let before: BTreeMap<(u32, u32), &ThreadObs> = t0
+        .vms
+        .iter()
+        .flat_map(|v| {
+            v.vcpus
+                .iter()
+                .map(|(_, t)| t)
+                .chain(&v.others)
+                .map(move |t| ((v.pid, t.tid), t))
+        })
+        .collect();
+    let vms = t1
+        .vms
+        .iter()
+        .map(|v| {
+            let th = |t: &ThreadObs| thread(t, before.get(&(v.pid, t.tid)).copied(), wall_s);
+            VmInput {
+                pid: v.pid,
+                name: v.name.clone(),
+                knob: match v.manager.as_deref() {
+                    Some("libvirt") => Knob::Libvirt {
+                        domain: v.name.clone(),
+                    },
+                    _ => Knob::Direct,
+                },
+                vcpus: v.vcpus.iter().map(|(i, t)| (*i, th(t))).collect(),
+                others: v.others.iter().map(th).collect(),
+                mem_by_node: v.numa_bytes.clone(),
+                cpu_group: ctl
+                    .as_ref()
+                    .and_then(|c| cpu_group_path(v, c).map(|p| c.group(&p))),
+                cpu_weight: v.cpu_weight.as_ref().map(|(_, w)| match *w {
+                    CpuWeight::Shares(x) | CpuWeight::Weight(x) => x,
+                }),
+            }
+        })
+        .collect();
+    Ok(HostInput {
+        topology: Topology { cpus, cores, nodes },
+        swap_total_bytes: mem.as_ref().and_then(|m| m.swap_total_bytes),
+        swap_free_bytes: mem.as_ref().and_then(|m| m.swap_free_bytes),
+        numa_balancing: t1.numa_balancing,
+        numad_running: numad_running(src)?,
+        cpu_controller: ctl,
+        vms,
+    })
+}
