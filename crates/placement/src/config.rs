@@ -97,7 +97,7 @@ impl Config {
             path: path.to_path_buf(),
             msg,
         };
-        let c: Config = toml::from_str(text).map_err(|e| invalid(e.message().to_string()))?;
+        let c: Config = toml::from_str(text).map_err(|e| invalid(toml_error(text, &e)))?;
         c.validate().map_err(invalid)?;
         Ok(c)
     }
@@ -187,6 +187,18 @@ impl Config {
     }
 }
 
+/// One line: where (line and its text, which names the key) and what.
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count();
+            let src = text.lines().nth(line).unwrap_or("").trim();
+            format!("line {} (`{src}`): {}", line + 1, e.message().trim())
+        }
+        None => e.message().trim().to_string(),
+    }
+}
+
 fn globs(list: &[String], key: &str) -> Result<globset::GlobSet, String> {
     let mut b = globset::GlobSetBuilder::new();
     for g in list {
@@ -223,7 +235,7 @@ mod tests {
             ("dedicated = [\"[\"]", "dedicated"),
             ("mem_step_mib = 0", "mem_step_mib"),
             ("shared_group = \"x\"", "shared_group"),
-            ("hysteresis = \"a\"", "invalid type"),
+            ("hysteresis = \"a\"", "line 1 (`hysteresis = \"a\"`): invalid type"),
             ("[[[", "place.toml"),
         ] {
             let e = parse(text).unwrap_err();

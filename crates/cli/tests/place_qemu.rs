@@ -1,0 +1,491 @@
+//! `place` against real QEMU (TCG) VMs: plan → apply --yes leaves every
+//! thread with the planned CPUs, undo restores the exact previous masks and
+//! groups; a SIGKILL between journaling and applying (failpoint) and a
+//! restart leave every thread old-or-new and the journal consistent; bad
+//! input (malformed config, CPU gone offline, VM exited, cgroup vanished)
+//! changes nothing half-way.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Command;
+
+const RUN_DIR: &str = "/run/stealscope-test-place";
+const SHARED: &str = "/stealscope-test.shared";
+
+fn testenv(script: &str, args: &[&str]) -> String {
+    let out = Command::new(repo().join("testenv").join(script))
+        .args(args)
+        .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
+        .output()
+        .unwrap_or_else(|e| panic!("{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Stops the VMs, brings CPU 1 back and removes the test groups, whatever happens.
+struct Cleanup;
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/sys/devices/system/cpu/cpu1/online", "1");
+        let _ = Command::new(repo().join("testenv/stop-all.sh"))
+            .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
+            .output();
+        for g in [SHARED, "/stealscope-test.own"] {
+            let _ = std::fs::remove_dir(format!("/sys/fs/cgroup/cpu{g}"));
+        }
+    }
+}
+
+fn cpulist(s: &str) -> Vec<u32> {
+    stealscope_readers::cpulist::parse(s.trim(), "test").unwrap()
+}
+
+fn mask(pid: u64, tid: u64) -> Option<Vec<u32>> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    st.lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(cpulist)
+}
+
+fn threads(pid: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Every thread's mask, keyed by (pid, tid).
+fn masks(pids: &[u64]) -> BTreeMap<(u64, u64), Vec<u32>> {
+    pids.iter()
+        .flat_map(|&p| {
+            threads(p)
+                .into_iter()
+                .filter_map(move |t| Some(((p, t), mask(p, t)?)))
+        })
+        .collect()
+}
+
+fn cpu_group(pid: u64) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+            c.split(',').any(|x| x == "cpu").then(|| p.to_string())
+        })
+        .unwrap()
+}
+
+fn place(args: &[&str], cfg: &Path, journal: &Path) -> std::process::Output {
+    let mut a = vec!["place"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--journal",
+        journal.to_str().unwrap(),
+    ]);
+    run(&a)
+}
+
+fn ok_json(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn journal_lines(j: &Path) -> Vec<Value> {
+    std::fs::read_to_string(j)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every begun action has an outcome and every batch an end.
+fn assert_journal_consistent(j: &Path) {
+    let recs = journal_lines(j);
+    let mut open: BTreeMap<(u64, u64), bool> = BTreeMap::new();
+    let mut batches: BTreeMap<u64, bool> = BTreeMap::new();
+    for r in &recs {
+        let b = r["batch"].as_u64().unwrap();
+        match r["type"].as_str().unwrap() {
+            "batch" => {
+                batches.insert(b, false);
+            }
+            "begin" => {
+                open.insert((b, r["seq"].as_u64().unwrap()), false);
+            }
+            "outcome" => {
+                *open
+                    .get_mut(&(b, r["seq"].as_u64().unwrap()))
+                    .expect("outcome of a begun action") = true;
+            }
+            "end" => {
+                batches.insert(b, true);
+            }
+            t => panic!("unknown record {t}"),
+        }
+    }
+    assert!(open.values().all(|v| *v), "begun without outcome: {open:?}");
+    assert!(
+        batches.values().all(|v| *v),
+        "batch without end: {batches:?}"
+    );
+}
+
+/// The planned CPUs of each thread: (pid, tid) -> CPUs.
+fn planned(plan: &Value) -> BTreeMap<(u64, u64), Vec<u32>> {
+    let mut m = BTreeMap::new();
+    for v in plan["vms"].as_array().unwrap() {
+        let pid = v["pid"].as_u64().unwrap();
+        for t in v["vcpus"].as_array().unwrap() {
+            let cpus = t[2]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_u64().unwrap() as u32)
+                .collect();
+            m.insert((pid, t[1].as_u64().unwrap()), cpus);
+        }
+        let others: Vec<u32> = v["other_cpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap() as u32)
+            .collect();
+        for tid in threads(pid) {
+            m.entry((pid, tid)).or_insert_with(|| others.clone());
+        }
+    }
+    m
+}
+
+#[test]
+fn place_on_real_qemu_vms() {
+    let have = is_root()
+        && Path::new("/sys/fs/cgroup/cpu/cgroup.procs").exists()
+        && Command::new("qemu-system-x86_64")
+            .arg("--version")
+            .output()
+            .is_ok();
+    if !require(
+        have,
+        "root, a v1 cpu cgroup and qemu-system-x86_64 (run testenv/setup.sh)",
+    ) {
+        return;
+    }
+    let _c = Cleanup;
+    let ded: u64 = testenv("start-vm.sh", &["plDed", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
+    let shr: u64 = testenv("start-vm.sh", &["plShr", "2", "--busy", "1"])
+        .parse()
+        .unwrap();
+    let pids = [ded, shr];
+    // A mask of our own on one thread, so undo has something exact to restore.
+    let shr_vcpu0 = threads(shr)[2];
+    assert!(Command::new("taskset")
+        .args(["-p", "-c", "0", &shr_vcpu0.to_string()])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("place.toml");
+    let journal = dir.path().join("place.journal");
+    std::fs::write(
+        &cfg,
+        format!("manage = [\"pl*\"]\ndedicated = [\"plDed\"]\nshared_group = \"{SHARED}\"\n"),
+    )
+    .unwrap();
+
+    // 1. plan, apply --yes, undo --yes.
+    let before = masks(&pids);
+    let groups_before = (cpu_group(ded), cpu_group(shr));
+    let plan = ok_json(&place(
+        &["plan", "--json", "--interval", "1s"],
+        &cfg,
+        &journal,
+    ));
+    let plan_file = dir.path().join("plan.json");
+    std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
+    let want = planned(&plan);
+    assert!(
+        want.len() >= before.len() - 2,
+        "every thread planned: {want:?}"
+    );
+    let d = plan["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["pid"] == ded)
+        .unwrap();
+    assert_eq!(d["class"], "dedicated");
+    let r = ok_json(&place(
+        &[
+            "apply",
+            "--yes",
+            "--json",
+            "--plan",
+            plan_file.to_str().unwrap(),
+        ],
+        &cfg,
+        &journal,
+    ));
+    assert!(
+        r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["outcome"] == "done" || x["outcome"] == "already"),
+        "{r}"
+    );
+    for ((pid, tid), cpus) in &want {
+        assert_eq!(
+            mask(*pid, *tid).as_ref(),
+            Some(cpus),
+            "thread {tid} of {pid}"
+        );
+    }
+    assert_eq!(cpu_group(shr), SHARED);
+    assert_eq!(
+        cpu_group(ded),
+        groups_before.0,
+        "dedicated VMs stay out of the shared group"
+    );
+    ok_json(&place(&["undo", "--yes", "--json"], &cfg, &journal));
+    assert_eq!(masks(&pids), before, "undo restores the exact masks");
+    assert_eq!((cpu_group(ded), cpu_group(shr)), groups_before);
+    assert_journal_consistent(&journal);
+
+    // 2. Crash between journaling and applying, then restart.
+    let before = masks(&pids);
+    let crashed = Command::new(env!("CARGO_BIN_EXE_stealscope"))
+        .args([
+            "place",
+            "daemon",
+            "--yes",
+            "--passes",
+            "1",
+            "--interval",
+            "1s",
+        ])
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "--journal",
+            journal.to_str().unwrap(),
+        ])
+        .env("STEALSCOPE_FAILPOINT", "after-journal:2")
+        .output()
+        .unwrap();
+    assert_eq!(
+        crashed.status.signal(),
+        Some(9),
+        "{}",
+        String::from_utf8_lossy(&crashed.stderr)
+    );
+    let recs = journal_lines(&journal);
+    let last_batch = recs.iter().rev().find(|r| r["type"] == "batch").unwrap()["batch"]
+        .as_u64()
+        .unwrap();
+    let begun: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["type"] == "begin" && r["batch"] == last_batch)
+        .collect();
+    assert_eq!(begun.len(), 2);
+    let settled: Vec<u64> = recs
+        .iter()
+        .filter(|r| r["type"] == "outcome" && r["batch"] == last_batch)
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(settled, vec![1], "action 2 was journaled and never marked");
+    // Every thread: old or new placement, never anything else.
+    let now = masks(&pids);
+    for (k, m) in &now {
+        let journaled: Vec<Vec<u32>> = begun
+            .iter()
+            .filter(|b| b["action"]["tid"].as_u64() == Some(k.1))
+            .map(|b| {
+                b["action"]["cpus"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c.as_u64().unwrap() as u32)
+                    .collect()
+            })
+            .collect();
+        assert!(
+            Some(m) == before.get(k) || journaled.contains(m),
+            "thread {k:?}: {m:?} is neither old {:?} nor new {journaled:?}",
+            before.get(k)
+        );
+    }
+    let restart = place(
+        &["daemon", "--yes", "--passes", "1", "--interval", "1s"],
+        &cfg,
+        &journal,
+    );
+    let err = String::from_utf8_lossy(&restart.stderr);
+    assert!(restart.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("recovered batch {last_batch} action 2")),
+        "{err}"
+    );
+    assert_journal_consistent(&journal);
+    let dry = ok_json(&place(
+        &["apply", "--json", "--interval", "1s"],
+        &cfg,
+        &journal,
+    ));
+    let pending: Vec<&Value> = dry["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["outcome"] == "would_apply" && x["action"]["kind"] != "cpu_weight")
+        .collect();
+    assert!(
+        pending.is_empty(),
+        "after restart the placement is complete: {pending:?}"
+    );
+
+    // 3a. Malformed config: one line naming the file.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "dedicated = 3\n").unwrap();
+    let out = place(&["plan"], &bad, &journal);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.trim().lines().count() == 1 && err.contains("bad.toml") && err.contains("dedicated"),
+        "{err}"
+    );
+
+    // 3b. Undo the daemon's batch, then: a CPU goes offline after the plan.
+    ok_json(&place(&["undo", "--yes", "--json"], &cfg, &journal));
+    let plan = place(&["plan", "--json", "--interval", "1s"], &cfg, &journal);
+    std::fs::write(&plan_file, &plan.stdout).unwrap();
+    let n_batches = journal_lines(&journal)
+        .iter()
+        .filter(|r| r["type"] == "batch")
+        .count();
+    std::fs::write("/sys/devices/system/cpu/cpu1/online", "0").unwrap();
+    let before = masks(&pids);
+    let out = place(
+        &["apply", "--yes", "--plan", plan_file.to_str().unwrap()],
+        &cfg,
+        &journal,
+    );
+    std::fs::write("/sys/devices/system/cpu/cpu1/online", "1").unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("went offline") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(masks(&pids), before);
+    assert_eq!(
+        journal_lines(&journal)
+            .iter()
+            .filter(|r| r["type"] == "batch")
+            .count(),
+        n_batches
+    );
+
+    // 3c. A cgroup that vanished between plan and apply.
+    let own = "/sys/fs/cgroup/cpu/stealscope-test.own";
+    std::fs::create_dir_all(own).unwrap();
+    std::fs::write(format!("{own}/cgroup.procs"), shr.to_string()).unwrap();
+    std::fs::write(&cfg, "manage = [\"pl*\"]\nfairness = \"weights\"\n").unwrap();
+    let plan = ok_json(&place(
+        &["plan", "--json", "--interval", "1s"],
+        &cfg,
+        &journal,
+    ));
+    assert!(
+        plan["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["kind"] == "cpu_weight" && a["group"]["dir"] == own),
+        "{plan}"
+    );
+    std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
+    std::fs::write("/sys/fs/cgroup/cpu/cgroup.procs", shr.to_string()).unwrap();
+    std::fs::remove_dir(own).unwrap();
+    let before = masks(&pids);
+    let out = place(
+        &["apply", "--yes", "--plan", plan_file.to_str().unwrap()],
+        &cfg,
+        &journal,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("stealscope-test.own") && err.contains("vanished"),
+        "{err}"
+    );
+    assert_eq!(masks(&pids), before);
+
+    // 3d. A VM that exits between plan and apply: its actions are "gone",
+    // the others are done, the journal is consistent.
+    std::fs::write(
+        &cfg,
+        format!("manage = [\"pl*\"]\ndedicated = [\"plDed\"]\nshared_group = \"{SHARED}\"\n"),
+    )
+    .unwrap();
+    for p in pids {
+        assert!(Command::new("taskset")
+            .args(["-a", "-p", "-c", "0-1", &p.to_string()])
+            .output()
+            .unwrap()
+            .status
+            .success());
+    }
+    let plan = ok_json(&place(
+        &["plan", "--json", "--interval", "1s"],
+        &cfg,
+        &journal,
+    ));
+    std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
+    testenv("stop-vm.sh", &["plShr"]);
+    let r = ok_json(&place(
+        &[
+            "apply",
+            "--yes",
+            "--json",
+            "--plan",
+            plan_file.to_str().unwrap(),
+        ],
+        &cfg,
+        &journal,
+    ));
+    let res = r["results"].as_array().unwrap();
+    assert!(
+        res.iter()
+            .filter(|x| x["action"]["pid"] == shr)
+            .all(|x| x["outcome"] == "gone"),
+        "{r}"
+    );
+    assert!(
+        res.iter()
+            .any(|x| x["action"]["pid"] == ded && x["outcome"] == "done"),
+        "{r}"
+    );
+    assert_journal_consistent(&journal);
+}
