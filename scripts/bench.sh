@@ -15,6 +15,9 @@ tmp=$(mktemp)
   echo
   cargo bench --quiet --bench sample_cost 2>/dev/null
   cargo bench --quiet --bench host_scan 2>/dev/null
+  cargo bench --quiet -p stealscope-placement --bench planner 2>/dev/null
+  # Needs a quiet machine: 20 s windows of real QEMU VMs competing for the CPUs.
+  if fairness=$(scripts/bench-fairness.sh 2>/dev/null); then echo; echo "$fairness"; fi
   # Issue 3 (probes) is work in progress: its section appears once its script runs cleanly.
   if probes=$(scripts/bench-probes.sh 2>/dev/null); then echo; echo "$probes"; fi
 } > "$tmp"

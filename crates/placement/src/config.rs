@@ -235,7 +235,10 @@ mod tests {
             ("dedicated = [\"[\"]", "dedicated"),
             ("mem_step_mib = 0", "mem_step_mib"),
             ("shared_group = \"x\"", "shared_group"),
-            ("hysteresis = \"a\"", "line 1 (`hysteresis = \"a\"`): invalid type"),
+            (
+                "hysteresis = \"a\"",
+                "line 1 (`hysteresis = \"a\"`): invalid type",
+            ),
             ("[[[", "place.toml"),
         ] {
             let e = parse(text).unwrap_err();

@@ -58,6 +58,8 @@ struct Ctx<'a> {
     /// Shared VMs exist: dedicated cores must leave them at least one CPU.
     keep_pool: bool,
     online: Vec<u32>,
+    /// Node of each CPU, indexed by CPU number.
+    node_of: Vec<Option<u32>>,
 }
 
 /// Plans `host` from scratch, using `hist` for hysteresis; `now_s` is on the
@@ -86,6 +88,7 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
         now_s,
         keep_pool: host.vms.iter().any(|v| !dedicated.is_match(&v.name)),
         online: host.topology.cpus.clone(),
+        node_of: node_of(host),
     };
     conflicts(host, cfg, &mut out);
     let online: BTreeSet<u32> = host.topology.cpus.iter().copied().collect();
@@ -177,6 +180,29 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
     out
 }
 
+fn node_of(host: &HostInput) -> Vec<Option<u32>> {
+    let max = host
+        .topology
+        .cpus
+        .iter()
+        .max()
+        .map_or(0, |m| *m as usize + 1);
+    let mut v = vec![None; max];
+    if host.topology.nodes.is_empty() {
+        for c in &host.topology.cpus {
+            v[*c as usize] = Some(0);
+        }
+    }
+    for n in &host.topology.nodes {
+        for c in &n.cpus {
+            if let Some(slot) = v.get_mut(*c as usize) {
+                *slot = Some(n.id);
+            }
+        }
+    }
+    v
+}
+
 fn conflicts(host: &HostInput, cfg: &Config, out: &mut Plan) {
     let mut why = Vec::new();
     if host.topology.nodes.len() > 1 && host.numa_balancing.is_some_and(|v| v != 0) {
@@ -198,22 +224,28 @@ fn conflicts(host: &HostInput, cfg: &Config, out: &mut Plan) {
 
 /// The node a VM is on now: the history's, else the one holding all its
 /// vCPUs' CPUs, else where most of its memory is.
-fn current_node(vm: &VmInput, nodes: &[NodeState], ctx: &Ctx) -> Option<u32> {
+fn current_node(vm: &VmInput, ctx: &Ctx) -> Option<u32> {
     if let Some(h) = ctx.hist.vms.get(&vm.pid) {
         return h.node;
     }
-    let cpus: BTreeSet<u32> = vm
-        .vcpus
-        .iter()
-        .flat_map(|(_, t)| t.cpus_allowed.iter().copied())
-        .collect();
-    let holder = nodes.iter().find(|n| {
-        !cpus.is_empty()
-            && cpus
-                .iter()
-                .all(|c| n.free.contains(c) || n.housekeeping.contains(c))
-    });
-    holder.map(|n| n.id).or_else(|| vm.home_node())
+    // vCPUs of a VM usually share one mask: check each distinct one once,
+    // stopping at the first CPU of another node.
+    let mut node = None;
+    let mut last: Option<&Vec<u32>> = None;
+    for (_, t) in &vm.vcpus {
+        if last == Some(&t.cpus_allowed) {
+            continue;
+        }
+        last = Some(&t.cpus_allowed);
+        for c in &t.cpus_allowed {
+            let n = ctx.node_of.get(*c as usize).copied().flatten();
+            if n.is_none() || (node.is_some() && node != n) {
+                return vm.home_node();
+            }
+            node = n;
+        }
+    }
+    node.or_else(|| vm.home_node())
 }
 
 fn mib(b: u64) -> u64 {
@@ -222,7 +254,7 @@ fn mib(b: u64) -> u64 {
 
 fn place_dedicated(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> Result<VmPlan, String> {
     let n = vm.vcpus.len();
-    let cur = current_node(vm, nodes, ctx);
+    let cur = current_node(vm, ctx);
     // Preference: where it is now, then where its memory is, then most free cores.
     let mut order: Vec<usize> = (0..nodes.len()).collect();
     order.sort_by_key(|&i| {
@@ -336,8 +368,8 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
             .total_cmp(&nodes[b].pressure_with(demand))
             .then(nodes[a].id.cmp(&nodes[b].id))
     });
-    let cur = current_node(vm, nodes, ctx)
-        .and_then(|id| eligible.iter().copied().find(|&i| nodes[i].id == id));
+    let cur =
+        current_node(vm, ctx).and_then(|id| eligible.iter().copied().find(|&i| nodes[i].id == id));
     let chosen = match (cur, best) {
         (Some(c), Some(b)) if c != b => {
             let (pc, pb) = (

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Issue 6 benchmark: the who-stole-my-cpu talk's cgroup experiment, for real
+# on this machine. "VM A" has two busy vCPUs, "VMs B and C" one each (QEMU
+# TCG guests from testenv/), 4 busy vCPU threads on 2 CPUs. Each VM starts in
+# its own cpu cgroup with the default weight. Per-vCPU host steal (run-queue
+# wait, `stealscope host --json`) is measured over WINDOW seconds, ROUNDS
+# times, for each mechanism:
+#   equal        per-VM groups, default weights (the libvirt default)
+#   weights      per-VM groups, weight = vCPUs x default (`fairness = "weights"`)
+#   shared-group every VM in one group (`fairness = "shared-group"`, the default)
+# Spread = most robbed vCPU minus least robbed, percentage points.
+# Prints a Markdown section on stdout; progress on stderr.
+#
+#   ROUNDS=3 WINDOW=20 scripts/bench-fairness.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+WINDOW=${WINDOW:-20}
+BIN=${BIN:-target/release/stealscope}
+export STEALSCOPE_TESTENV_RUN=/run/stealscope-bench-fairness
+CG=/sys/fs/cgroup/cpu
+[[ $(id -u) == 0 ]] || { echo "bench-fairness.sh: needs root (cgroups)" >&2; exit 2; }
+[[ -x $BIN ]] || cargo build --release -q
+command -v jq >/dev/null || { apt-get install -y -qq jq >/dev/null; }
+work=$(mktemp -d)
+cleanup() {
+  testenv/stop-all.sh >/dev/null 2>&1 || true
+  for g in fairA fairB fairC stealscope-bench.shared; do rmdir "$CG/$g" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+declare -A PID
+PID[fairA]=$(testenv/start-vm.sh fairA 2 --busy 2 2>/dev/null)
+PID[fairB]=$(testenv/start-vm.sh fairB 1 --busy 1 2>/dev/null)
+PID[fairC]=$(testenv/start-vm.sh fairC 1 --busy 1 2>/dev/null)
+sleep 3 # guests start their busy loops after the ready marker
+
+# Each VM in its own group with the default weight (what libvirt does).
+per_vm_groups() {
+  for vm in fairA fairB fairC; do
+    mkdir -p "$CG/$vm"
+    echo 1024 > "$CG/$vm/cpu.shares"
+    echo "${PID[$vm]}" > "$CG/$vm/cgroup.procs"
+  done
+}
+
+# One measurement: per-vCPU host steal of our three VMs -> "spread a b c d".
+measure() {
+  "$BIN" host --json --interval "${WINDOW}s" --rate 0 |
+    jq -r '[.vms[] | select(.name|test("^fair")) | .vcpus[] | .host_steal_pct] as $s
+           | "\(($s|max) - ($s|min)) \($s|map(tostring)|join(" "))"'
+}
+
+cfg() { printf 'manage = ["fair*"]\nfairness = "%s"\nshared_group = "/stealscope-bench.shared"\n' "$1" > "$work/place.toml"; }
+
+declare -A RESULTS
+for mech in equal weights shared-group; do
+  for r in $(seq "$ROUNDS"); do
+    per_vm_groups
+    if [[ $mech != equal ]]; then
+      cfg "$mech"
+      "$BIN" place apply --yes --config "$work/place.toml" --journal "$work/j" --interval 1s >/dev/null 2>"$work/apply.err" ||
+        { cat "$work/apply.err" >&2; exit 1; }
+    fi
+    line=$(measure)
+    echo "== $mech round $r: spread ${line%% *} pp (per vCPU: ${line#* })" >&2
+    RESULTS[$mech]+="${line}"$'\n'
+    if [[ $mech != equal ]]; then
+      "$BIN" place undo --yes --config "$work/place.toml" --journal "$work/j" >/dev/null 2>&1
+    fi
+  done
+done
+
+echo "## Issue 6: fairness of CPU between VMs of different sizes (the talk's cgroup experiment)"
+echo
+echo "Command: \`ROUNDS=$ROUNDS WINDOW=$WINDOW scripts/bench-fairness.sh\`. Three real QEMU/TCG VMs: A with 2 busy vCPUs,"
+echo "B and C with 1 each: 4 busy vCPU threads on $(nproc) CPUs, so each vCPU should be robbed of the same share."
+echo "Per-vCPU host steal = run-queue wait of the vCPU thread over ${WINDOW} s windows (\`stealscope host --json\`)."
+echo "Each mechanism starts from every VM in its own cpu cgroup with the default weight; stealscope's is applied"
+echo "with \`place apply --yes\` (and undone after each round). Spread = most minus least robbed vCPU."
+echo
+echo "| mechanism | round | spread (pp) | steal per vCPU: A0 A1 B0 C0 (%) |"
+echo "|---|---|---|---|"
+for mech in equal weights shared-group; do
+  r=0
+  while read -r spread rest; do
+    [[ -n $spread ]] || continue
+    r=$((r + 1))
+    printf '| %s | %d | %.1f | %s |\n' "$mech" "$r" "$spread" "$rest"
+  done <<< "${RESULTS[$mech]}"
+done
+echo
+for mech in equal weights shared-group; do
+  worst=$(printf '%s' "${RESULTS[$mech]}" | awk 'NF{if($1>m)m=$1} END{printf "%.1f", m}')
+  echo "- $mech: worst spread over $ROUNDS rounds ${worst} pp"
+done
+worst=$(printf '%s' "${RESULTS[shared-group]}" | awk 'NF{if($1>m)m=$1} END{print m+0}')
+if awk -v w="$worst" 'BEGIN{exit !(w <= 5)}'; then
+  echo "- target (after: spread within 5 pp in every round): **met** by shared-group, the default (\`fairness = \"shared-group\"\`)."
+else
+  echo "- target (after: spread within 5 pp in every round): **not met** (worst ${worst} pp)."
+fi
