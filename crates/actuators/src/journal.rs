@@ -256,16 +256,20 @@ impl Writer {
             .mode(0o600)
             .open(path)
             .map_err(|e| ApplyError::io(path.display().to_string(), e))?;
-        let mut w = Writer {
+        // A torn last line is a record a crash cut short: the change it
+        // announced was never made (records precede changes), so drop it.
+        let text =
+            std::fs::read(path).map_err(|e| ApplyError::io(path.display().to_string(), e))?;
+        if !text.is_empty() && !text.ends_with(b"\n") {
+            let keep = text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+            file.set_len(keep as u64)
+                .and_then(|_| file.sync_data())
+                .map_err(|e| ApplyError::io(path.display().to_string(), e))?;
+        }
+        Ok(Writer {
             file,
             path: path.to_path_buf(),
-        };
-        // A torn line from a crash: end it so the next record parses.
-        let text = std::fs::read(path).unwrap_or_default();
-        if !text.is_empty() && !text.ends_with(b"\n") {
-            w.raw(b"\n")?;
-        }
-        Ok(w)
+        })
     }
 
     fn raw(&mut self, bytes: &[u8]) -> Result<(), ApplyError> {
@@ -280,5 +284,118 @@ impl Writer {
         let mut line = serde_json::to_vec(r).map_err(|e| ApplyError::Other(e.to_string()))?;
         line.push(b'\n');
         self.raw(&line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stealscope_placement::Knob;
+
+    fn affinity(tid: u32) -> Action {
+        Action::Affinity {
+            vm: "vm".into(),
+            pid: 1,
+            tid,
+            vcpu: Some(0),
+            cpus: vec![1],
+            from: vec![0, 1],
+            via: Knob::Direct,
+            reason: "r".into(),
+        }
+    }
+
+    fn write_batch(w: &mut Writer, batch: u64, settle: bool) {
+        w.append(&Record::Batch {
+            batch,
+            kind: BatchKind::Apply,
+            undoes: None,
+            t: 1.0,
+        })
+        .unwrap();
+        w.append(&Record::Begin {
+            batch,
+            seq: 1,
+            action: affinity(7),
+            prev: Prev::Affinity { cpus: vec![0, 1] },
+            t: 2.0,
+        })
+        .unwrap();
+        if settle {
+            w.append(&Record::Outcome {
+                batch,
+                seq: 1,
+                outcome: Outcome::Done,
+                note: None,
+                t: 3.0,
+            })
+            .unwrap();
+            w.append(&Record::End { batch, t: 4.0 }).unwrap();
+        }
+    }
+
+    #[test]
+    fn round_trip_unsettled_and_undoable() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("sub/j");
+        let mut w = Writer::open(&p).unwrap();
+        write_batch(&mut w, 1, true);
+        write_batch(&mut w, 2, false);
+        let h = read(&p).unwrap();
+        assert_eq!(h.batches.len(), 2);
+        assert_eq!(h.unsettled().len(), 1);
+        assert_eq!(h.unsettled()[0].0, 2);
+        assert_eq!(h.last_undoable().map(|b| b.id), Some(1));
+        assert_eq!(h.next_batch(), 3);
+        assert_eq!(h.last_change().get(&1), Some(&2.0));
+        assert!(!h.torn_tail);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped_and_mended_garbage_elsewhere_is_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        let mut w = Writer::open(&p).unwrap();
+        write_batch(&mut w, 1, true);
+        drop(w);
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{\"type\":\"batch\",\"bat").unwrap();
+        let h = read(&p).unwrap();
+        assert!(h.torn_tail);
+        assert_eq!(h.batches.len(), 1);
+        // Reopening drops the torn record; the journal reads whole again.
+        let mut w = Writer::open(&p).unwrap();
+        write_batch(&mut w, 2, true);
+        let h = read(&p).unwrap();
+        assert!(!h.torn_tail);
+        assert_eq!(
+            h.batches.iter().map(|b| b.id).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        // A damaged line anywhere else is an error naming file and line.
+        let text =
+            std::fs::read_to_string(&p)
+                .unwrap()
+                .replacen("\"type\":\"end\"", "\"type\":\"?\"", 1);
+        std::fs::write(&p, text).unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(
+            e.contains(&p.display().to_string()) && e.contains("line 4: not a journal record"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn records_out_of_place_are_errors() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        std::fs::write(
+            &p,
+            "{\"type\":\"outcome\",\"batch\":9,\"seq\":1,\"outcome\":\"done\",\"t\":0}\n",
+        )
+        .unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(e.contains("line 1: outcome of an unknown action"), "{e}");
+        assert!(read(&d.path().join("missing")).unwrap().batches.is_empty());
     }
 }
