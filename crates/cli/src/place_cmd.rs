@@ -34,6 +34,9 @@ pub struct PlaceCommon {
     /// Machine-readable output
     #[arg(long)]
     pub json: bool,
+    /// Place even when automatic NUMA balancing or numad would fight the plan
+    #[arg(long)]
+    pub override_conflicts: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -134,7 +137,9 @@ pub struct MoveMemoryArgs {
 
 fn config(c: &PlaceCommon) -> Result<Config, Error> {
     let explicit = c.config.as_os_str() != stealscope_placement::config::DEFAULT_PATH;
-    Ok(Config::load(&c.config, explicit)?)
+    let mut cfg = Config::load(&c.config, explicit)?;
+    cfg.override_conflicts |= c.override_conflicts;
+    Ok(cfg)
 }
 
 pub fn limits(cfg: &Config) -> MoveLimits {

@@ -216,7 +216,7 @@ fn conflicts(host: &HostInput, cfg: &Config, out: &mut Plan) {
     }
     if !why.is_empty() && !cfg.override_conflicts {
         out.refused = Some(format!(
-            "{} (set override_conflicts = true to place anyway)",
+            "{} (set override_conflicts = true in the config, or pass --override-conflicts, to place anyway)",
             why.join("; ")
         ));
     }
