@@ -70,15 +70,8 @@ pub fn group_of(pid: u32, ctl: &CpuController) -> Result<CgroupRef, ApplyError> 
     })?;
     let cgs = stealscope_readers::process::parse_cgroup(&text, &path)
         .map_err(|e| ApplyError::Other(e.to_string()))?;
-    let m = cgs
-        .iter()
-        .find(|c| {
-            if ctl.v2 {
-                c.hierarchy == 0 && c.controllers.is_empty()
-            } else {
-                c.controllers.iter().any(|x| x == "cpu")
-            }
-        })
+    let m = ctl
+        .membership(&cgs)
         .ok_or_else(|| ApplyError::io(&path, "no cpu cgroup line"))?;
     Ok(ctl.group(&m.path))
 }

@@ -225,6 +225,19 @@ fn place_on_real_qemu_vms() {
     ));
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
+    let apply_plan = || {
+        ok_json(&place(
+            &[
+                "apply",
+                "--yes",
+                "--json",
+                "--plan",
+                plan_file.to_str().unwrap(),
+            ],
+            &cfg,
+            &journal,
+        ))
+    };
     let want = planned(&plan);
     assert!(
         want.len() >= before.len() - 2,
@@ -237,17 +250,7 @@ fn place_on_real_qemu_vms() {
         .find(|v| v["pid"] == ded)
         .unwrap();
     assert_eq!(d["class"], "dedicated");
-    let r = ok_json(&place(
-        &[
-            "apply",
-            "--yes",
-            "--json",
-            "--plan",
-            plan_file.to_str().unwrap(),
-        ],
-        &cfg,
-        &journal,
-    ));
+    let r = apply_plan();
     assert!(
         r["results"]
             .as_array()
@@ -464,17 +467,7 @@ fn place_on_real_qemu_vms() {
     ));
     std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
     testenv("stop-vm.sh", &["plShr"]);
-    let r = ok_json(&place(
-        &[
-            "apply",
-            "--yes",
-            "--json",
-            "--plan",
-            plan_file.to_str().unwrap(),
-        ],
-        &cfg,
-        &journal,
-    ));
+    let r = apply_plan();
     let res = r["results"].as_array().unwrap();
     assert!(
         res.iter()

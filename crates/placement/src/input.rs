@@ -5,6 +5,7 @@
 use crate::action::{CgroupRef, Knob};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use stealscope_readers::process::CgroupMembership;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Topology {
@@ -46,6 +47,17 @@ pub struct CpuController {
 }
 
 impl CpuController {
+    /// The line of /proc/<pid>/cgroup that names the cpu group.
+    pub fn membership<'a>(&self, cgs: &'a [CgroupMembership]) -> Option<&'a CgroupMembership> {
+        cgs.iter().find(|c| {
+            if self.v2 {
+                c.hierarchy == 0 && c.controllers.is_empty()
+            } else {
+                c.controllers.iter().any(|x| x == "cpu")
+            }
+        })
+    }
+
     /// The group at `path` (as in /proc/<pid>/cgroup) under this mount.
     pub fn group(&self, path: &str) -> CgroupRef {
         CgroupRef {

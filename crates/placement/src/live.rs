@@ -7,7 +7,7 @@ use crate::action::Knob;
 use crate::input::{CpuController, HostInput, NodeInput, ThreadInput, Topology, VmInput};
 use std::collections::BTreeMap;
 use stealscope_model::host::observation::ThreadObs;
-use stealscope_model::host::{HostObservation, VmObs};
+use stealscope_model::host::HostObservation;
 use stealscope_readers::cgroupfs::{CgroupMounts, CpuWeight};
 use stealscope_readers::{cpu_topology, kernel, process, ReadError, Source};
 
@@ -32,20 +32,6 @@ fn controller_in(src: &dyn Source, m: &CgroupMounts) -> Result<Option<CpuControl
             v2: true,
             mount: v2.clone(),
         }))
-}
-
-/// The cpu group path of a VM process as /proc/<pid>/cgroup names it.
-fn cpu_group_path(vm: &VmObs, ctl: &CpuController) -> Option<String> {
-    vm.cgroups
-        .iter()
-        .find(|c| {
-            if ctl.v2 {
-                c.hierarchy == 0 && c.controllers.is_empty()
-            } else {
-                c.controllers.iter().any(|x| x == "cpu")
-            }
-        })
-        .map(|c| c.path.clone())
 }
 
 fn thread(t1: &ThreadObs, t0: Option<&ThreadObs>, wall_s: f64) -> ThreadInput {
@@ -130,7 +116,7 @@ pub fn host_input(
                 mem_by_node: v.numa_bytes.clone(),
                 cpu_group: ctl
                     .as_ref()
-                    .and_then(|c| cpu_group_path(v, c).map(|p| c.group(&p))),
+                    .and_then(|c| c.membership(&v.cgroups).map(|m| c.group(&m.path))),
                 cpu_weight: v.cpu_weight.as_ref().map(|(_, w)| match *w {
                     CpuWeight::Shares(x) | CpuWeight::Weight(x) => x,
                 }),

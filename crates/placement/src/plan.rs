@@ -418,7 +418,7 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
         }
         (None, None) => None,
     };
-    match chosen {
+    let (node, pool) = match chosen {
         Some(i) => {
             let node = &mut nodes[i];
             let incoming = node.mem_fits(vm, ctx.cfg).ok().flatten();
@@ -427,69 +427,65 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
             let pool = node.pool();
             reasons.insert(0, format!("shared: {n} vCPU(s), measured demand {demand:.2} CPUs, in node {}'s shared pool {}", node.id, cpulist(&pool)));
             reasons.push(mem_reason(vm, node.id, incoming));
-            VmPlan {
-                pid: vm.pid,
-                name: vm.name.clone(),
-                class: Class::Shared,
-                node: Some(node.id),
-                demand,
-                mem_bytes: vm.mem_bytes(),
-                vcpus: vm
-                    .vcpus
-                    .iter()
-                    .map(|(i, t)| (*i, t.tid, pool.clone()))
-                    .collect(),
-                other_cpus: Vec::new(),
-                reasons,
-            }
+            (Some(node.id), pool)
         }
         None => {
-            // Spread the load over every pool; memory stays where it is.
-            let total: usize = nodes.iter().map(|n| n.free.len()).sum::<usize>().max(1);
-            let mut pool = Vec::new();
-            for node in nodes.iter_mut() {
-                node.load += demand * node.free.len() as f64 / total as f64;
-                pool.extend(node.free.iter().copied());
-            }
-            pool.sort_unstable();
-            if pool.is_empty() {
-                // Dedicated VMs hold every CPU: a VM must still run somewhere.
-                pool = nodes
-                    .iter()
-                    .flat_map(|n| n.housekeeping.iter().copied())
-                    .collect();
-                if pool.is_empty() {
-                    pool = ctx.online.clone();
-                }
-                pool.sort_unstable();
-                reasons.push(format!(
-                    "shared, but dedicated VMs hold every pool CPU: runs on {} (add CPUs or dedicate fewer VMs)",
-                    cpulist(&pool)
-                ));
-            } else {
-                reasons.push(format!(
+            let pool = spanning_pool(nodes, demand, ctx);
+            reasons.push(if pool.1 {
+                format!(
                     "shared, spans nodes {}: no single node fits it ({}); memory is left where it is",
-                    cpulist(&pool),
+                    cpulist(&pool.0),
                     rejected.join("; ")
-                ));
-            }
-            VmPlan {
-                pid: vm.pid,
-                name: vm.name.clone(),
-                class: Class::Shared,
-                node: None,
-                demand,
-                mem_bytes: vm.mem_bytes(),
-                vcpus: vm
-                    .vcpus
-                    .iter()
-                    .map(|(i, t)| (*i, t.tid, pool.clone()))
-                    .collect(),
-                other_cpus: Vec::new(),
-                reasons,
-            }
+                )
+            } else {
+                format!(
+                    "shared, but dedicated VMs hold every pool CPU: runs on {} (add CPUs or dedicate fewer VMs)",
+                    cpulist(&pool.0)
+                )
+            });
+            (None, pool.0)
+        }
+    };
+    VmPlan {
+        pid: vm.pid,
+        name: vm.name.clone(),
+        class: Class::Shared,
+        node,
+        demand,
+        mem_bytes: vm.mem_bytes(),
+        vcpus: vm
+            .vcpus
+            .iter()
+            .map(|(i, t)| (*i, t.tid, pool.clone()))
+            .collect(),
+        other_cpus: Vec::new(),
+        reasons,
+    }
+}
+
+/// Every node's pool for a VM no node fits, its demand spread over them;
+/// `false` when no pool CPU is left at all (dedicated VMs hold them) and
+/// the VM gets the housekeeping CPUs, or every online CPU, instead.
+fn spanning_pool(nodes: &mut [NodeState], demand: f64, ctx: &Ctx) -> (Vec<u32>, bool) {
+    let total: usize = nodes.iter().map(|n| n.free.len()).sum::<usize>().max(1);
+    let mut pool = Vec::new();
+    for node in nodes.iter_mut() {
+        node.load += demand * node.free.len() as f64 / total as f64;
+        pool.extend(node.free.iter().copied());
+    }
+    let mut found = true;
+    if pool.is_empty() {
+        found = false;
+        pool = nodes
+            .iter()
+            .flat_map(|n| n.housekeeping.iter().copied())
+            .collect();
+        if pool.is_empty() {
+            pool = ctx.online.clone();
         }
     }
+    pool.sort_unstable();
+    (pool, found)
 }
 
 /// Whether this VM's knobs belong to libvirt.
