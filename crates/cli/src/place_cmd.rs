@@ -10,7 +10,7 @@ use stealscope_actuators::journal::{self, BatchKind};
 use stealscope_actuators::memory::{self, MoveLimits};
 use stealscope_model::host::collect_host;
 use stealscope_model::observation::Side;
-use stealscope_placement::history::VmHistory;
+use stealscope_placement::history::{DemandHistory, VmHistory};
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{live, plan, Config, History, HostInput, Plan};
 use stealscope_readers::RootFs;
@@ -336,10 +336,11 @@ fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
         jpath.display()
     ));
     let mut hist: Option<History> = None;
+    let mut demand = DemandHistory::default();
     let mut pass = 0u64;
     while !stop.load(Ordering::Relaxed) && a.passes.is_none_or(|n| pass < n) {
         pass += 1;
-        let host = match observe(interval, Some(&stop)) {
+        let mut host = match observe(interval, Some(&stop)) {
             Ok(h) => h,
             Err(e) => {
                 log(&format!("pass {pass}: cannot observe the host: {e}"));
@@ -349,6 +350,7 @@ fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
         if stop.load(Ordering::Relaxed) {
             break;
         }
+        demand.smooth(&mut host);
         if a.yes && pass == 1 {
             recover(&jpath, host.cpu_controller.as_ref())?;
         }
