@@ -83,6 +83,8 @@ pub struct DoctorReport {
     /// Present when VMs run on this machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostSection>,
+    /// CPUID (hypervisor, KVM features and hints) and hardware counters.
+    pub hardware: crate::hardware::HardwareSection,
     /// Most severe first.
     pub findings: Vec<Finding>,
     /// Inputs that were missing or unreadable, and what was skipped.
@@ -122,6 +124,8 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
         roles.push("host".to_string());
     }
     let mut notes = m.notes.clone();
+    let hardware = crate::hardware::section(m);
+    notes.extend(crate::hardware::notes(&hardware));
     if m.windows.is_empty() {
         notes.push(
             "no sample series: busy/idle split from the whole interval, burst detection skipped"
@@ -160,6 +164,7 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
             wall_s: round(m.wall_s, 3),
         },
         host,
+        hardware,
         findings,
         notes,
     }
