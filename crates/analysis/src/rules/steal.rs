@@ -275,7 +275,7 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
         .evidence("cache_mpki_high_steal", opt(high.mpki(), 2))
         .evidence("windows_low_steal", low.windows)
         .evidence("windows_high_steal", high.windows)
-        .evidence("cpus", json!(cpus))
+        .evidence("cpus_compared", json!(cpus))
         .evidence("min_counter_running_share", opt(min_share, 3))
         .evidence("high_steal_window_pct", IPC_HIGH_STEAL_PCT)
         .evidence("low_steal_window_pct", IPC_LOW_STEAL_PCT)
