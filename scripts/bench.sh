@@ -15,6 +15,7 @@ tmp=$(mktemp)
   echo
   cargo bench --quiet --bench sample_cost 2>/dev/null
   cargo bench --quiet --bench host_scan 2>/dev/null
+  cargo bench --quiet --bench hw_counters 2>/dev/null
   # Issue 3 (probes) is work in progress: its section appears once its script runs cleanly.
   if probes=$(scripts/bench-probes.sh 2>/dev/null); then echo; echo "$probes"; fi
 } > "$tmp"

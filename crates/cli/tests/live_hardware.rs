@@ -18,26 +18,6 @@ const COUNTERS: [(&str, &str); 7] = [
     ("msr/smi/", "smi"),
 ];
 
-/// Raw perf_event_open of cycles on CPU 0 for all tasks (not the crate).
-fn hardware_pmu_opens() -> bool {
-    let mut attr = [0u8; 128];
-    attr[4..8].copy_from_slice(&128u32.to_ne_bytes()); // size; type 0 = HARDWARE, config 0 = cycles
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            -1i32,
-            0i32,
-            -1i32,
-            0u64,
-        )
-    };
-    if fd >= 0 {
-        unsafe { libc::close(fd as i32) };
-    }
-    fd >= 0
-}
-
 fn msr_events() -> Vec<String> {
     std::fs::read_dir("/sys/bus/event_source/devices/msr/events")
         .map(|d| {
@@ -174,7 +154,7 @@ fn doctor_shows_cpuid_and_accounts_for_every_counter() {
         .iter()
         .map(|v| v.as_str().unwrap())
         .collect();
-    let pmu = hardware_pmu_opens();
+    let pmu = perf_raw::hardware_pmu_opens();
     let msr = msr_events();
     for (name, kind) in COUNTERS {
         let expect = if kind == "hw" {

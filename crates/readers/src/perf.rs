@@ -489,20 +489,12 @@ mod tests {
         assert_eq!(m[1].cpus, vec![1], "smi opened on cpu0, failed on cpu1");
     }
 
-    /// An independent perf_event_open (raw syscall, not the crate) says
-    /// whether this machine has hardware counters; ours must agree, and every
-    /// counter is either opened or missing with a reason.
+    /// Every counter is either opened or missing with a reason; what the
+    /// msr PMU lists opens (as root) and counts. (The CLI's live_hardware
+    /// test compares the hardware PMU with a raw perf_event_open.)
     #[test]
-    fn live_open_agrees_with_a_raw_syscall_and_accounts_for_every_counter() {
-        let cpus: Vec<u32> = vec![0];
-        let mut c = CpuCounters::open(&RootFs::live(), &cpus);
-        let raw_ok = raw_open_cycles_cpu0();
-        assert_eq!(
-            c.opened().contains(&Counter::Cycles),
-            raw_ok,
-            "missing: {:?}",
-            c.missing()
-        );
+    fn live_open_accounts_for_every_counter() {
+        let mut c = CpuCounters::open(&RootFs::live(), &[0]);
         for counter in HARDWARE.iter().chain(MSR.iter()) {
             let opened = c.opened().contains(counter);
             let missing = c.missing().iter().any(|m| m.counter == *counter);
@@ -543,29 +535,6 @@ mod tests {
                 assert!(t1 > t0, "tsc advances");
             }
         }
-    }
-
-    fn raw_open_cycles_cpu0() -> bool {
-        // struct perf_event_attr: type(u32) size(u32) config(u64) ...; the
-        // kernel accepts any size >= PERF_ATTR_SIZE_VER0 (64) with zeros after.
-        let mut attr = [0u8; 128];
-        attr[0..4].copy_from_slice(&0u32.to_ne_bytes()); // PERF_TYPE_HARDWARE
-        attr[4..8].copy_from_slice(&128u32.to_ne_bytes());
-        attr[8..16].copy_from_slice(&0u64.to_ne_bytes()); // PERF_COUNT_HW_CPU_CYCLES
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                attr.as_ptr(),
-                -1i32,
-                0i32,
-                -1i32,
-                0u64,
-            )
-        };
-        if fd >= 0 {
-            unsafe { libc::close(fd as i32) };
-        }
-        fd >= 0
     }
 
     proptest::proptest! {
