@@ -88,3 +88,100 @@ impl HardwareModel {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cputime::{CpuInterval, ModeSecs};
+    use crate::hw::HwWindow;
+
+    fn hw(cpu: u32) -> CpuHwWindow {
+        CpuHwWindow {
+            cpu,
+            cycles: Some(1e8),
+            instructions: Some(1e8),
+            cache_references: None,
+            cache_misses: None,
+            hw_running_share: Some(1.0),
+            tsc_mhz: None,
+            avg_mhz: None,
+            busy_mhz: None,
+            busy_pct: None,
+            smi: None,
+        }
+    }
+
+    fn steal_window(start: f64, wall: f64, steal: f64) -> (f64, IntervalDelta) {
+        let ci = |cpu| CpuInterval {
+            cpu,
+            secs: ModeSecs {
+                user: 0.5 * wall,
+                steal: steal * wall,
+                idle: (0.5 - steal) * wall,
+                ..Default::default()
+            },
+            wall_s: wall,
+            has_steal: true,
+        };
+        (
+            start,
+            IntervalDelta {
+                wall_s: wall,
+                cpus: vec![ci(0), ci(1)],
+                anomalies: vec![],
+            },
+        )
+    }
+
+    fn model(windows: Vec<HwWindow>) -> HardwareModel {
+        HardwareModel {
+            cpuid: None,
+            counters: Some(CounterModel {
+                opened: vec![Counter::Cycles],
+                missing: vec![],
+                windows,
+            }),
+        }
+    }
+
+    #[test]
+    fn counter_windows_join_the_steal_window_they_cover_only() {
+        let m = model(vec![
+            HwWindow {
+                start_s: 0.0001,
+                wall_s: 0.1,
+                cpus: vec![hw(0), hw(1), hw(7)],
+            },
+            // Starts 40 ms after the steal window: a different window.
+            HwWindow {
+                start_s: 0.14,
+                wall_s: 0.1,
+                cpus: vec![hw(0)],
+            },
+        ]);
+        let steal = vec![steal_window(0.0, 0.1, 0.2), steal_window(0.1, 0.1, 0.0)];
+        let j = m.with_steal(&steal);
+        assert_eq!(
+            j.len(),
+            2,
+            "cpu7 has no steal row, the late window no match"
+        );
+        assert!(j.iter().all(|p| (p.steal_pct - 20.0).abs() < 1e-9));
+        assert!(j.iter().all(|p| (p.util_pct - 50.0).abs() < 1e-9));
+        assert!(HardwareModel::default().with_steal(&steal).is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn joining_never_panics(
+            hws in proptest::collection::vec((-1e3f64..1e3, 0f64..10.0), 0..8),
+            st in proptest::collection::vec((-1e3f64..1e3, 0f64..10.0, 0f64..0.5), 0..8),
+        ) {
+            let m = model(hws.into_iter().map(|(s, w)| HwWindow { start_s: s, wall_s: w, cpus: vec![hw(0)] }).collect());
+            let steal: Vec<_> = st.into_iter().map(|(s, w, x)| steal_window(s, w, x)).collect();
+            for p in m.with_steal(&steal) {
+                proptest::prop_assert!(p.steal_pct.is_finite());
+            }
+        }
+    }
+}
