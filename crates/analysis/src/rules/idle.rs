@@ -77,6 +77,13 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
                        add kvm-poll-control=on on the host.",
         _ => "",
     };
+    // CPUID that shows the KVM leaf rules out a hidden signature.
+    let hidden_note = if kvm.is_some() {
+        ""
+    } else {
+        " If the VM's KVM signature is hidden (QEMU `kvm=off`, libvirt `<kvm><hidden state='on'/>`), the guest \
+         cannot use any KVM paravirtual feature, haltpoll included: un-hide it."
+    };
     let mut f = if driver.as_deref() != Some("haltpoll") {
         let module_hint = if has_driver {
             ""
@@ -105,9 +112,7 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
              cpuidle driver did not load. {why} With dedicated vCPUs, set the hint {host_fix}. Otherwise force it \
              in the guest with the boot parameter `cpuidle_haltpoll.force=1`{module_hint} and reboot; verify with \
              `cat /sys/devices/system/cpu/cpuidle/current_driver` (expect haltpoll). Forcing it on an \
-             oversubscribed host burns host CPU while idle, so weigh it against steal.{poll_control_note} If the \
-             VM's KVM signature is hidden (QEMU `kvm=off`, libvirt `<kvm><hidden state='on'/>`), the guest cannot \
-             use any KVM paravirtual feature, haltpoll included: un-hide it."
+             oversubscribed host burns host CPU while idle, so weigh it against steal.{poll_control_note}{hidden_note}"
         );
         Finding::new(
             "idle.haltpoll-inactive",
