@@ -188,7 +188,13 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         Some(h) => (h.vms, Some(h.hypervisor), h.kvm_stats),
         None => (Vec::new(), None, Value::Null),
     };
-    let mut notes = d.notes;
+    // The host view leaves out the guest-side hardware notes (CPUID, counters).
+    let hw_notes = crate::hardware::notes(&d.hardware);
+    let mut notes: Vec<String> = d
+        .notes
+        .into_iter()
+        .filter(|n| !hw_notes.contains(n))
+        .collect();
     if vms.is_empty() {
         notes.push("no VMs found (QEMU, Firecracker or libvirt-managed processes)".into());
     }
