@@ -158,7 +158,7 @@ fn main() {
         },
         oo / n
     );
-    println!(
-        "perf_event_open(cycles)+close per CPU (reference): median {ro:.0} µs for all CPUs.\n"
-    );
+    println!("perf_event_open(cycles)+close per CPU (reference): median {ro:.0} µs for all CPUs.");
+    println!("Reading a per-CPU event from another CPU costs an IPI to that CPU, which dominates both rows;");
+    println!("a counter that failed to open is tried once per run (inside the open figure) and costs nothing per window.\n");
 }
