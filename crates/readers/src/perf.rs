@@ -537,6 +537,54 @@ mod tests {
         }
     }
 
+    /// The group path (leader plus members read with one read(2), members
+    /// found by id) with software events standing in for the hardware ones,
+    /// which this machine may lack.
+    #[test]
+    fn group_members_are_read_by_id_with_the_group_times() {
+        use perf_event::events::Software;
+        let wanted = [
+            (
+                Counter::Cycles,
+                on_cpu(Builder::new(Software::CPU_CLOCK), 0),
+            ),
+            (
+                Counter::Instructions,
+                on_cpu(Builder::new(Software::CONTEXT_SWITCHES), 0),
+            ),
+            (
+                Counter::CacheMisses,
+                on_cpu(Builder::new(Software::PAGE_FAULTS), 0),
+            ),
+        ];
+        let mut missing = Vec::new();
+        let mut g = match open_group(0, &wanted, &mut missing) {
+            Some(g) => g,
+            // Per-CPU events need root or CAP_PERFMON; the failure is recorded.
+            None => {
+                assert_eq!(missing.len(), wanted.len(), "{missing:?}");
+                return;
+            }
+        };
+        let a = g.read().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let b = g.read().unwrap();
+        let keys: Vec<_> = b.counts.keys().copied().collect();
+        assert_eq!(
+            keys,
+            vec![Counter::Cycles, Counter::Instructions, Counter::CacheMisses]
+        );
+        // cpu-clock counts ns of CPU 0: it advances by about the enabled time.
+        let clock = b.counts[&Counter::Cycles] - a.counts[&Counter::Cycles];
+        let enabled = b.enabled_ns - a.enabled_ns;
+        assert!(enabled >= 15_000_000, "{enabled}");
+        assert!(
+            clock > enabled / 2 && clock <= enabled + 1_000_000,
+            "{clock} vs {enabled}"
+        );
+        assert!(b.running_ns <= b.enabled_ns);
+    }
+
     proptest::proptest! {
         #[test]
         fn event_config_parser_never_panics(s in ".{0,40}") {
