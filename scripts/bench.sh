@@ -18,6 +18,7 @@ tmp=$(mktemp)
   cargo bench --quiet -p stealscope-placement --bench planner 2>/dev/null
   # Needs a quiet machine: 20 s windows of real QEMU VMs competing for the CPUs.
   if fairness=$(scripts/bench-fairness.sh 2>/dev/null); then echo; echo "$fairness"; fi
+  cargo bench --quiet --bench hw_counters 2>/dev/null
   # Issue 3 (probes) is work in progress: its section appears once its script runs cleanly.
   if probes=$(scripts/bench-probes.sh 2>/dev/null); then echo; echo "$probes"; fi
 } > "$tmp"

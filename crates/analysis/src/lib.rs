@@ -2,6 +2,7 @@
 //! and remedies, and the doctor report that ranks them.
 
 pub mod finding;
+pub mod hardware;
 pub mod report;
 pub mod roles;
 pub mod rules;

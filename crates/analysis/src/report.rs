@@ -87,6 +87,8 @@ pub struct DoctorReport {
     /// crate renders them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probes: Option<Value>,
+    /// CPUID (hypervisor, KVM features and hints) and hardware counters.
+    pub hardware: crate::hardware::HardwareSection,
     /// Most severe first.
     pub findings: Vec<Finding>,
     /// Inputs that were missing or unreadable, and what was skipped.
@@ -141,6 +143,8 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
         roles.push("host".to_string());
     }
     let mut notes = m.notes.clone();
+    let hardware = crate::hardware::section(m);
+    notes.extend(crate::hardware::notes(&hardware));
     if m.windows.is_empty() {
         notes.push(
             "no sample series: busy/idle split from the whole interval, burst detection skipped"
@@ -180,6 +184,7 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
         },
         host,
         probes: None,
+        hardware,
         findings,
         notes,
     }
@@ -203,7 +208,13 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         Some(h) => (h.vms, Some(h.hypervisor), h.kvm_stats),
         None => (Vec::new(), None, Value::Null),
     };
-    let mut notes = d.notes;
+    // The host view leaves out the guest-side hardware notes (CPUID, counters).
+    let hw_notes = crate::hardware::notes(&d.hardware);
+    let mut notes: Vec<String> = d
+        .notes
+        .into_iter()
+        .filter(|n| !hw_notes.contains(n))
+        .collect();
     if vms.is_empty() {
         notes.push("no VMs found (QEMU, Firecracker or libvirt-managed processes)".into());
     }

@@ -88,6 +88,30 @@ fn snapshot_fixtures_meet_expectations() {
             }
             _ => {}
         }
+        // Evidence the fixture pins down: {"finding id": {"key": value}} (numbers within 1e-3).
+        if let Some(ev) = exp["evidence"].as_object() {
+            for (id, want) in ev {
+                let Some(f) = report["findings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|f| f["id"] == id.as_str())
+                else {
+                    failures.push(format!("{name}: no {id} to check evidence on"));
+                    continue;
+                };
+                for (k, v) in want.as_object().unwrap() {
+                    let got = &f["evidence"][k];
+                    let same = match (got.as_f64(), v.as_f64()) {
+                        (Some(a), Some(b)) => (a - b).abs() <= 1e-3,
+                        _ => got == v,
+                    };
+                    if !same {
+                        failures.push(format!("{name}: {id} evidence {k} = {got}, expected {v}"));
+                    }
+                }
+            }
+        }
         let notes = report["notes"].to_string();
         for frag in strs(&exp["notes_contain"]) {
             if !notes.contains(&frag) {
@@ -119,11 +143,12 @@ fn snapshot_fixtures_meet_expectations() {
         "fixture failures:\n{}",
         failures.join("\n")
     );
-    // Every guest rule (except those that need probes or a PMU) is seen both firing and silent.
+    // Every guest rule (except those that need probes) is seen both firing and silent.
     for id in [
         "steal.busy",
         "steal.idle",
         "steal.bursty",
+        "steal.ipc-collapse",
         "steal.counter-anomaly",
         "idle.haltpoll-inactive",
         "idle.deep-cstates",

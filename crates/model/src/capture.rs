@@ -1,14 +1,17 @@
 //! Live capture of one interval into a [`Snapshot`]: every file the rules
-//! read at the start (t0) and end (t1), plus a /proc/stat series in between.
+//! read at the start (t0) and end (t1), plus a /proc/stat series in between,
+//! per-CPU hardware counters read with each sample, and CPUID.
 //! `doctor` analyses this in-memory snapshot with the same code that reads a
 //! snapshot from disk, so live and offline reports cannot drift apart.
 
+use crate::hw::HwSampler;
 use crate::observation::{collect, Side};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use stealscope_readers::perf::CounterCapture;
 use stealscope_readers::pread::PreadFile;
-use stealscope_readers::snapshot::{Meta, RawSample, Snapshot, FORMAT};
-use stealscope_readers::{stat, MemFs, ReadError, Recorder, RootFs, Source};
+use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
+use stealscope_readers::{cpu_topology, cpuid, stat, MemFs, ReadError, Recorder, RootFs, Source};
 
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
@@ -55,6 +58,33 @@ fn record_side(root: &std::path::Path, name: &str, side: Side) -> Result<MemFs, 
     Ok(fs)
 }
 
+/// CPUID and perf counters describe the machine we run on, not a directory:
+/// they are captured only when the root is the live "/".
+fn is_live_root(root: &std::path::Path) -> bool {
+    root == std::path::Path::new("/")
+}
+
+/// Opens the counter groups on the online CPUs (the stat rows if sysfs
+/// does not say).
+fn open_counters(root: &std::path::Path, t0: &MemFs) -> Option<HwSampler> {
+    if !is_live_root(root) {
+        return None;
+    }
+    let live = RootFs::new(root);
+    let mut cpus = cpu_topology::read(t0)
+        .ok()
+        .and_then(|c| c.online)
+        .unwrap_or_default();
+    if cpus.is_empty() {
+        cpus = stat::read(t0)
+            .ok()
+            .flatten()
+            .map(|s| s.cpus.iter().filter_map(|r| r.cpu).collect())
+            .unwrap_or_default();
+    }
+    Some(HwSampler::open(&live, &cpus))
+}
+
 pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
     let taken_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -66,8 +96,22 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
         None
     };
     let t0 = record_side(&opts.root, "live t0", Side::Start)?;
+    let mut hw = open_counters(&opts.root, &t0);
+    let mut counter_samples = Vec::new();
+    // Counters are read right after each /proc/stat sample so that their
+    // windows line up with the steal windows.
+    let mut read_counters = |hw: &mut Option<HwSampler>| {
+        if let Some(h) = hw.as_mut() {
+            if !h.counters().opened().is_empty() {
+                counter_samples.push(h.sample());
+            }
+        }
+    };
     let start = Instant::now();
     let mut samples = Vec::new();
+    if sampler.is_none() {
+        read_counters(&mut hw);
+    }
     if let Some(s) = sampler.as_mut() {
         let period = Duration::from_secs_f64(1.0 / opts.sample_hz);
         let mut next = start;
@@ -76,6 +120,7 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
                 t_ns: monotonic_ns(),
                 stat: s.cpu_lines()?,
             });
+            read_counters(&mut hw);
             next += period;
             if next > start + opts.interval {
                 break;
@@ -96,6 +141,15 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
             stat: s.cpu_lines()?,
         });
     }
+    read_counters(&mut hw);
+    let hardware = Hardware {
+        cpuid: is_live_root(&opts.root).then(cpuid::read_live),
+        counters: hw.map(|h| CounterCapture {
+            opened: h.counters().opened().to_vec(),
+            missing: h.counters().missing().to_vec(),
+            samples: counter_samples,
+        }),
+    };
     let t1 = record_side(&opts.root, "live t1", Side::End)?;
     let meta = Meta {
         format: FORMAT.to_string(),
@@ -115,5 +169,6 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
         t0,
         t1,
         samples,
+        hardware,
     })
 }

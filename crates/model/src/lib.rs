@@ -3,6 +3,8 @@
 //! steal split, interrupt rates.
 
 pub mod cputime;
+pub mod hardware;
+pub mod hw;
 pub mod irq_rates;
 pub mod windows;
 

@@ -27,6 +27,8 @@ pub struct MachineModel {
     pub irq: Vec<CpuIrqRates>,
     /// VMs on this machine, if it is a host.
     pub host: crate::host::HostModel,
+    /// CPUID and per-window hardware counters, when the snapshot has them.
+    pub hardware: crate::hardware::HardwareModel,
     /// Problems with optional inputs (from both sides, deduplicated).
     pub notes: Vec<String>,
 }
@@ -102,6 +104,7 @@ impl MachineModel {
             split,
             irq,
             host,
+            hardware: crate::hardware::HardwareModel::build(snap),
             notes,
         })
     }

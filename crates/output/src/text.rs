@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 use std::fmt::Write;
+use stealscope_analysis::hardware::HardwareSection;
 use stealscope_analysis::report::Hypervisor;
 use stealscope_analysis::{DoctorReport, Finding, HostReport, Severity};
 use stealscope_model::host::VmSteal;
@@ -134,6 +135,7 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
             pct(&c.steal_pct)
         );
     }
+    hardware(&mut out, &st, &r.hardware);
     if let Some(h) = &r.host {
         host_table(&mut out, &st, &h.vms, &h.hypervisor, &h.kvm_stats);
     }
@@ -158,6 +160,111 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
     }
     findings_and_notes(&mut out, &st, &r.findings, &r.notes);
     out
+}
+
+/// CPUID facts and per-CPU counter figures; why a counter is missing is in
+/// the notes.
+fn hardware(out: &mut String, st: &Style, h: &HardwareSection) {
+    let _ = writeln!(out);
+    match &h.cpuid {
+        None => {
+            let _ = writeln!(out, "{}: CPUID not captured", st.bold("Hardware"));
+        }
+        Some(c) => {
+            let sigs: Vec<String> = c
+                .hypervisors
+                .iter()
+                .map(|hv| {
+                    format!(
+                        "{} at {}",
+                        hv.name.as_deref().unwrap_or(&hv.signature),
+                        hv.base
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "{}: {} (CPUID hypervisor bit {}), vendor {}",
+                st.bold("Hardware"),
+                if sigs.is_empty() {
+                    "no hypervisor signature".to_string()
+                } else {
+                    sigs.join(", ")
+                },
+                c.hypervisor_bit
+                    .map_or("n/a", |b| if b { "set" } else { "clear" }),
+                c.vendor.as_deref().unwrap_or("n/a")
+            );
+            if let Some(k) = &c.kvm {
+                let short = |v: &[String]| {
+                    v.iter()
+                        .map(|f| {
+                            f.trim_start_matches("KVM_FEATURE_")
+                                .trim_start_matches("KVM_HINTS_")
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                wrap(
+                    out,
+                    "  KVM features: ",
+                    &format!("{} (EAX {})", short(&k.features), k.features_eax),
+                );
+                let hints = if k.hints.is_empty() {
+                    "none (KVM_HINTS_REALTIME clear)".to_string()
+                } else {
+                    short(&k.hints)
+                };
+                wrap(
+                    out,
+                    "  KVM hints:    ",
+                    &format!("{hints} (EDX {})", k.hints_edx),
+                );
+            }
+            let yn = |b: Option<bool>| b.map_or("n/a", |b| if b { "yes" } else { "no" });
+            let _ = writeln!(
+                out,
+                "  APERF/MPERF (CPUID.06H:ECX[0]): {}",
+                yn(c.aperfmperf)
+            );
+        }
+    }
+    let Some(c) = &h.counters else {
+        let _ = writeln!(out, "  counters: not captured");
+        return;
+    };
+    if c.opened.is_empty() {
+        let _ = writeln!(out, "  counters: none could be opened (see notes)");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  counters: {} over {} windows",
+        c.opened.join(" "),
+        c.windows
+    );
+    let _ = writeln!(
+        out,
+        "\n  CPU     IPC  miss%  TSC MHz  Avg MHz  Bzy MHz  %Busy   SMI"
+    );
+    let num = |v: &Value, scale: f64, d: usize| {
+        v.as_f64()
+            .map_or("n/a".to_string(), |x| format!("{:.*}", d, x * scale))
+    };
+    for cpu in &c.cpus {
+        let _ = writeln!(
+            out,
+            "  {:>3}  {:>6}  {:>5}  {:>7}  {:>7}  {:>7}  {:>5}  {:>4}",
+            cpu.cpu,
+            num(&cpu.ipc, 1.0, 2),
+            num(&cpu.cache_miss_rate, 100.0, 1),
+            num(&cpu.tsc_mhz, 1.0, 0),
+            num(&cpu.avg_mhz, 1.0, 0),
+            num(&cpu.busy_mhz, 1.0, 0),
+            num(&cpu.busy_pct, 1.0, 1),
+            fmt_value(&cpu.smi)
+        );
+    }
 }
 
 /// One line per probe that ran under `doctor --probe` (the whole reports

@@ -1,8 +1,12 @@
 //! Snapshot format `stealscope-snapshot/1` (SPEC.md): meta.json, t0/ and t1/
-//! holding files under their absolute paths, optional samples.jsonl. Read
+//! holding files under their absolute paths, optional samples.jsonl,
+//! cpuid.json (raw CPUID registers) and counters.json (per-CPU hardware
+//! counter reads aligned with the samples). Read
 //! from a directory or a .tar.gz into memory so both behave the same.
 
+use crate::cpuid::CpuidDump;
 use crate::error::{ReadError, Result};
+use crate::perf::CounterCapture;
 use crate::source::MemFs;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -47,6 +51,19 @@ pub struct Snapshot {
     pub t0: MemFs,
     pub t1: MemFs,
     pub samples: Vec<RawSample>,
+    /// What is not a file: CPUID registers and perf counter reads.
+    pub hardware: Hardware,
+}
+
+pub const CPUID_FILE: &str = "cpuid.json";
+pub const COUNTERS_FILE: &str = "counters.json";
+
+/// Optional hardware evidence; None when the capture did not take it (a
+/// snapshot from an older stealscope, or a capture under --root).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hardware {
+    pub cpuid: Option<CpuidDump>,
+    pub counters: Option<CounterCapture>,
 }
 
 fn parse_meta(bytes: &[u8], path: &str) -> Result<Meta> {
@@ -97,6 +114,8 @@ fn side_path(rel: &str) -> Option<(&str, String)> {
 struct Loader {
     meta: Option<Vec<u8>>,
     samples: Option<Vec<u8>>,
+    cpuid: Option<Vec<u8>>,
+    counters: Option<Vec<u8>>,
     t0: MemFs,
     t1: MemFs,
     bytes: u64,
@@ -113,6 +132,8 @@ impl Loader {
         match rel {
             "meta.json" => self.meta = Some(data),
             "samples.jsonl" => self.samples = Some(data),
+            CPUID_FILE => self.cpuid = Some(data),
+            COUNTERS_FILE => self.counters = Some(data),
             _ => {
                 if let Some((side, abs)) = side_path(rel) {
                     if side == "t0" {
@@ -138,6 +159,13 @@ impl Loader {
             Some(b) => parse_samples(&b, &format!("{origin}/samples.jsonl"))?,
             None => Vec::new(),
         };
+        let hardware = Hardware {
+            cpuid: parse_json(self.cpuid.as_deref(), &format!("{origin}/{CPUID_FILE}"))?,
+            counters: parse_json(
+                self.counters.as_deref(),
+                &format!("{origin}/{COUNTERS_FILE}"),
+            )?,
+        };
         let mut t0 = self.t0;
         let mut t1 = self.t1;
         t0.name = format!("{origin}/t0");
@@ -147,8 +175,20 @@ impl Loader {
             t0,
             t1,
             samples,
+            hardware,
         })
     }
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(
+    bytes: Option<&[u8]>,
+    path: &str,
+) -> Result<Option<T>> {
+    bytes
+        .map(|b| {
+            serde_json::from_slice(b).map_err(|e| ReadError::parse(path, format!("not valid: {e}")))
+        })
+        .transpose()
 }
 
 fn load_dir(dir: &Path, rel: &str, loader: &mut Loader, origin: &str) -> Result<()> {
@@ -198,9 +238,12 @@ fn load_tar_gz(path: &Path, loader: &mut Loader, origin: &str) -> Result<()> {
                 format!("archive entry {} escapes the snapshot", p.display()),
             ));
         }
-        let start = comps
-            .iter()
-            .position(|c| c == "t0" || c == "t1" || c == "meta.json" || c == "samples.jsonl");
+        let start = comps.iter().position(|c| {
+            matches!(
+                c.as_str(),
+                "t0" | "t1" | "meta.json" | "samples.jsonl" | CPUID_FILE | COUNTERS_FILE
+            )
+        });
         let Some(start) = start else { continue };
         let rel = comps[start..].join("/");
         let mut data = Vec::new();
@@ -249,6 +292,16 @@ fn rel_files(s: &Snapshot) -> Result<Vec<(String, Vec<u8>)>> {
             buf.push(b'\n');
         }
         files.push(("samples.jsonl".to_string(), buf));
+    }
+    let json = |name: &str, v: serde_json::Result<Vec<u8>>| {
+        v.map(|b| (name.to_string(), b))
+            .map_err(|e| ReadError::parse(name, e))
+    };
+    if let Some(c) = &s.hardware.cpuid {
+        files.push(json(CPUID_FILE, serde_json::to_vec_pretty(c))?);
+    }
+    if let Some(c) = &s.hardware.counters {
+        files.push(json(COUNTERS_FILE, serde_json::to_vec(c))?);
     }
     for (side, fs) in [("t0", &s.t0), ("t1", &s.t1)] {
         for (abs, data) in &fs.files {
@@ -333,6 +386,41 @@ mod tests {
                 t_ns: 5,
                 stat: "cpu  1 1 1 1\n".into(),
             }],
+            hardware: Hardware {
+                cpuid: Some(CpuidDump {
+                    arch: "x86_64".into(),
+                    leaves: vec![crate::cpuid::Leaf {
+                        leaf: 0x4000_0001,
+                        subleaf: 0,
+                        eax: 0x1007efb,
+                        ebx: 0,
+                        ecx: 0,
+                        edx: 1,
+                    }],
+                }),
+                counters: Some(CounterCapture {
+                    opened: vec![crate::perf::Counter::Tsc],
+                    missing: vec![crate::perf::Missing {
+                        counter: crate::perf::Counter::Cycles,
+                        reason: crate::perf::Reason::Open {
+                            errno: 2,
+                            error: "No such file or directory".into(),
+                        },
+                        cpus: vec![],
+                    }],
+                    samples: vec![crate::perf::CounterSample {
+                        t_ns: 5,
+                        cpus: vec![crate::perf::CpuRead {
+                            cpu: 0,
+                            groups: vec![crate::perf::GroupRead {
+                                enabled_ns: 10,
+                                running_ns: 5,
+                                counts: [(crate::perf::Counter::Tsc, u64::MAX)].into(),
+                            }],
+                        }],
+                    }],
+                }),
+            },
         }
     }
 
@@ -346,6 +434,7 @@ mod tests {
             let back = open(&p).unwrap();
             assert_eq!(back.meta, s.meta);
             assert_eq!(back.samples, s.samples);
+            assert_eq!(back.hardware, s.hardware);
             assert_eq!(
                 back.t1.read("/dev/cpu_dma_latency").unwrap().unwrap(),
                 vec![0u8, 0x94, 0x35, 0x77]
@@ -381,6 +470,23 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("interval_s"), "{e}");
+    }
+
+    #[test]
+    fn bad_hardware_files_are_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("snap");
+        write(&sample_snapshot(), &p).unwrap();
+        std::fs::write(p.join(COUNTERS_FILE), b"{\"opened\": 3}").unwrap();
+        let e = open(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("counters.json") && e.contains("not valid"),
+            "{e}"
+        );
+        std::fs::write(p.join(COUNTERS_FILE), b"{}").unwrap();
+        std::fs::write(p.join(CPUID_FILE), b"[1,2]").unwrap();
+        let e = open(&p).unwrap_err().to_string();
+        assert!(e.contains("cpuid.json"), "{e}");
     }
 
     proptest::proptest! {

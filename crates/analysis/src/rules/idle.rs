@@ -50,18 +50,69 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
     let cmd_poll_ns = o
         .cmdline_has("haltpoll.guest_halt_poll_ns")
         .map(str::to_string);
+    let kvm = m.hardware.cpuid.as_ref().and_then(|c| c.kvm.as_ref());
+    let captured = m.hardware.cpuid.is_some();
+    // What the host advertises, as evidence and in the remedy.
+    let realtime = kvm.map(|k| k.realtime_hint);
+    let poll_control = kvm.map(|k| k.poll_control);
+    let host_fix = "on the host: QEMU `-cpu host,kvm-hint-dedicated=on,kvm-poll-control=on`, libvirt \
+                    `<features><kvm><hint-dedicated state='on'/><poll-control state='on'/></kvm></features>`";
+    let cpuid_says = match (captured, kvm) {
+        (false, _) => String::new(),
+        (true, None) => "CPUID shows no KVM signature in 0x40000000-0x4000FF00 (hidden with QEMU `kvm=off` / libvirt \
+                         `<kvm><hidden state='on'/>`, or not KVM), so kvm_para_available() is false. "
+            .to_string(),
+        (true, Some(k)) => format!(
+            "CPUID {}: KVM_HINTS_REALTIME is {} and KVM_FEATURE_POLL_CONTROL is {} (features EAX {}, hints EDX {}). ",
+            k.base,
+            if k.realtime_hint { "set" } else { "clear" },
+            if k.poll_control { "set" } else { "clear" },
+            k.features_eax,
+            k.hints_edx
+        ),
+    };
+    let poll_control_note = match poll_control {
+        Some(false) => " The host does not advertise KVM_FEATURE_POLL_CONTROL either: with haltpoll in the guest it \
+                       cannot switch off the host's own halt-polling (MSR_KVM_POLL_CONTROL), so both sides poll; \
+                       add kvm-poll-control=on on the host.",
+        _ => "",
+    };
+    // CPUID that shows the KVM leaf rules out a hidden signature.
+    let hidden_note = if kvm.is_some() {
+        ""
+    } else {
+        " If the VM's KVM signature is hidden (QEMU `kvm=off`, libvirt `<kvm><hidden state='on'/>`), the guest \
+         cannot use any KVM paravirtual feature, haltpoll included: un-hide it."
+    };
     let mut f = if driver.as_deref() != Some("haltpoll") {
+        let module_hint = if has_driver {
+            ""
+        } else {
+            " (or `modprobe cpuidle-haltpoll force=1` if it is a module)"
+        };
+        let why = match realtime {
+            Some(false) => format!(
+                "{cpuid_says}The driver registers only when kvm_para_available() and haltpoll_want() = \
+                 kvm_para_has_hint(KVM_HINTS_REALTIME) || force (drivers/cpuidle/cpuidle-haltpoll.c \
+                 haltpoll_init); this host does not set the hint, which hosts set only for dedicated, pinned vCPUs."
+            ),
+            Some(true) => format!(
+                "{cpuid_says}The host sets the hint, so the driver should have registered: it refuses when an \
+                 `idle=` boot option is given (boot_option_idle_override) or, built as a module, when \
+                 cpuidle-haltpoll is not loaded (drivers/cpuidle/cpuidle-haltpoll.c haltpoll_init)."
+            ),
+            None => format!(
+                "{cpuid_says}It needs the host to advertise KVM_HINTS_REALTIME (CPUID 0x40000001 EDX bit 0), \
+                 which hosts set only for dedicated, pinned vCPUs, or `force=1` (drivers/cpuidle/cpuidle-haltpoll.c \
+                 haltpoll_want())."
+            ),
+        };
         let remedy = format!(
             "The guest kernel can poll briefly before halting (cuts wake-up latency and HLT exits) but the haltpoll \
-             cpuidle driver did not load: it needs the host to advertise KVM_HINTS_REALTIME (CPUID 0x40000001 EDX \
-             bit 0), which hosts set only for dedicated, pinned vCPUs. On a host you control with dedicated vCPUs: \
-             QEMU `-cpu host,kvm-hint-dedicated=on` / libvirt `<hint-dedicated state='on'/>` under <features><kvm>. \
-             Otherwise force it in the guest with the boot parameter `cpuidle_haltpoll.force=1`{} and reboot; verify \
-             with `cat /sys/devices/system/cpu/cpuidle/current_driver` (expect haltpoll). Forcing it on an \
-             oversubscribed host burns host CPU while idle, so weigh it against steal. If the VM's KVM signature is \
-             hidden (QEMU `kvm=off`, libvirt `<kvm><hidden state='on'/>`), the guest cannot use any KVM \
-             paravirtual feature, haltpoll included: un-hide it.",
-            if has_driver { "" } else { " (or `modprobe cpuidle-haltpoll force=1` if it is a module)" }
+             cpuidle driver did not load. {why} With dedicated vCPUs, set the hint {host_fix}. Otherwise force it \
+             in the guest with the boot parameter `cpuidle_haltpoll.force=1`{module_hint} and reboot; verify with \
+             `cat /sys/devices/system/cpu/cpuidle/current_driver` (expect haltpoll). Forcing it on an \
+             oversubscribed host burns host CPU while idle, so weigh it against steal.{poll_control_note}{hidden_note}"
         );
         Finding::new(
             "idle.haltpoll-inactive",
@@ -73,23 +124,37 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
         )
         .remedy(remedy)
     } else if o.haltpoll.guest_halt_poll_ns == Some(0) {
+        let host_polling = match (poll_control, no_poll_control.is_some()) {
+            (Some(true), _) => "; the host advertises KVM_FEATURE_POLL_CONTROL (CPUID), so it has stopped polling for it",
+            (Some(false), _) | (None, true) => "; this host does not support it, so host polling still applies",
+            (None, false) => "",
+        };
         Finding::new(
             "idle.haltpoll-inactive",
             Severity::Warning,
             "haltpoll driver is loaded but guest_halt_poll_ns=0: the guest never polls, every idle is an HLT exit",
         )
         .remedy(format!(
-            "With guest_halt_poll_ns=0 the haltpoll governor never grows its poll window, so it always picks the halt \
-             state. The haltpoll driver also asks the host to stop halt-polling for this vCPU (MSR_KVM_POLL_CONTROL=0{}), \
-             so neither side polls and each wake-up pays a full exit and host reschedule. Re-enable polling: \
-             `echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns` (takes effect at once){}; verify that \
-             the POLL state's usage in /sys/devices/system/cpu/cpu*/cpuidle/state0/usage starts growing.",
-            if no_poll_control.is_some() { "; this host does not support it, so host polling still applies" } else { "" },
+            "{cpuid_says}With guest_halt_poll_ns=0 the haltpoll governor never grows its poll window, so it always \
+             picks the halt state. The haltpoll driver also asks the host to stop halt-polling for this vCPU \
+             (MSR_KVM_POLL_CONTROL=0{host_polling}), so neither side polls and each wake-up pays a full exit and host \
+             reschedule. Re-enable polling in the guest: `echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns` \
+             (takes effect at once){}; verify that the POLL state's usage in \
+             /sys/devices/system/cpu/cpu*/cpuidle/state0/usage starts growing.",
             if cmd_poll_ns.is_some() { " and remove `haltpoll.guest_halt_poll_ns=0` from the kernel command line" } else { "" }
         ))
     } else {
         return;
     };
+    f = f
+        .evidence("cpuid_kvm_base", json!(kvm.map(|k| &k.base)))
+        .evidence("cpuid_kvm_hints_realtime", json!(realtime))
+        .evidence("cpuid_kvm_poll_control", json!(poll_control))
+        .evidence(
+            "cpuid_kvm_features_eax",
+            json!(kvm.map(|k| &k.features_eax)),
+        )
+        .evidence("cpuid", if captured { "read" } else { "not captured" });
     f = f
         .evidence("current_driver", json!(driver))
         .evidence("current_governor", json!(o.cpuidle.governor()))
@@ -108,9 +173,12 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
             "/sys/devices/system/cpu/cpu*/cpuidle/state*/usage",
             "/proc/cmdline",
             "/dev/kmsg",
+            "cpuid.json",
         ])
         .reference(HALTPOLL_DOC)
-        .reference("drivers/cpuidle/cpuidle-haltpoll.c, drivers/cpuidle/governors/haltpoll.c")
+        .reference("drivers/cpuidle/cpuidle-haltpoll.c haltpoll_want(): kvm_para_has_hint(KVM_HINTS_REALTIME) || force")
+        .reference("drivers/cpuidle/governors/haltpoll.c")
+        .reference("arch/x86/include/uapi/asm/kvm_para.h (KVM_FEATURE_POLL_CONTROL 12, KVM_HINTS_REALTIME 0)")
         .case(HALTPOLL_CASE);
     out.push(f);
 }

@@ -19,6 +19,7 @@ pub type RuleFn = fn(&MachineModel, &mut Vec<Finding>);
 pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["steal.busy", "steal.idle"], steal::busy_idle),
     (&["steal.bursty"], steal::bursty),
+    (&["steal.ipc-collapse"], steal::ipc_collapse),
     (&["steal.counter-anomaly"], steal::counter_anomaly),
     (&["idle.haltpoll-inactive"], idle::haltpoll_inactive),
     (&["idle.deep-cstates"], idle::deep_cstates),
