@@ -43,7 +43,8 @@ pub struct MoveReport {
     pub to_node: u32,
     pub dry_run: bool,
     /// Resident bytes per node before and after (numa_maps; after = before
-    /// in a dry run, empty when the process exited).
+    /// in a dry run, empty when the process exited or numa_maps could not
+    /// be read after the move).
     pub before: BTreeMap<u32, u64>,
     pub after: BTreeMap<u32, u64>,
     /// Bytes on other nodes at the start: what had to move.
@@ -227,9 +228,13 @@ pub fn move_with(
     };
     loop {
         if report.steps > 0 {
+            // A check that cannot be made stops the move like a failed one.
             let remaining = to_move.saturating_sub(attempted);
-            let c = safety::read(src, to_node, remaining, limits)?;
-            if let Some(why) = c.verdict(limits) {
+            let why = match safety::read(src, to_node, remaining, limits) {
+                Ok(c) => c.verdict(limits),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(why) = why {
                 report.stopped = Some(format!(
                     "stopped before step {} with {} moved: {why}",
                     report.steps + 1,
@@ -279,7 +284,13 @@ pub fn move_with(
                 .get_or_insert_with(|| format!("process {pid} exited after {steps} step(s)"));
             BTreeMap::new()
         }
-        Err(e) => return Err(read_error(e)),
+        // Pages have moved: report them rather than fail.
+        Err(e) => {
+            report
+                .stopped
+                .get_or_insert_with(|| format!("after the move: {e}"));
+            BTreeMap::new()
+        }
     };
     Ok(report)
 }

@@ -350,3 +350,13 @@ proptest::proptest! {
         let _ = move_with(&fs, &mut p, PID, 1, &limits(), false, &mut |_| {});
     }
 }
+
+#[test]
+fn stops_when_a_check_cannot_be_made_mid_move() {
+    let r = stops_after_two_steps(PSI_MEMORY, "some avg10=garbage\n".into());
+    let s = r.stopped.unwrap();
+    assert!(
+        s.starts_with("stopped before step 3 with 8.0 MiB moved: /proc/pressure/memory: "),
+        "{s}"
+    );
+}
