@@ -18,6 +18,7 @@ pub mod interrupts;
 pub mod kernel;
 pub mod kmsg;
 pub mod kvm_debugfs;
+pub mod maps;
 pub mod numa;
 pub mod perf;
 pub mod pread;
