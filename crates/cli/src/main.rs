@@ -88,7 +88,8 @@ fn host(a: &DoctorArgs) -> Result<(), Error> {
     write_stdout(&text)
 }
 
-fn write_stdout(text: &str) -> Result<(), Error> {
+/// Prints a report; a closed pipe (`| head`) ends it quietly.
+pub(crate) fn write_stdout(text: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     match writeln!(out, "{}", text.trim_end()).and_then(|_| out.flush()) {
         // A closed pipe (| head) is not an error worth a message.

@@ -213,12 +213,11 @@ fn history_from_journal(state: &journal::JournalState, host: &HostInput) -> Hist
 }
 
 fn print_plan(p: &Plan, json: bool) -> Result<(), Error> {
-    if json {
-        println!("{}", stealscope_output::json::render(p));
+    crate::write_stdout(&if json {
+        stealscope_output::json::render(p)
     } else {
-        print!("{}", stealscope_output::place::plan(p));
-    }
-    Ok(())
+        stealscope_output::place::plan(p)
+    })
 }
 
 fn applier<'a>(
@@ -237,12 +236,12 @@ fn applier<'a>(
     }
 }
 
-fn print_report(r: &ApplyReport, json: bool) {
-    if json {
-        println!("{}", stealscope_output::json::render(r));
+fn print_report(r: &ApplyReport, json: bool) -> Result<(), Error> {
+    crate::write_stdout(&if json {
+        stealscope_output::json::render(r)
     } else {
-        print!("{}", stealscope_output::place::apply_report(r));
-    }
+        stealscope_output::place::apply_report(r)
+    })
 }
 
 fn recover(path: &Path, ctl: Option<&CpuController>) -> Result<(), Error> {
@@ -283,7 +282,7 @@ fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
     let mut log = |l: &str| eprintln!("stealscope place: {l}");
     let mut ap = applier(&cfg, jpath, !a.yes, ctl.as_ref(), &mut log);
     let r = ap.apply(&p.actions, BatchKind::Apply, None)?;
-    print_report(&r, a.plan.common.json);
+    print_report(&r, a.plan.common.json)?;
     match &r.error {
         Some(e) => Err(format!("apply failed: {e}").into()),
         None => Ok(()),
@@ -312,7 +311,7 @@ fn undo_cmd(a: &UndoArgs) -> Result<(), Error> {
     let mut log = |l: &str| eprintln!("stealscope place: {l}");
     let mut ap = applier(&cfg, jpath.clone(), !a.yes, ctl.as_ref(), &mut log);
     let r = ap.apply(&actions, BatchKind::Undo, Some(batch.id))?;
-    print_report(&r, a.common.json);
+    print_report(&r, a.common.json)?;
     match &r.error {
         Some(e) => Err(format!("undo failed: {e}").into()),
         None => Ok(()),
@@ -448,10 +447,10 @@ pub fn run(a: &PlaceArgs) -> Result<(), Error> {
                 !m.yes,
                 &mut |line| eprintln!("{line}"),
             )?;
-            if m.common.json {
-                println!("{}", stealscope_output::json::render(&r));
+            crate::write_stdout(&if m.common.json {
+                stealscope_output::json::render(&r)
             } else {
-                println!(
+                format!(
                     "{} pid {}: {} MiB to node {} in {} step(s){}",
                     if m.yes {
                         "moved"
@@ -466,9 +465,8 @@ pub fn run(a: &PlaceArgs) -> Result<(), Error> {
                         .as_deref()
                         .map(|s| format!("; stopped: {s}"))
                         .unwrap_or_default()
-                );
-            }
-            Ok(())
+                )
+            })
         }
     }
 }

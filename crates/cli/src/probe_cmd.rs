@@ -4,7 +4,6 @@
 
 use clap::{Args, Subcommand};
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::time::Duration;
 use stealscope_probes::{preempt, signals, throughput, wakeup, LatencyStats};
 
@@ -178,11 +177,7 @@ pub fn run(a: &ProbeArgs) -> Result<(), Error> {
     if interrupted {
         eprintln!("stealscope: interrupted; report covers the part that ran");
     }
-    let mut out = std::io::stdout().lock();
-    match writeln!(out, "{}", text.trim_end()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => r.map_err(Into::into),
-    }
+    crate::write_stdout(&text)
 }
 
 fn policy_label(policy: &str, priority: u8) -> String {
