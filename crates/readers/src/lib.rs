@@ -17,13 +17,18 @@ pub mod interrupts;
 pub mod kernel;
 pub mod kmsg;
 pub mod kvm_debugfs;
+pub mod kvm_exits;
+pub mod kvm_params;
+pub mod kvm_stats;
 pub mod numa;
 pub mod pread;
 pub mod process;
 pub mod psi;
+pub mod qmp;
 pub mod snapshot;
 pub mod source;
 pub mod stat;
+pub mod tracefs;
 pub mod vm_dirty;
 pub mod vulnerabilities;
 
