@@ -2,6 +2,7 @@
 //! analysis and output together. Errors are one line on stderr, exit 2.
 
 mod args;
+mod host_args;
 mod probe_cmd;
 
 use args::{Cli, ColorChoice, Command, DoctorArgs, SampleArgs};
@@ -9,7 +10,7 @@ use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use stealscope_analysis::ReportInput;
-use stealscope_model::capture::{capture, CaptureOptions};
+use stealscope_model::capture::{capture, capture_with, CaptureOptions};
 use stealscope_model::MachineModel;
 use stealscope_readers::snapshot::{self, Snapshot};
 
@@ -46,7 +47,7 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
         Some(p) => snapshot::open(p)?,
         None => {
             check_root(&a.sample)?;
-            let s = capture(&capture_opts(&a.sample))?;
+            let s = capture_with(&capture_opts(&a.sample), &a.host.live())?;
             if let Some(p) = &a.save_snapshot {
                 snapshot::write(&s, p)?;
             }

@@ -3,7 +3,8 @@
 //! `doctor` analyses this in-memory snapshot with the same code that reads a
 //! snapshot from disk, so live and offline reports cannot drift apart.
 
-use crate::observation::{collect, Side};
+use crate::host::live::{self, HostLiveOptions};
+use crate::observation::{collect, Observation, Side};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use stealscope_readers::pread::PreadFile;
@@ -45,17 +46,28 @@ impl StatSampler {
 }
 
 /// Reads a side through a recorder and keeps the bytes as a snapshot side.
-fn record_side(root: &std::path::Path, name: &str, side: Side) -> Result<MemFs, ReadError> {
+fn record_side(
+    root: &std::path::Path,
+    name: &str,
+    side: Side,
+) -> Result<(MemFs, Observation), ReadError> {
     let rec = Recorder::new(RootFs::new(root));
-    collect(&rec, side)?;
+    let obs = collect(&rec, side)?;
     // The hostname is not a rule input, but meta.json records it.
     let _ = rec.read("/proc/sys/kernel/hostname");
     let mut fs = MemFs::new(name);
     fs.files = rec.into_files();
-    Ok(fs)
+    Ok((fs, obs))
 }
 
 pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
+    capture_with(opts, &HostLiveOptions::default())
+}
+
+/// As [`capture`]; on the live machine (root "/") with VMs, also asks QMP and
+/// KVM stats fds at both ends and samples kvm:kvm_exit during the interval
+/// (host::live), storing the answers in the snapshot.
+pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Snapshot, ReadError> {
     let taken_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -65,8 +77,15 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
     } else {
         None
     };
-    let t0 = record_side(&opts.root, "live t0", Side::Start)?;
+    let (mut t0, obs0) = record_side(&opts.root, "live t0", Side::Start)?;
+    let live_host = opts.root == std::path::Path::new("/") && !obs0.host.vms.is_empty();
     let start = Instant::now();
+    // The exit sample runs inside the interval, so it costs no extra time.
+    let exit_len = host.exit_sample.min(opts.interval);
+    let exit_thread = live_host.then(|| std::thread::spawn(move || live::exit_sample(exit_len)));
+    if live_host {
+        live::add_side(&mut t0, &obs0.host.vms, host);
+    }
     let mut samples = Vec::new();
     if let Some(s) = sampler.as_mut() {
         let period = Duration::from_secs_f64(1.0 / opts.sample_hz);
@@ -96,7 +115,15 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
             stat: s.cpu_lines()?,
         });
     }
-    let t1 = record_side(&opts.root, "live t1", Side::End)?;
+    let (mut t1, obs1) = record_side(&opts.root, "live t1", Side::End)?;
+    if live_host {
+        live::add_side(&mut t1, &obs1.host.vms, host);
+    }
+    if let Some(s) = exit_thread {
+        // A panicked sampler thread is reported like any other failure.
+        let sample = s.join().unwrap_or_else(|_| live::exit_sample_failed());
+        live::add_exit_sample(&mut t1, &sample);
+    }
     let meta = Meta {
         format: FORMAT.to_string(),
         interval_s: start.elapsed().as_secs_f64(),

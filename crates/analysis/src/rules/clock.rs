@@ -2,6 +2,7 @@
 //! jiffies pays a VM exit (MMIO/PIO emulation) on every clock read.
 
 use crate::finding::{Finding, Severity};
+use crate::roles::Roles;
 use serde_json::json;
 use stealscope_model::MachineModel;
 
@@ -38,6 +39,10 @@ pub fn unstable(m: &MachineModel, out: &mut Vec<Finding>) {
         return;
     }
     let available = o.clocksource.available.clone().unwrap_or_default();
+    if Roles::of(m).host_only() {
+        out.push(host_finding(m, slow, current, available, log));
+        return;
+    }
     let better = ["kvm-clock", "tsc"]
         .into_iter()
         .find(|c| available.iter().any(|a| a == c));
@@ -76,4 +81,42 @@ pub fn unstable(m: &MachineModel, out: &mut Vec<Finding>) {
             .reference("kernel/time/clocksource.c (clocksource_watchdog)")
             .reference("Documentation/virt/kvm/x86/msr.rst (kvm-clock)"),
     );
+}
+
+/// On a KVM host: slow clock reads for the host, and no master clock for the VMs.
+fn host_finding(
+    m: &MachineModel,
+    slow: bool,
+    current: Option<String>,
+    available: Vec<String>,
+    log: Vec<String>,
+) -> Finding {
+    let title = if slow {
+        format!(
+            "Host clocksource is {}: clock reads are slow and KVM cannot give VMs a master clock",
+            current.as_deref().unwrap_or("?")
+        )
+    } else {
+        "The kernel marked the host's TSC/clocksource unstable during this boot".to_string()
+    };
+    Finding::new("clock.unstable", if slow { Severity::Warning } else { Severity::Info }, title)
+        .evidence("current_clocksource", json!(current))
+        .evidence("available_clocksource", json!(available))
+        .evidence("kernel_log", json!(log))
+        .evidence("vms", m.t1.host.vms.len())
+        .files(&[
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            "/sys/devices/system/clocksource/clocksource0/available_clocksource",
+            "/dev/kmsg",
+        ])
+        .remedy(
+            "A clocksource other than tsc makes every host clock read slow (hpet ~0.5-1 us) and keeps KVM off the \
+             master clock (it needs the host on tsc), so each vCPU's kvmclock is updated on its own, guests see less \
+             stable time, and on 6.19-7.0 hosts this drives the kvmclock IPI storm (host.kvmclock-ipi-storm). Find \
+             why the TSC was rejected (the kernel log above: watchdog skew, firmware TSC sync, deep C-states), fix \
+             it in firmware, use `tsc=reliable` only where the TSC is known good, then `echo tsc > \
+             /sys/devices/system/clocksource/clocksource0/current_clocksource`.",
+        )
+        .reference("kernel/time/clocksource.c (clocksource_watchdog)")
+        .reference("arch/x86/kvm/x86.c (pvclock_update_vm_gtod_copy: master clock needs a tsc host)")
 }
