@@ -41,7 +41,10 @@ const GUEST_PHRASES: &[&str] = &[
 fn host_wording_failures(name: &str, report: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if report["roles"] != serde_json::json!(["host"]) {
-        out.push(format!("{name}: roles {} (expected [\"host\"])", report["roles"]));
+        out.push(format!(
+            "{name}: roles {} (expected [\"host\"])",
+            report["roles"]
+        ));
     }
     let findings = report["findings"].as_array().unwrap();
     for f in findings {

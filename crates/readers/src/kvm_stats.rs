@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! header      u32 flags, name_size, num_desc, id_offset, desc_offset, data_offset
-//! id          name_size bytes at id_offset: "kvm-<pid>" or "kvm-<pid>/vcpu-<n>"
+//! id          name_size bytes at id_offset: "kvm-<tid>" or "kvm-<tid>/vcpu-<n>",
+//!             tid = the thread that created the VM or vCPU (task_pid_nr(current))
 //! descriptors num_desc x { u32 flags; s16 exponent; u16 size; u32 offset;
 //!             u32 bucket_size; char name[name_size] } at desc_offset
 //! data        u64 values at data_offset: a stat's `size` values start at its `offset`
@@ -68,7 +69,7 @@ pub struct Stat {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsFile {
-    /// "kvm-<pid>" (VM) or "kvm-<pid>/vcpu-<n>".
+    /// "kvm-<tid>" (VM) or "kvm-<tid>/vcpu-<n>"; tid of the creating thread.
     pub id: String,
     pub stats: Vec<Stat>,
 }

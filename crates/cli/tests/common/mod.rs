@@ -1,6 +1,8 @@
 //! Shared helpers for the CLI integration tests.
 #![allow(dead_code)]
 
+pub mod testenv;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
