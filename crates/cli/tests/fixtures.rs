@@ -151,6 +151,16 @@ fn snapshot_fixtures_meet_expectations() {
             }
             _ => {}
         }
+        // Values the fixture pins down: [JSON pointer, value].
+        for pair in exp["report_has"].as_array().into_iter().flatten() {
+            let (ptr, want) = (pair[0].as_str().unwrap(), &pair[1]);
+            if report.pointer(ptr) != Some(want) {
+                failures.push(format!(
+                    "{name}: {ptr} is {:?}, expected {want}",
+                    report.pointer(ptr)
+                ));
+            }
+        }
         let notes = report["notes"].to_string();
         for frag in strs(&exp["notes_contain"]) {
             if !notes.contains(&frag) {

@@ -80,9 +80,11 @@ impl ExitCounts {
     }
 }
 
-/// What a sample found: counts, or why there are none.
+/// What a sample found: counts, or why there are none. Stored externally
+/// tagged ({"sampled": {...}} / {"not_available": {"reason": ...}}): an
+/// internally tagged enum would lose the integer keys of `by_tid`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum ExitSample {
     Sampled(ExitCounts),
     NotAvailable { reason: String },
@@ -164,12 +166,17 @@ CPU:2 [LOST 7 EVENTS]
     }
 
     #[test]
-    fn sample_serialises_with_status() {
+    fn samples_round_trip_through_json() {
         let s = ExitSample::NotAvailable { reason: "x".into() };
         let v = serde_json::to_value(&s).unwrap();
-        assert_eq!(v["status"], "not_available");
-        let back: ExitSample = serde_json::from_value(v).unwrap();
-        assert_eq!(back, s);
+        assert_eq!(v["not_available"]["reason"], "x");
+        assert_eq!(serde_json::from_value::<ExitSample>(v).unwrap(), s);
+        let mut c = ExitCounts::default();
+        c.line(TRACE.lines().nth(2).unwrap());
+        let s = ExitSample::Sampled(c);
+        let text = serde_json::to_string(&s).unwrap();
+        assert!(text.contains("\"10241\""), "{text}");
+        assert_eq!(serde_json::from_str::<ExitSample>(&text).unwrap(), s);
     }
 
     proptest::proptest! {
