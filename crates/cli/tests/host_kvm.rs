@@ -222,14 +222,7 @@ fn real_qemu_kvm_vm_through_qmp_and_query_stats() {
         .unwrap_or_else(|| panic!("hkK not found: {r}"));
     assert_eq!(v["kind"], "qemu-kvm");
     assert_eq!(v["vcpu_source"], "qmp");
-    let mut ours: Vec<u64> = v["vcpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["tid"].as_u64().unwrap())
-        .collect();
-    ours.sort_unstable();
-    assert_eq!(ours, qtids);
+    assert_eq!(report_vcpu_tids(v), qtids);
     assert_eq!(v["kvm"]["source"], "QMP query-stats", "{v}");
     assert_eq!(v["kvm"]["interval"]["exits"], 0, "paused: no exits");
     let b = &r["kvm_binary_stats"];

@@ -234,14 +234,7 @@ fn real_qemu_vms_discovery_steal_and_split() {
         let v = vm(r, name, *pid);
         assert_eq!(v["kind"], "qemu-tcg");
         assert_eq!(v["vcpu_source"], "qmp", "{name}: {v}");
-        let mut ours: Vec<u64> = v["vcpus"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["tid"].as_u64().unwrap())
-            .collect();
-        ours.sort_unstable();
-        assert_eq!(&ours, qtids, "{name}: vCPU tids vs QMP");
+        assert_eq!(&report_vcpu_tids(v), qtids, "{name}: vCPU tids vs QMP");
         let others = v["other_tids"].as_array().unwrap();
         assert!(
             !others.is_empty(),

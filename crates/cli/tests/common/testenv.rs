@@ -88,3 +88,15 @@ pub fn have_qemu() -> bool {
             .output()
             .is_ok()
 }
+
+/// A VM's vCPU thread ids as a host report lists them, sorted.
+pub fn report_vcpu_tids(vm: &Value) -> Vec<u64> {
+    let mut t: Vec<u64> = vm["vcpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["tid"].as_u64().unwrap())
+        .collect();
+    t.sort_unstable();
+    t
+}
