@@ -224,7 +224,16 @@ fn real_qemu_vms_discovery_steal_and_split() {
         .collect();
     let mounted_before = tracefs_mounted();
     let m = measure(
-        &["--interval", "4s", "--qmp", &given_a, "--qmp", &given_b],
+        &[
+            "--interval",
+            "4s",
+            "--qmp",
+            &given_a,
+            "--qmp",
+            &given_b,
+            "--qmp",
+            "hqNone=/nonexistent.sock",
+        ],
         &threads,
         tmp.path(),
     );
@@ -251,6 +260,10 @@ fn real_qemu_vms_discovery_steal_and_split() {
     assert!(
         notes.contains(stale.to_str().unwrap()) && notes.contains("cannot connect"),
         "the stale socket is a note: {notes}"
+    );
+    assert!(
+        notes.contains("no VM named hqNone"),
+        "an unknown --qmp name is a note: {notes}"
     );
 
     // 2. Per-vCPU host steal agrees with the independent schedstat reading (2 pp).

@@ -78,12 +78,15 @@ pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Sna
         None
     };
     let (mut t0, obs0) = record_side(&opts.root, "live t0", Side::Start)?;
-    let live_host = opts.root == std::path::Path::new("/") && !obs0.host.vms.is_empty();
+    let live_root = opts.root == std::path::Path::new("/");
+    let live_host = live_root && !obs0.host.vms.is_empty();
+    // Given sockets are checked even with no VM, so a wrong name is said.
+    let ask_live = live_host || (live_root && !host.qmp.is_empty());
     let start = Instant::now();
     // The exit sample runs inside the interval, so it costs no extra time.
     let exit_len = host.exit_sample.min(opts.interval);
     let exit_thread = live_host.then(|| std::thread::spawn(move || live::exit_sample(exit_len)));
-    if live_host {
+    if ask_live {
         live::add_side(&mut t0, &obs0.host.vms, host);
     }
     let mut samples = Vec::new();
@@ -116,7 +119,7 @@ pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Sna
         });
     }
     let (mut t1, obs1) = record_side(&opts.root, "live t1", Side::End)?;
-    if live_host {
+    if ask_live {
         live::add_side(&mut t1, &obs1.host.vms, host);
     }
     if let Some(s) = exit_thread {

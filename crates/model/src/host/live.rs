@@ -21,6 +21,8 @@ pub const QMP_DIR: &str = "/stealscope/qmp";
 pub const KVM_STATS_DIR: &str = "/stealscope/kvm-stats";
 /// t1 only: an [`ExitSample`].
 pub const EXIT_SAMPLE: &str = "/stealscope/kvm-exit-sample.json";
+/// Notes of the live capture itself (a --qmp name that matches no VM).
+pub const NOTES: &str = "/stealscope/notes.json";
 
 #[derive(Debug, Clone)]
 pub struct HostLiveOptions {
@@ -187,6 +189,15 @@ fn json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
 
 /// Asks every VM's QMP and KVM stats fds and stores the answers in `side`.
 pub fn add_side(side: &mut MemFs, vms: &[VmObs], opts: &HostLiveOptions) {
+    let unknown: Vec<String> = opts
+        .qmp
+        .iter()
+        .filter(|(name, _)| !vms.iter().any(|v| v.name == *name))
+        .map(|(name, path)| format!("--qmp {name}={path}: no VM named {name} was found"))
+        .collect();
+    if !unknown.is_empty() {
+        side.insert(NOTES, json_bytes(&unknown));
+    }
     for vm in vms {
         let rec = query(vm, opts);
         if let Some(r) = &rec {

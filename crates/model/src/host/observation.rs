@@ -8,7 +8,7 @@ use super::discovery::{
     ThreadRole, VmKind,
 };
 use super::kvm::KvmCounters;
-use super::live::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, QMP_DIR};
+use super::live::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
 use crate::observation::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -292,6 +292,8 @@ pub fn collect_host(src: &dyn Source, side: Side) -> Result<HostObservation, Rea
         }
     }
     h.exit_sample = read_json(src, EXIT_SAMPLE, &mut h.notes);
+    let capture_notes: Option<Vec<String>> = read_json(src, NOTES, &mut h.notes);
+    h.notes.extend(capture_notes.unwrap_or_default());
     h.nodes = numa::nodes(src)?;
     h.numa_balancing = numa::numa_balancing(src)?;
     Ok(h)
