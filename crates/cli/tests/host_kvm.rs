@@ -52,12 +52,14 @@ fn binary_stats_of_a_vm_we_own_parse_as_the_kernel_declares_them() {
     let pid = std::process::id();
     // The id names the thread that created the VM or vCPU (task_pid_nr(current)).
     let tid = nix::unistd::gettid();
+    let mut held = Vec::new();
     for (fd, id) in [
         (vm.as_fd(), format!("kvm-{tid}")),
         (vcpu.as_fd(), format!("kvm-{tid}/vcpu-0")),
     ] {
         let sfd = kvm_stats::stats_fd_of(fd).expect("KVM_GET_STATS_FD in the owner");
         let bytes = kvm_stats::read_fd(sfd.as_fd()).unwrap();
+        held.push(sfd);
         // The header as read by hand: u32 num_desc at offset 8.
         let num_desc = u32::from_ne_bytes(bytes[8..12].try_into().unwrap()) as usize;
         let f = kvm_stats::parse(&bytes, "stats fd").unwrap();
@@ -91,6 +93,14 @@ fn binary_stats_of_a_vm_we_own_parse_as_the_kernel_declares_them() {
             assert_eq!(f.counters()["exits"], 0, "a vCPU that never ran");
         }
     }
+    // Their /proc/<pid>/fd links are what the live reader looks for
+    // ("kvm-vm-stats", "kvm-vcpu-stats:0"), and so are the VM and vCPU fds.
+    let fds = kvm_stats::kvm_fds(pid).unwrap();
+    for s in &held {
+        assert!(fds.stats.contains(&s.as_raw_fd()), "{fds:?}");
+    }
+    assert!(fds.vm.contains(&vm.as_raw_fd()) && fds.vcpu.contains(&vcpu.as_raw_fd()));
+    drop(held);
     // The owner path of the live reader: our own VM fd answers.
     let mine = kvm_stats::from_process(pid);
     assert!(mine.problems.is_empty(), "{:?}", mine.problems);

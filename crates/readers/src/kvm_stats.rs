@@ -222,6 +222,29 @@ pub struct KvmFds {
     pub stats: Vec<i32>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvmFdKind {
+    Vm,
+    Vcpu,
+    Stats,
+}
+
+/// What an fd is, from its /proc/<pid>/fd link (the anon_inode names of
+/// virt/kvm/kvm_main.c: "kvm-vm", "kvm-vcpu:%d", "kvm-vm-stats",
+/// "kvm-vcpu-stats:%d").
+pub fn classify(link: &str) -> Option<KvmFdKind> {
+    let name = link.strip_prefix("anon_inode:")?;
+    if name == "kvm-vm" {
+        Some(KvmFdKind::Vm)
+    } else if name == "kvm-vm-stats" || name.starts_with("kvm-vcpu-stats") {
+        Some(KvmFdKind::Stats)
+    } else if name.starts_with("kvm-vcpu:") {
+        Some(KvmFdKind::Vcpu)
+    } else {
+        None
+    }
+}
+
 pub fn kvm_fds(pid: u32) -> std::io::Result<KvmFds> {
     let mut out = KvmFds::default();
     for e in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
@@ -231,11 +254,11 @@ pub fn kvm_fds(pid: u32) -> std::io::Result<KvmFds> {
         let Ok(target) = std::fs::read_link(e.path()) else {
             continue; // closed meanwhile
         };
-        match target.to_string_lossy().as_ref() {
-            "anon_inode:kvm-vm" => out.vm.push(fd),
-            "anon_inode:kvm-vm-stats" | "anon_inode:kvm-vcpu-stats" => out.stats.push(fd),
-            t if t.starts_with("anon_inode:kvm-vcpu:") => out.vcpu.push(fd),
-            _ => {}
+        match classify(&target.to_string_lossy()) {
+            Some(KvmFdKind::Vm) => out.vm.push(fd),
+            Some(KvmFdKind::Vcpu) => out.vcpu.push(fd),
+            Some(KvmFdKind::Stats) => out.stats.push(fd),
+            None => {}
         }
     }
     out.vm.sort_unstable();
@@ -409,6 +432,19 @@ pub(crate) mod tests {
         assert!(!c.contains_key("guest_mode") && !c.contains_key("halt_wait_hist"));
         let vm = parse(&build("kvm-10238", 48, &[]), "fd").unwrap();
         assert_eq!((vm.id.as_str(), vm.vcpu()), ("kvm-10238", None));
+    }
+
+    #[test]
+    fn fd_links() {
+        assert_eq!(classify("anon_inode:kvm-vm"), Some(KvmFdKind::Vm));
+        assert_eq!(classify("anon_inode:kvm-vcpu:3"), Some(KvmFdKind::Vcpu));
+        assert_eq!(classify("anon_inode:kvm-vm-stats"), Some(KvmFdKind::Stats));
+        assert_eq!(
+            classify("anon_inode:kvm-vcpu-stats:3"),
+            Some(KvmFdKind::Stats)
+        );
+        assert_eq!(classify("anon_inode:[eventfd]"), None);
+        assert_eq!(classify("/dev/kvm"), None);
     }
 
     #[test]
