@@ -93,7 +93,8 @@ fn kvm_binary_status(m: &MachineModel) -> SourceStatus {
     let mut got = Vec::new();
     // (what happened, which VMs), in the order first seen.
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-    for vm in &h.vms {
+    // The VMs of the table: present for the whole interval.
+    for vm in &m.host.vms {
         let who = format!("{} (pid {})", vm.name, vm.pid);
         let outcome = match h.kvm_binary.get(&vm.pid) {
             Some(c) => {
@@ -125,7 +126,7 @@ fn kvm_binary_status(m: &MachineModel) -> SourceStatus {
         .collect();
     let status = match got.len() {
         0 => "not available",
-        n if n == h.vms.len() => "available",
+        n if n == m.host.vms.len() => "available",
         _ => "partial",
     };
     SourceStatus {
@@ -181,7 +182,7 @@ fn exit_sample_status(m: &MachineModel) -> SourceStatus {
                 m.wall_s
             )
         } else {
-            format!("; {kvm_vms} of {} VMs run on KVM", m.t1.host.vms.len())
+            format!("; {kvm_vms} of {} VMs run on KVM", m.host.vms.len())
         };
         return SourceStatus {
             status: "no exits",
