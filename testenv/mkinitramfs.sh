@@ -6,7 +6,8 @@
 # Default OUT is $STEALSCOPE_TESTENV_CACHE/initramfs.cpio.gz. The output is
 # rebuilt only when it is missing or older than this script, busybox or an
 # --extra file (or with --force). Each --extra FILE is copied to /bin/<name>
-# in the guest (use statically linked binaries: the guest has no libc).
+# (debug info stripped; a dynamically linked FILE brings its shared libraries)
+# in the guest.
 #
 # Guest kernel command line understood by /init:
 #   busy=N      start N infinite shell busy loops
@@ -43,9 +44,6 @@ fi
 command -v cpio >/dev/null || die "cpio not found; run testenv/setup.sh"
 for f in "${EXTRAS[@]+"${EXTRAS[@]}"}"; do
     [ -f "$f" ] || die "--extra file not found: $f"
-    if LC_ALL=C readelf -l "$f" 2>/dev/null | grep -q 'Requesting program interpreter'; then
-        echo "mkinitramfs.sh: warning: $f is dynamically linked and will not run in the guest" >&2
-    fi
 done
 
 # Up to date?
@@ -65,7 +63,18 @@ ln -s busybox "$STAGE/bin/sh"
 # The kernel opens /dev/console before running /init; create it if we can (root).
 mknod -m 600 "$STAGE/dev/console" c 5 1 2>/dev/null || true
 for f in "${EXTRAS[@]+"${EXTRAS[@]}"}"; do
-    install -m 755 "$f" "$STAGE/bin/$(basename "$f")"
+    dst="$STAGE/bin/$(basename "$f")"
+    install -m 755 "$f" "$dst"
+    # Debug info is most of a debug build's size and the guest never reads it.
+    strip --strip-debug "$dst" 2>/dev/null || true
+    # A dynamically linked program gets its shared libraries and loader at
+    # the paths it was linked against (so test builds run as they are).
+    if LC_ALL=C readelf -l "$f" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+        for lib in $(ldd "$f" | awk '/=> \//{print $3} /^[[:space:]]*\//{print $1}'); do
+            mkdir -p "$STAGE$(dirname "$lib")"
+            [ -e "$STAGE$lib" ] || cp -L "$lib" "$STAGE$lib"
+        done
+    fi
 done
 
 cat >"$STAGE/init" <<'EOF'

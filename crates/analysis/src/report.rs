@@ -5,6 +5,7 @@ use crate::roles::guest_evidence;
 use crate::rules::run_guest;
 use serde::Serialize;
 use serde_json::Value;
+use stealscope_model::host::VmKind;
 use stealscope_model::MachineModel;
 
 pub const SCHEMA: &str = "stealscope/doctor/1";
@@ -37,6 +38,21 @@ pub struct HostSection {
     /// KVM statistics from debugfs, or why they are missing.
     pub kvm_stats: Value,
     pub numa_nodes: usize,
+    /// KVM binary statistics (stats fds or QMP query-stats) per VM, or why not.
+    pub kvm_binary_stats: SourceStatus,
+    /// The kvm:kvm_exit sample: exits by reason per VM, or why there is none.
+    pub kvm_exit_sample: SourceStatus,
+}
+
+/// A source of KVM statistics: whether it gave anything, one line saying
+/// what (the text report prints it as is), and the details.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceStatus {
+    /// "available", "partial", "not available", "no exits" or "not taken".
+    pub status: &'static str,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub data: Value,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -58,6 +74,8 @@ pub fn host_section(m: &MachineModel) -> Option<HostSection> {
         None => Value::from("not available: KVM debugfs (/sys/kernel/debug/kvm) is not mounted or KVM is not loaded; exit and halt-poll statistics not shown"),
     };
     Some(HostSection {
+        kvm_binary_stats: kvm_binary_status(m),
+        kvm_exit_sample: exit_sample_status(m),
         vms: h.vms.clone(),
         hypervisor: Hypervisor {
             vcpu_wait_cpu_s: round(h.split.vcpu_wait_s, 3),
@@ -68,6 +86,143 @@ pub fn host_section(m: &MachineModel) -> Option<HostSection> {
         kvm_stats,
         numa_nodes: m.t1.host.nodes.len(),
     })
+}
+
+fn kvm_binary_status(m: &MachineModel) -> SourceStatus {
+    let h = &m.t1.host;
+    let mut got = Vec::new();
+    // (what happened, which VMs), in the order first seen.
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    // The VMs of the table: present for the whole interval.
+    for vm in &m.host.vms {
+        let who = format!("{} (pid {})", vm.name, vm.pid);
+        let outcome = match h.kvm_binary.get(&vm.pid) {
+            Some(c) => {
+                got.push(serde_json::json!({"name": vm.name, "pid": vm.pid,
+                    "source": c.source.as_str(), "vcpus": c.vcpus.len()}));
+                c.source.as_str().to_string()
+            }
+            None => format!(
+                "not available for {{}}: {}",
+                h.kvm_binary_problems
+                    .get(&vm.pid)
+                    .map(|p| p.join("; "))
+                    .unwrap_or_else(
+                        || "not recorded (no live capture of it in this snapshot)".into()
+                    )
+            ),
+        };
+        match groups.iter_mut().find(|(o, _)| *o == outcome) {
+            Some((_, v)) => v.push(who),
+            None => groups.push((outcome, vec![who])),
+        }
+    }
+    let detail: Vec<String> = groups
+        .iter()
+        .map(|(o, vms)| match o.contains("{}") {
+            true => o.replace("{}", &vms.join(", ")),
+            false => format!("{o}: {}", vms.join(", ")),
+        })
+        .collect();
+    let status = match got.len() {
+        0 => "not available",
+        n if n == m.host.vms.len() => "available",
+        _ => "partial",
+    };
+    SourceStatus {
+        status,
+        detail: detail.join("; "),
+        data: Value::Array(got),
+    }
+}
+
+fn exit_sample_status(m: &MachineModel) -> SourceStatus {
+    use stealscope_readers::kvm_exits::ExitSample;
+    let Some(sample) = &m.t1.host.exit_sample else {
+        return SourceStatus {
+            status: "not taken",
+            detail: "not taken (this snapshot has no kvm:kvm_exit sample)".into(),
+            data: Value::Null,
+        };
+    };
+    let c = match sample {
+        ExitSample::Sampled(c) => c,
+        ExitSample::NotAvailable { reason } => {
+            return SourceStatus {
+                status: "not available",
+                detail: format!("not available: {reason}"),
+                data: Value::Null,
+            }
+        }
+    };
+    let data = serde_json::to_value(&m.host.exits).unwrap_or(Value::Null);
+    let lost = if c.lost > 0 {
+        format!(", {} events lost", c.lost)
+    } else {
+        String::new()
+    };
+    if c.events == 0 {
+        // KVM's own counters say whether vCPUs exited meanwhile.
+        let counted: u64 = m
+            .host
+            .kvm
+            .iter()
+            .filter_map(|d| d.counters.get("exits"))
+            .sum();
+        let kvm_vms =
+            m.t1.host
+                .vms
+                .iter()
+                .filter(|v| matches!(v.kind, VmKind::QemuKvm | VmKind::Firecracker))
+                .count();
+        let why = if counted > 0 {
+            format!(
+                "; yet KVM's counters show {counted} exits over the {:.2} s interval: the tracepoint may not \
+                 fire on this KVM (seen with the PVM backend)",
+                m.wall_s
+            )
+        } else {
+            format!("; {kvm_vms} of {} VMs run on KVM", m.host.vms.len())
+        };
+        return SourceStatus {
+            status: "no exits",
+            detail: format!(
+                "no KVM exits in sample (kvm:kvm_exit enabled for {:.2} s{lost}{why})",
+                c.duration_s
+            ),
+            data,
+        };
+    }
+    let per_vm: Vec<String> = m
+        .host
+        .exits
+        .iter()
+        .flat_map(|e| &e.vms)
+        .map(|v| {
+            let mut top: Vec<(&String, &u64)> = v.reasons.iter().collect();
+            top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let top: Vec<String> = top
+                .iter()
+                .take(3)
+                .map(|(r, n)| format!("{r} {:.0}%", 100.0 * **n as f64 / v.exits.max(1) as f64))
+                .collect();
+            format!("{} {:.0}/s ({})", v.name, v.exits_per_s, top.join(", "))
+        })
+        .collect();
+    SourceStatus {
+        status: "available",
+        detail: format!(
+            "{} exits in {:.2} s{lost}: {}",
+            c.events,
+            c.duration_s,
+            if per_vm.is_empty() {
+                "none from the VMs found".to_string()
+            } else {
+                per_vm.join("; ")
+            }
+        ),
+        data,
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -199,14 +354,24 @@ pub struct HostReport {
     pub vms: Vec<stealscope_model::host::VmSteal>,
     pub hypervisor: Option<Hypervisor>,
     pub kvm_stats: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvm_binary_stats: Option<SourceStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvm_exit_sample: Option<SourceStatus>,
     pub findings: Vec<Finding>,
     pub notes: Vec<String>,
 }
 
 pub fn host_report(d: DoctorReport) -> HostReport {
-    let (vms, hypervisor, kvm_stats) = match d.host {
-        Some(h) => (h.vms, Some(h.hypervisor), h.kvm_stats),
-        None => (Vec::new(), None, Value::Null),
+    let (vms, hypervisor, kvm_stats, binary, exits) = match d.host {
+        Some(h) => (
+            h.vms,
+            Some(h.hypervisor),
+            h.kvm_stats,
+            Some(h.kvm_binary_stats),
+            Some(h.kvm_exit_sample),
+        ),
+        None => (Vec::new(), None, Value::Null, None, None),
     };
     // The host view leaves out the guest-side hardware notes (CPUID, counters).
     let hw_notes = crate::hardware::notes(&d.hardware);
@@ -224,6 +389,8 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         vms,
         hypervisor,
         kvm_stats,
+        kvm_binary_stats: binary,
+        kvm_exit_sample: exits,
         findings: d
             .findings
             .into_iter()

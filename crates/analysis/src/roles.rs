@@ -1,6 +1,30 @@
-//! What kind of machine this is, from evidence the kernel gives a guest.
+//! What kind of machine this is, from evidence the kernel gives a guest and
+//! from the VMs it runs.
 
 use stealscope_model::{MachineModel, Observation};
+
+/// Which sides of virtualisation this machine is on. A nested host (a VM that
+/// runs VMs, like the test machines) is both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roles {
+    pub guest: bool,
+    pub host: bool,
+}
+
+impl Roles {
+    pub fn of(m: &MachineModel) -> Roles {
+        Roles {
+            guest: !guest_evidence(m).is_empty(),
+            host: !m.t1.host.vms.is_empty(),
+        }
+    }
+
+    /// Runs VMs and shows no sign of running under a hypervisor: what the
+    /// guest rules say of vCPUs and providers does not apply.
+    pub fn host_only(self) -> bool {
+        self.host && !self.guest
+    }
+}
 
 /// Evidence that we run under some hypervisor.
 pub fn guest_evidence(m: &MachineModel) -> Vec<String> {

@@ -124,6 +124,8 @@ pub struct DoctorArgs {
     /// Colour in the text report
     #[arg(long, value_enum, default_value = "auto")]
     pub color: ColorChoice,
+    #[command(flatten)]
+    pub host: crate::host_args::HostArgs,
 }
 
 /// `doctor`: the common report flags plus the active probes.

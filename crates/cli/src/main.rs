@@ -3,6 +3,7 @@
 
 mod args;
 mod doctor_probe;
+mod host_args;
 mod place_cmd;
 mod probe_cmd;
 
@@ -11,7 +12,7 @@ use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use stealscope_analysis::ReportInput;
-use stealscope_model::capture::{capture, CaptureOptions};
+use stealscope_model::capture::{capture, capture_with, CaptureOptions};
 use stealscope_model::MachineModel;
 use stealscope_readers::snapshot::{self, Snapshot};
 
@@ -48,7 +49,7 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
         Some(p) => snapshot::open(p)?,
         None => {
             check_root(&a.sample)?;
-            let s = capture(&capture_opts(&a.sample))?;
+            let s = capture_with(&capture_opts(&a.sample), &a.host.live())?;
             if let Some(p) = &a.save_snapshot {
                 snapshot::write(&s, p)?;
             }

@@ -22,6 +22,57 @@ fn expect(p: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p.join("expect.json")).unwrap()).unwrap()
 }
 
+/// Phrases of the guest wording of guest rules (each occurs in some guest
+/// finding); a host that is not itself a guest must never read them.
+const GUEST_PHRASES: &[&str] = &[
+    "the vcpu has",
+    "this guest",
+    "the provider",
+    "guest kernel",
+    "emulated by the hypervisor",
+    "each a vm exit",
+    "is a vm exit unless",
+    "guest elevator",
+    "a large vm buffers",
+];
+
+/// On host fixtures: the role is host only, findings of guest rules use the
+/// host wording, and a storm is one finding per source, not one per CPU.
+fn host_wording_failures(name: &str, report: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if report["roles"] != serde_json::json!(["host"]) {
+        out.push(format!(
+            "{name}: roles {} (expected [\"host\"])",
+            report["roles"]
+        ));
+    }
+    let findings = report["findings"].as_array().unwrap();
+    for f in findings {
+        let id = f["id"].as_str().unwrap();
+        if id.starts_with("host.") {
+            continue;
+        }
+        let text = format!("{} {}", f["title"], f["remedy"]).to_lowercase();
+        for p in GUEST_PHRASES {
+            if text.contains(p) {
+                out.push(format!("{name}: {id} speaks of a guest on a host: {p:?}"));
+            }
+        }
+    }
+    let mut storms: Vec<&str> = findings
+        .iter()
+        .filter(|f| f["id"] == "irq.storm")
+        .map(|f| f["evidence"]["dominant"].as_str().unwrap())
+        .collect();
+    let n = storms.len();
+    storms.sort_unstable();
+    storms.dedup();
+    if storms.len() != n {
+        out.push(format!("{name}: several irq.storm findings for one source"));
+    }
+    out
+}
+
 fn strs(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
@@ -43,6 +94,7 @@ fn snapshot_fixtures_meet_expectations() {
     let mut failures = Vec::new();
     let mut fired_somewhere = std::collections::BTreeSet::new();
     let mut silent_somewhere = std::collections::BTreeSet::new();
+    let mut guest_worded = std::collections::BTreeSet::new();
     for dir in &dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let exp = expect(dir);
@@ -58,6 +110,17 @@ fn snapshot_fixtures_meet_expectations() {
         let report: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_valid(&report);
         let ids = finding_ids(&report);
+        if exp["role"] == "host" {
+            failures.extend(host_wording_failures(&name, &report));
+        } else {
+            // The guest wording is what the host check looks for: prove it is there.
+            for f in report["findings"].as_array().unwrap() {
+                let text = format!("{} {}", f["title"], f["remedy"]).to_lowercase();
+                if GUEST_PHRASES.iter().any(|p| text.contains(p)) {
+                    guest_worded.insert(f["id"].as_str().unwrap().to_string());
+                }
+            }
+        }
         for id in strs(&exp["fires"]) {
             if ids.contains(&id) {
                 fired_somewhere.insert(id);
@@ -112,6 +175,16 @@ fn snapshot_fixtures_meet_expectations() {
                 }
             }
         }
+        // Values the fixture pins down: [JSON pointer, value].
+        for pair in exp["report_has"].as_array().into_iter().flatten() {
+            let (ptr, want) = (pair[0].as_str().unwrap(), &pair[1]);
+            if report.pointer(ptr) != Some(want) {
+                failures.push(format!(
+                    "{name}: {ptr} is {:?}, expected {want}",
+                    report.pointer(ptr)
+                ));
+            }
+        }
         let notes = report["notes"].to_string();
         for frag in strs(&exp["notes_contain"]) {
             if !notes.contains(&frag) {
@@ -143,7 +216,21 @@ fn snapshot_fixtures_meet_expectations() {
         "fixture failures:\n{}",
         failures.join("\n")
     );
-    // Every guest rule (except those that need probes) is seen both firing and silent.
+    // The phrases the host check forbids do occur in guest findings of rules
+    // that also fire on host fixtures (else the check would prove nothing).
+    for id in [
+        "irq.storm",
+        "clock.unstable",
+        "mitigation.kpti-without-pcid",
+        "tuning.cpufreq-governor",
+        "tuning.dirty-writeback",
+    ] {
+        assert!(
+            guest_worded.contains(id),
+            "no guest fixture shows the guest wording of {id}: {guest_worded:?}"
+        );
+    }
+    // Every guest rule (except those that need probes or a PMU) is seen both firing and silent.
     for id in [
         "steal.busy",
         "steal.idle",

@@ -4,8 +4,9 @@
 //! `doctor` analyses this in-memory snapshot with the same code that reads a
 //! snapshot from disk, so live and offline reports cannot drift apart.
 
+use crate::host::live::{self, HostLiveOptions};
 use crate::hw::HwSampler;
-use crate::observation::{collect, Side};
+use crate::observation::{collect, Observation, Side};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use stealscope_readers::perf::CounterCapture;
@@ -48,14 +49,18 @@ impl StatSampler {
 }
 
 /// Reads a side through a recorder and keeps the bytes as a snapshot side.
-fn record_side(root: &std::path::Path, name: &str, side: Side) -> Result<MemFs, ReadError> {
+fn record_side(
+    root: &std::path::Path,
+    name: &str,
+    side: Side,
+) -> Result<(MemFs, Observation), ReadError> {
     let rec = Recorder::new(RootFs::new(root));
-    collect(&rec, side)?;
+    let obs = collect(&rec, side)?;
     // The hostname is not a rule input, but meta.json records it.
     let _ = rec.read("/proc/sys/kernel/hostname");
     let mut fs = MemFs::new(name);
     fs.files = rec.into_files();
-    Ok(fs)
+    Ok((fs, obs))
 }
 
 /// CPUID and perf counters describe the machine we run on, not a directory:
@@ -86,6 +91,13 @@ fn open_counters(root: &std::path::Path, t0: &MemFs) -> Option<HwSampler> {
 }
 
 pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
+    capture_with(opts, &HostLiveOptions::default())
+}
+
+/// As [`capture`]; on the live machine (root "/") with VMs, also asks QMP and
+/// KVM stats fds at both ends and samples kvm:kvm_exit during the interval
+/// (host::live), storing the answers in the snapshot.
+pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Snapshot, ReadError> {
     let taken_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -95,7 +107,7 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
     } else {
         None
     };
-    let t0 = record_side(&opts.root, "live t0", Side::Start)?;
+    let (mut t0, obs0) = record_side(&opts.root, "live t0", Side::Start)?;
     let mut hw = open_counters(&opts.root, &t0);
     let mut counter_samples = Vec::new();
     // Counters are read right after each /proc/stat sample so that their
@@ -107,7 +119,17 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
             }
         }
     };
+    let live_root = is_live_root(&opts.root);
+    let live_host = live_root && !obs0.host.vms.is_empty();
+    // Given sockets are checked even with no VM, so a wrong name is said.
+    let ask_live = live_host || (live_root && !host.qmp.is_empty());
     let start = Instant::now();
+    // The exit sample runs inside the interval, so it costs no extra time.
+    let exit_len = host.exit_sample.min(opts.interval);
+    let exit_thread = live_host.then(|| std::thread::spawn(move || live::exit_sample(exit_len)));
+    if ask_live {
+        live::add_side(&mut t0, &obs0.host.vms, host);
+    }
     let mut samples = Vec::new();
     if sampler.is_none() {
         read_counters(&mut hw);
@@ -150,7 +172,15 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
             samples: counter_samples,
         }),
     };
-    let t1 = record_side(&opts.root, "live t1", Side::End)?;
+    let (mut t1, obs1) = record_side(&opts.root, "live t1", Side::End)?;
+    if ask_live {
+        live::add_side(&mut t1, &obs1.host.vms, host);
+    }
+    if let Some(s) = exit_thread {
+        // A panicked sampler thread is reported like any other failure.
+        let sample = s.join().unwrap_or_else(|_| live::exit_sample_failed());
+        live::add_exit_sample(&mut t1, &sample);
+    }
     let meta = Meta {
         format: FORMAT.to_string(),
         interval_s: start.elapsed().as_secs_f64(),

@@ -29,6 +29,8 @@ pub struct Observation {
     pub cmdline: Option<Vec<String>>,
     pub memory: Option<r::kernel::Memory>,
     pub pm_qos_us: Option<i32>,
+    /// kvm_intel ept / kvm_amd npt, when the module is loaded.
+    pub kvm_params: r::kvm_params::KvmParams,
     /// VMs found on this machine (empty on a plain guest) and host facts.
     pub host: crate::host::HostObservation,
     /// Optional files that were present but unreadable, with the reason.
@@ -124,6 +126,7 @@ pub fn collect(src: &dyn Source, side: Side) -> Result<Observation, ReadError> {
     obs.cmdline = optional(n, r::kernel::cmdline(src));
     obs.memory = optional(n, r::kernel::meminfo(src));
     obs.pm_qos_us = optional(n, r::kernel::pm_qos_cpu_latency_us(src));
+    obs.kvm_params = optional(n, r::kvm_params::read(src));
     obs.host = optional(n, crate::host::collect_host(src, side));
     obs.notes = notes;
     Ok(obs)

@@ -4,7 +4,7 @@
 use serde_json::Value;
 use std::fmt::Write;
 use stealscope_analysis::hardware::HardwareSection;
-use stealscope_analysis::report::Hypervisor;
+use stealscope_analysis::report::{Hypervisor, SourceStatus};
 use stealscope_analysis::{DoctorReport, Finding, HostReport, Severity};
 use stealscope_model::host::VmSteal;
 
@@ -137,7 +137,12 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
     }
     hardware(&mut out, &st, &r.hardware);
     if let Some(h) = &r.host {
-        host_table(&mut out, &st, &h.vms, &h.hypervisor, &h.kvm_stats);
+        let kvm = KvmLines {
+            debugfs: &h.kvm_stats,
+            binary: Some(&h.kvm_binary_stats),
+            exits: Some(&h.kvm_exit_sample),
+        };
+        host_table(&mut out, &st, &h.vms, &h.hypervisor, &kvm);
     }
     if let Some(p) = &r.probes {
         probes_summary(&mut out, &st, p);
@@ -315,7 +320,14 @@ fn findings_and_notes(out: &mut String, st: &Style, findings: &[Finding], notes:
     }
 }
 
-fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kvm_stats: &Value) {
+/// What the host table says about each KVM statistics source.
+struct KvmLines<'a> {
+    debugfs: &'a Value,
+    binary: Option<&'a SourceStatus>,
+    exits: Option<&'a SourceStatus>,
+}
+
+fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kvm: &KvmLines) {
     let _ = writeln!(
         out,
         "\n{}: {} VM(s); vCPUs waited {} CPU-s while host CPUs idled {} CPU-s (busy steal {}, idle steal {})",
@@ -328,14 +340,19 @@ fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kv
     );
     let _ = writeln!(
         out,
-        "\n  VM                  pid     kind         vCPU    tid   steal%  util%  CPUs"
+        "\n  VM                  pid     kind         vCPUs by      vCPU    tid   steal%  util%  CPUs"
     );
     for vm in vms {
         for (i, c) in vm.vcpus.iter().enumerate() {
-            let (name, pid, kind) = if i == 0 {
-                (vm.name.as_str(), vm.pid.to_string(), vm.kind)
+            let (name, pid, kind, by) = if i == 0 {
+                (
+                    vm.name.as_str(),
+                    vm.pid.to_string(),
+                    vm.kind,
+                    vm.vcpu_source,
+                )
             } else {
-                ("", String::new(), "")
+                ("", String::new(), "", "")
             };
             let cpus = c
                 .cpus_allowed
@@ -344,8 +361,8 @@ fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kv
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {:<18.18}  {:>6}  {:<11}  {:>4}  {:>6}  {:>6.1}  {:>5.1}  {}",
-                name, pid, kind, c.index, c.tid, c.host_steal_pct, c.util_pct, cpus
+                "  {:<18.18}  {:>6}  {:<11}  {:<12}  {:>4}  {:>6}  {:>6.1}  {:>5.1}  {}",
+                name, pid, kind, by, c.index, c.tid, c.host_steal_pct, c.util_pct, cpus
             );
         }
         if vm.vcpus.is_empty() {
@@ -356,8 +373,14 @@ fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kv
             );
         }
     }
-    if let Value::String(s) = kvm_stats {
-        wrap(out, "  KVM stats: ", s);
+    if let Value::String(s) = kvm.debugfs {
+        wrap(out, "  KVM debugfs: ", s);
+    }
+    if let Some(b) = kvm.binary {
+        wrap(out, "  KVM binary stats: ", &b.detail);
+    }
+    if let Some(e) = kvm.exits {
+        wrap(out, "  KVM exits: ", &e.detail);
     }
 }
 
@@ -376,7 +399,12 @@ pub fn host(r: &HostReport, color: bool) -> String {
         fmt_value(&r.interval_s)
     );
     if let Some(hv) = &r.hypervisor {
-        host_table(&mut out, &st, &r.vms, hv, &r.kvm_stats);
+        let kvm = KvmLines {
+            debugfs: &r.kvm_stats,
+            binary: r.kvm_binary_stats.as_ref(),
+            exits: r.kvm_exit_sample.as_ref(),
+        };
+        host_table(&mut out, &st, &r.vms, hv, &kvm);
     }
     let _ = writeln!(out, "\n{} ({})", st.bold("Host findings"), r.findings.len());
     findings_and_notes(&mut out, &st, &r.findings, &r.notes);

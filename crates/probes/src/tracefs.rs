@@ -7,18 +7,13 @@
 //! from the instance's text trace_pipe while the probe runs.
 //!
 //! Cleanup: the instance is removed and a tracefs mount we made is unmounted
-//! when the [`Tracer`] drops. An instance left by a killed (SIGKILL) earlier
-//! run is removed the next time a probe starts.
+//! when the [`Tracer`] drops (stealscope_readers::tracefs::Instance). An
+//! instance left by a killed (SIGKILL) earlier run is removed the next time a
+//! probe starts.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{ErrorKind, Read};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use stealscope_readers::tracefs::{self as tfs, Instance, TraceLine};
 
-const TRACEFS: &str = "/sys/kernel/tracing";
-const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 const INSTANCE_PREFIX: &str = "stealscope-probe-";
 /// Ring buffer per probed CPU. The reader may be starved while SCHED_FIFO
 /// spinners hold every CPU (the fair server gives it ~50 ms a second), so the
@@ -27,8 +22,6 @@ const INSTANCE_PREFIX: &str = "stealscope-probe-";
 const BUFFER_KB_PROBED: u32 = 4096;
 /// CPUs not probed record nothing (tracing_cpumask) and get a token buffer.
 const BUFFER_KB_OTHER: u32 = 16;
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// One span on one CPU, ns CLOCK_MONOTONIC, `name` indexing [`TraceData::names`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,16 +88,11 @@ impl TraceData {
         if line.is_empty() || line.starts_with('#') {
             return;
         }
-        if let Some(i) = line.find("[LOST ") {
-            let n = line[i + 6..]
-                .split_ascii_whitespace()
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
-            self.lost += n;
+        if line.contains("[LOST ") {
+            self.lost += tfs::lost_events(line).unwrap_or(0);
             return;
         }
-        let Some(ev) = parse_line(line) else {
+        let Some(ev) = tfs::parse_line(line) else {
             self.unparsed += 1;
             return;
         };
@@ -112,12 +100,13 @@ impl TraceData {
         self.event(ev);
     }
 
-    fn event(&mut self, ev: Event<'_>) {
-        let Event {
+    fn event(&mut self, ev: TraceLine<'_>) {
+        let TraceLine {
             cpu,
             ts,
             name,
             fields,
+            ..
         } = ev;
         match name {
             "sched_switch" => {
@@ -221,14 +210,6 @@ impl TraceData {
     }
 }
 
-#[derive(Debug, PartialEq, Eq)]
-struct Event<'a> {
-    cpu: u32,
-    ts: u64,
-    name: &'a str,
-    fields: &'a str,
-}
-
 fn field<'a>(fields: &'a str, key: &str) -> Option<&'a str> {
     let i = fields.find(key)?;
     fields[i + key.len()..].split_ascii_whitespace().next()
@@ -249,88 +230,6 @@ fn parse_next_task(fields: &str) -> Option<(i32, &str)> {
     Some((pid, comm))
 }
 
-/// "1107.667837" -> ns. The text output has µs resolution.
-fn parse_ts(s: &str) -> Option<u64> {
-    let (sec, frac) = s.split_once('.')?;
-    if sec.is_empty() || frac.is_empty() || frac.len() > 9 {
-        return None;
-    }
-    if !sec.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let sec: u64 = sec.parse().ok()?;
-    let f: u64 = frac.parse().ok()?;
-    Some(sec * 1_000_000_000 + f * 10u64.pow(9 - frac.len() as u32))
-}
-
-/// `  TASK-PID  [CPU] flags  TIMESTAMP: event: fields`. TASK may contain
-/// spaces and brackets, so the CPU field is the first `[digits]` followed by
-/// a timestamp token.
-fn parse_line(line: &str) -> Option<Event<'_>> {
-    let mut from = 0;
-    while let Some(open) = line[from..].find('[').map(|i| i + from) {
-        from = open + 1;
-        let close = line[open..].find(']').map(|i| i + open)?;
-        let digits = &line[open + 1..close];
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(cpu) = digits.parse::<u32>() else {
-            continue;
-        };
-        // Tokens after "]": optional flags, then "TS:", then "event:".
-        let mut rest = &line[close + 1..];
-        let mut ts = None;
-        for _ in 0..3 {
-            rest = rest.trim_start();
-            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-            let tok = &rest[..end];
-            rest = &rest[end..];
-            if let Some(t) = tok.strip_suffix(':').and_then(parse_ts) {
-                ts = Some(t);
-                break;
-            }
-        }
-        let Some(ts) = ts else { continue };
-        let rest = rest.trim_start();
-        let colon = rest.find(':')?;
-        let name = &rest[..colon];
-        if name.is_empty() || name.contains(char::is_whitespace) {
-            return None;
-        }
-        let fields = rest[colon + 1..].trim();
-        return Some(Event {
-            cpu,
-            ts,
-            name,
-            fields,
-        });
-    }
-    None
-}
-
-fn tracing_root() -> Option<PathBuf> {
-    [TRACEFS, DEBUGFS_TRACING]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.join("instances").is_dir())
-}
-
-/// Why tracefs cannot be used without mounting it: None when it may simply be
-/// unmounted, Some(reason) when it is there but not ours to use.
-fn access_problem() -> Option<String> {
-    match std::fs::read_dir(TRACEFS) {
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
-            Some(format!("{TRACEFS}: permission denied (needs root)"))
-        }
-        _ => None,
-    }
-}
-
-fn write(path: &Path, value: &str) -> Result<(), String> {
-    std::fs::write(path, value).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 /// tracing_cpumask format: 32-bit hex groups, most significant first.
 fn cpumask(cpus: &[u32]) -> String {
     let max = cpus.iter().copied().max().unwrap_or(0);
@@ -347,37 +246,10 @@ fn cpumask(cpus: &[u32]) -> String {
         .join(",")
 }
 
-fn pid_alive(pid: i32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Removes instances that earlier runs left behind when they were killed
-/// with SIGKILL (their pid no longer exists).
-fn remove_stale_instances(root: &Path) {
-    let Ok(dir) = std::fs::read_dir(root.join("instances")) else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(INSTANCE_PREFIX) else {
-            continue;
-        };
-        let pid = rest.split('-').next().and_then(|p| p.parse::<i32>().ok());
-        if pid.is_some_and(|p| !pid_alive(p)) {
-            let _ = std::fs::remove_dir(e.path());
-        }
-    }
-}
-
 /// A running trace of the probed CPUs. Drop removes the instance and
-/// unmounts tracefs if this tracer mounted it.
+/// unmounts tracefs if it was mounted for it.
 pub struct Tracer {
-    root: PathBuf,
-    mounted: bool,
-    instance: Option<PathBuf>,
-    pipe: Option<File>,
-    partial: Vec<u8>,
-    buf: Vec<u8>,
+    inst: Instance,
     pub data: TraceData,
 }
 
@@ -386,60 +258,16 @@ impl Tracer {
     /// /sys/kernel/tracing if nothing is mounted there (unmounted on drop).
     /// The error is a reason for the report's notes.
     pub fn start(cpus: &[u32], allow_mount: bool) -> Result<Tracer, String> {
-        let mut mounted = false;
-        let root = match tracing_root() {
-            Some(r) => r,
-            None if access_problem().is_some() => {
-                return Err(access_problem().unwrap_or_default());
-            }
-            None if allow_mount => {
-                nix::mount::mount(
-                    Some("nodev"),
-                    TRACEFS,
-                    Some("tracefs"),
-                    nix::mount::MsFlags::empty(),
-                    None::<&str>,
-                )
-                .map_err(|e| format!("tracefs not mounted and mount failed: {e}"))?;
-                mounted = true;
-                if !Path::new(TRACEFS).join("instances").is_dir() {
-                    let _ = nix::mount::umount(TRACEFS);
-                    return Err("tracefs has no instances/ directory".into());
-                }
-                PathBuf::from(TRACEFS)
-            }
-            None => return Err("tracefs is not mounted".into()),
-        };
-        let mut t = Tracer {
-            root,
-            mounted,
-            instance: None,
-            pipe: None,
-            partial: Vec::new(),
-            buf: vec![0; 1 << 16],
-            data: TraceData::default(),
-        };
-        remove_stale_instances(&t.root);
-        let name = format!(
-            "{INSTANCE_PREFIX}{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let inst = t.root.join("instances").join(name);
-        std::fs::create_dir(&inst)
-            .map_err(|e| format!("cannot create tracing instance {}: {e}", inst.display()))?;
-        t.instance = Some(inst.clone());
-        write(&inst.join("tracing_on"), "0")?;
-        write(&inst.join("trace_clock"), "mono")?;
-        write(&inst.join("buffer_size_kb"), &BUFFER_KB_OTHER.to_string())?;
+        let mut inst = Instance::create(INSTANCE_PREFIX, allow_mount)?;
+        inst.write("trace_clock", "mono")?;
+        inst.write("buffer_size_kb", &BUFFER_KB_OTHER.to_string())?;
         for c in cpus {
-            write(
-                &inst.join(format!("per_cpu/cpu{c}/buffer_size_kb")),
+            inst.write(
+                &format!("per_cpu/cpu{c}/buffer_size_kb"),
                 &BUFFER_KB_PROBED.to_string(),
             )?;
         }
-        write(&inst.join("tracing_cpumask"), &cpumask(cpus))?;
-        let ev = inst.join("events");
+        inst.write("tracing_cpumask", &cpumask(cpus))?;
         for e in [
             "irq/irq_handler_entry",
             "irq/irq_handler_exit",
@@ -447,99 +275,49 @@ impl Tracer {
             "irq/softirq_exit",
             "sched/sched_switch",
         ] {
-            write(&ev.join(e).join("enable"), "1")?;
+            inst.write(&format!("events/{e}/enable"), "1")?;
         }
         // x86: the local APIC timer, IPIs and irq_work never pass through
         // irq_handler_entry; their vectors have their own events.
-        if let Ok(dir) = std::fs::read_dir(ev.join("irq_vectors")) {
+        if let Ok(dir) = std::fs::read_dir(inst.path().join("events/irq_vectors")) {
             for e in dir.flatten() {
                 let n = e.file_name().to_string_lossy().into_owned();
                 if n.ends_with("_entry") || n.ends_with("_exit") {
-                    let _ = write(&e.path().join("enable"), "1");
+                    let _ = inst.write(&format!("events/irq_vectors/{n}/enable"), "1");
                 }
             }
         }
-        let pipe = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(inst.join("trace_pipe"))
-            .map_err(|e| format!("{}/trace_pipe: {e}", inst.display()))?;
-        t.pipe = Some(pipe);
-        write(&inst.join("tracing_on"), "1")?;
-        Ok(t)
+        inst.start()?;
+        Ok(Tracer {
+            inst,
+            data: TraceData::default(),
+        })
     }
 
     /// Where the events come from, for evidence.
     pub fn describe(&self) -> String {
-        self.instance
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default()
+        self.inst.path().display().to_string()
     }
 
     /// Reads whatever the pipe has now (never blocks).
     pub fn drain(&mut self) {
-        let Some(pipe) = self.pipe.as_mut() else {
-            return;
-        };
-        loop {
-            match pipe.read(&mut self.buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.partial.extend_from_slice(&self.buf[..n]);
-                    let mut start = 0;
-                    while let Some(nl) = self.partial[start..].iter().position(|&b| b == b'\n') {
-                        let line = String::from_utf8_lossy(&self.partial[start..start + nl]);
-                        self.data.line(&line);
-                        start += nl + 1;
-                    }
-                    self.partial.drain(..start);
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => break, // WouldBlock: empty for now
-            }
-        }
+        let data = &mut self.data;
+        self.inst.drain(|l| data.line(l));
     }
 
     /// Stops recording, reads the rest and returns the events; spans still
     /// open are closed at `end_ns`.
     pub fn finish(mut self, end_ns: u64) -> TraceData {
-        if let Some(inst) = &self.instance {
-            let _ = write(&inst.join("tracing_on"), "0");
-        }
+        self.inst.stop();
         self.drain();
         self.data.close(end_ns);
         std::mem::take(&mut self.data)
     }
 }
 
-impl Drop for Tracer {
-    fn drop(&mut self) {
-        // The open trace_pipe holds a reference: close it before rmdir.
-        drop(self.pipe.take());
-        if let Some(inst) = self.instance.take() {
-            let _ = write(&inst.join("tracing_on"), "0");
-            let _ = std::fs::remove_dir(&inst);
-        }
-        if self.mounted {
-            let _ = nix::mount::umount(self.root.as_path());
-        }
-    }
-}
-
 /// Instances of ours that exist now (tests: none may be left behind).
 pub fn leftover_instances() -> Vec<String> {
-    let Some(root) = tracing_root() else {
-        return Vec::new();
-    };
-    std::fs::read_dir(root.join("instances"))
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(INSTANCE_PREFIX))
-                .collect()
-        })
-        .unwrap_or_default()
+    tfs::leftover_instances(INSTANCE_PREFIX)
 }
 
 #[cfg(test)]
@@ -588,14 +366,7 @@ CPU:1 [LOST 12 EVENTS]
     }
 
     #[test]
-    fn comm_with_brackets_and_ns_timestamps() {
-        let e =
-            parse_line("  weird [7] name-12  [003] ....  55.123456789: sched_switch: x").unwrap();
-        assert_eq!(e.cpu, 3);
-        assert_eq!(e.ts, 55_123_456_789);
-        assert_eq!(e.name, "sched_switch");
-        assert!(parse_line("garbage").is_none());
-        assert!(parse_line("a [001] nots: x").is_none());
+    fn next_task_with_spaces() {
         assert_eq!(
             parse_next_task("prev_comm=a ==> next_comm=x y next_pid=42 next_prio=9"),
             Some((42, "x y"))

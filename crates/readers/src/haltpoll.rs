@@ -23,7 +23,8 @@ pub struct HaltpollParams {
     pub force: Option<bool>,
 }
 
-fn yn(path: &str, v: Option<String>) -> Result<Option<bool>> {
+/// A bool module parameter: Y/N (param_get_bool), 1/0 accepted.
+pub(crate) fn yn(path: &str, v: Option<String>) -> Result<Option<bool>> {
     match v.as_deref() {
         None => Ok(None),
         Some("Y") | Some("1") => Ok(Some(true)),

@@ -2,6 +2,7 @@
 //! jiffies pays a VM exit (MMIO/PIO emulation) on every clock read.
 
 use crate::finding::{Finding, Severity};
+use crate::roles::Roles;
 use serde_json::json;
 use stealscope_model::MachineModel;
 
@@ -38,14 +39,43 @@ pub fn unstable(m: &MachineModel, out: &mut Vec<Finding>) {
         return;
     }
     let available = o.clocksource.available.clone().unwrap_or_default();
+    let cur = current.as_deref().unwrap_or("?");
+    let (title, remedy, reference) = if Roles::of(m).host_only() {
+        host_text(slow, cur)
+    } else {
+        guest_text(slow, cur, &available)
+    };
+    out.push(
+        Finding::new(
+            "clock.unstable",
+            if slow {
+                Severity::Warning
+            } else {
+                Severity::Info
+            },
+            title,
+        )
+        .evidence("current_clocksource", json!(current))
+        .evidence("available_clocksource", json!(available))
+        .evidence("kernel_log", json!(log))
+        .files(&[
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            "/sys/devices/system/clocksource/clocksource0/available_clocksource",
+            "/dev/kmsg",
+        ])
+        .remedy(remedy)
+        .reference("kernel/time/clocksource.c (clocksource_watchdog)")
+        .reference(reference),
+    );
+}
+
+/// (title, remedy, reference) inside a guest: every slow clock read is a VM exit.
+fn guest_text(slow: bool, current: &str, available: &[String]) -> (String, String, &'static str) {
     let better = ["kvm-clock", "tsc"]
         .into_iter()
         .find(|c| available.iter().any(|a| a == c));
     let title = if slow {
-        format!(
-            "Clocksource is {}: every clock read is emulated by the hypervisor",
-            current.as_deref().unwrap_or("?")
-        )
+        format!("Clocksource is {current}: every clock read is emulated by the hypervisor")
     } else {
         "The kernel marked the TSC/clocksource unstable during this boot".to_string()
     };
@@ -58,22 +88,36 @@ pub fn unstable(m: &MachineModel, out: &mut Vec<Finding>) {
                  invariant TSC (constant_tsc nonstop_tsc). "
             .to_string(),
     };
-    out.push(
-        Finding::new("clock.unstable", if slow { Severity::Warning } else { Severity::Info }, title)
-            .evidence("current_clocksource", json!(current))
-            .evidence("available_clocksource", json!(available))
-            .evidence("kernel_log", json!(log))
-            .files(&[
-                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-                "/sys/devices/system/clocksource/clocksource0/available_clocksource",
-                "/dev/kmsg",
-            ])
-            .remedy(format!(
-                "{switch}The clocksource watchdog falls back when it sees skew, often caused by steal delaying the \
-                 watchdog itself on an overloaded host: check steal findings, and if the TSC is known good on this \
-                 host (invariant TSC, kvm-clock stable bit) `tsc=reliable` disables the watchdog."
-            ))
-            .reference("kernel/time/clocksource.c (clocksource_watchdog)")
-            .reference("Documentation/virt/kvm/x86/msr.rst (kvm-clock)"),
+    let remedy = format!(
+        "{switch}The clocksource watchdog falls back when it sees skew, often caused by steal delaying the \
+         watchdog itself on an overloaded host: check steal findings, and if the TSC is known good on this \
+         host (invariant TSC, kvm-clock stable bit) `tsc=reliable` disables the watchdog."
     );
+    (
+        title,
+        remedy,
+        "Documentation/virt/kvm/x86/msr.rst (kvm-clock)",
+    )
+}
+
+/// (title, remedy, reference) on a KVM host: slow clock reads for the host,
+/// and no master clock for the VMs.
+fn host_text(slow: bool, current: &str) -> (String, String, &'static str) {
+    let title = if slow {
+        format!("Host clocksource is {current}: clock reads are slow and KVM cannot give VMs a master clock")
+    } else {
+        "The kernel marked the host's TSC/clocksource unstable during this boot".to_string()
+    };
+    let remedy = "A clocksource other than tsc makes every host clock read slow (hpet ~0.5-1 us) and keeps KVM \
+         off the master clock (it needs the host on tsc), so each vCPU's kvmclock is updated on its own, guests \
+         see less stable time, and on 6.19-7.0 hosts this drives the kvmclock IPI storm \
+         (host.kvmclock-ipi-storm). Find why the TSC was rejected (the kernel log above: watchdog skew, firmware \
+         TSC sync, deep C-states), fix it in firmware, use `tsc=reliable` only where the TSC is known good, then \
+         `echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource`."
+        .to_string();
+    (
+        title,
+        remedy,
+        "arch/x86/kvm/x86.c (pvclock_update_vm_gtod_copy: master clock needs a tsc host)",
+    )
 }

@@ -314,51 +314,94 @@ pub fn kvmclock_ipi_storm(m: &MachineModel, out: &mut Vec<Finding>) {
     );
 }
 
+/// What KVM uses decides: the kvm_intel `ept` / kvm_amd `npt` parameter
+/// (KVM clears it itself when the CPU lacks the feature, and an admin can set
+/// it to 0); where the module is not loaded, what the CPU offers (cpuinfo).
 pub fn no_ept(m: &MachineModel, out: &mut Vec<Finding>) {
-    let Some(ci) = &m.t1.cpuinfo else { return };
-    let vmx_has = |f: &str| ci.has(f) || ci.vmx_flags.as_ref().is_some_and(|v| v.contains(f));
-    let (missing, arch) = if ci.has("vmx") && !vmx_has("ept") {
-        ("ept", "VT-x")
-    } else if ci.has("svm") && !ci.has("npt") {
-        ("npt", "AMD-V")
+    let o = &m.t1;
+    let p = &o.kvm_params;
+    let ci = o.cpuinfo.as_ref();
+    let cpu_has =
+        |f: &str| ci.map(|c| c.has(f) || c.vmx_flags.as_ref().is_some_and(|v| v.contains(f)));
+    let (missing, arch, module, param) = match (p.ept, p.npt) {
+        (Some(false), _) => (
+            "ept",
+            "VT-x",
+            "kvm_intel",
+            stealscope_readers::kvm_params::EPT,
+        ),
+        (_, Some(false)) => (
+            "npt",
+            "AMD-V",
+            "kvm_amd",
+            stealscope_readers::kvm_params::NPT,
+        ),
+        (Some(true), _) | (_, Some(true)) => return,
+        _ => {
+            let Some(c) = ci else { return };
+            if c.has("vmx") && cpu_has("ept") == Some(false) {
+                (
+                    "ept",
+                    "VT-x",
+                    "kvm_intel",
+                    stealscope_readers::kvm_params::EPT,
+                )
+            } else if c.has("svm") && !c.has("npt") {
+                (
+                    "npt",
+                    "AMD-V",
+                    "kvm_amd",
+                    stealscope_readers::kvm_params::NPT,
+                )
+            } else {
+                return;
+            }
+        }
+    };
+    let param_value = if missing == "ept" { p.ept } else { p.npt };
+    let cpu_feature = cpu_has(missing);
+    // Turned off although the CPU has it: an admin's choice, undone by a reload.
+    let by_param = param_value == Some(false) && cpu_feature == Some(true);
+    let upper = missing.to_uppercase();
+    let title = if by_param {
+        format!("{upper} is turned off ({module} {missing}=N) although the CPU has it: KVM uses shadow paging")
     } else {
-        return;
+        format!("{arch} without {upper}: KVM uses shadow paging")
+    };
+    let remedy = if by_param {
+        format!(
+            "Without two-dimensional paging every guest page-table change and CR3 switch is a VM exit; guests with \
+             KPTI (no PCID) become several times slower. The CPU supports {upper}: remove `{missing}=0` from \
+             /etc/modprobe.d/*.conf (or `{}.{missing}=0` from the kernel command line), then reload {module} with \
+             every VM stopped (`modprobe -r {module} && modprobe {module}`) or reboot; check that {param} reads Y.",
+            module.replace('_', "-")
+        )
+    } else {
+        format!(
+            "Without two-dimensional paging every guest page-table change and CR3 switch is a VM exit; guests with \
+             KPTI (no PCID) become several times slower. Enable {upper} in firmware, check that the {module} `{missing}` \
+             module parameter is Y ({param}), and for nested hosts ask the outer hypervisor to expose it."
+        )
     };
     out.push(
-        Finding::new("host.no-ept", Severity::Critical, format!("{arch} without {}: KVM uses shadow paging", missing.to_uppercase()))
+        Finding::new("host.no-ept", Severity::Critical, title)
             .evidence("missing_flag", missing)
-            .evidence("vmx_flags", json!(ci.vmx_flags))
+            .evidence("module_parameter", json!(param_value))
+            .evidence("cpu_has_feature", json!(cpu_feature))
+            .evidence("vmx_flags", json!(ci.and_then(|c| c.vmx_flags.clone())))
             .evidence("vms", m.t1.host.vms.len())
-            .files(&["/proc/cpuinfo"])
-            .remedy(
-                "Without two-dimensional paging every guest page-table change and CR3 switch is a VM exit; guests \
-                 with KPTI (no PCID) become several times slower. Enable EPT/NPT in firmware, check that the kvm_intel \
-                 `ept` / kvm_amd `npt` module parameter is Y (/sys/module/kvm_intel/parameters/ept), and for nested \
-                 hosts ask the outer hypervisor to expose it.",
-            )
+            .files(&["/proc/cpuinfo", param])
+            .remedy(remedy)
             .case("kpti-shadow-paging-slow-vm.txt"),
     );
 }
 
 pub fn hlt_exits_dominant(m: &MachineModel, out: &mut Vec<Finding>) {
-    let (Some(a), Some(b)) = (&m.t0.host.kvm, &m.t1.host.kvm) else {
-        return;
-    };
     let d = |name: &str| -> u64 {
-        b.iter()
-            .map(|vm| {
-                let before = a
-                    .iter()
-                    .find(|x| x.pid == vm.pid && x.fd == vm.fd)
-                    .and_then(|x| x.stats.get(name))
-                    .copied()
-                    .unwrap_or(0);
-                vm.stats
-                    .get(name)
-                    .copied()
-                    .unwrap_or(0)
-                    .saturating_sub(before)
-            })
+        m.host
+            .kvm
+            .iter()
+            .filter_map(|vm| vm.counters.get(name))
             .sum()
     };
     let (exits, halts) = (d("exits"), d("halt_exits"));
@@ -367,6 +410,9 @@ pub fn hlt_exits_dominant(m: &MachineModel, out: &mut Vec<Finding>) {
     }
     let polls_ok = d("halt_successful_poll");
     let polls = d("halt_attempted_poll");
+    let mut sources: Vec<&str> = m.host.kvm.iter().map(|k| k.source).collect();
+    sources.sort_unstable();
+    sources.dedup();
     out.push(
         Finding::new("host.hlt-exits-dominant", Severity::Info, format!("HLT exits are {:.0}% of all KVM exits: guests idle by halting", 100.0 * halts as f64 / exits as f64))
             .evidence("exits", exits)
@@ -374,7 +420,11 @@ pub fn hlt_exits_dominant(m: &MachineModel, out: &mut Vec<Finding>) {
             .evidence("halt_attempted_poll", polls)
             .evidence("halt_successful_poll", polls_ok)
             .evidence("exits_per_s", round(exits as f64 / m.wall_s, 0))
-            .files(&["/sys/kernel/debug/kvm/<pid>-<fd>/{exits,halt_exits,halt_*_poll}"])
+            .evidence("sources", json!(sources))
+            .files(&[
+                "/sys/kernel/debug/kvm/<pid>-<fd>/{exits,halt_exits,halt_*_poll}",
+                "KVM binary stats (stats fd or QMP query-stats)",
+            ])
             .remedy(
                 "Each HLT exit costs a VM exit and, unless host halt-polling catches the wake-up, a host reschedule. \
                  For latency-sensitive VMs on dedicated CPUs advertise KVM_HINTS_REALTIME (QEMU \

@@ -1,8 +1,11 @@
 //! Interrupt storms: in a guest most IPIs and timer interrupts are VM exits,
-//! so a high rate costs far more than on bare metal.
+//! so a high rate costs far more than on bare metal; on a host many of them
+//! are caused by the VMs.
 
 use crate::finding::{round, Finding, Severity};
+use crate::roles::Roles;
 use serde_json::json;
+use stealscope_model::irq_rates::CpuIrqRates;
 use stealscope_model::MachineModel;
 
 /// Total interrupts per second on one CPU above which we call it a storm:
@@ -29,7 +32,40 @@ fn advice(source: &str) -> &'static str {
     }
 }
 
+/// The same sources on a KVM host that is not itself a guest: interrupts are
+/// not VM exits there, but many are caused by VMs.
+fn host_advice(source: &str) -> &'static str {
+    match source {
+        "CAL" | "RES" => "On a KVM host most reschedule and function-call IPIs are vCPU kicks (kvm_vcpu_kick: waking \
+                  or interrupting a vCPU thread on another CPU) and remote TLB flushes of VMM processes. If \
+                  host.kvmclock-ipi-storm is reported too, that is the cause. Otherwise look for VMs whose idle vCPUs \
+                  halt and are woken by IPIs (host.hlt-exits-dominant) and pin busy VMs so their vCPUs migrate less.",
+        "TLB" => "TLB shootdowns on the host: VMM memory being remapped (balloon inflation, THP splits, KSM, page \
+                  migration by NUMA balancing). Check host.numa-balancing and memory overcommit features.",
+        "LOC" => "Local timer interrupts on the host: many high-resolution timers, e.g. the emulated LAPIC timers of \
+                  many vCPUs (each guest timer becomes a host hrtimer without posted timer interrupts), or \
+                  `nohz=off`.",
+        "PIN" | "PIW" | "NPI" => "Posted-interrupt notifications: interrupts delivered to vCPUs that are running or \
+                  being woken; the rate follows the guests' own interrupt load (run `stealscope doctor` in them).",
+        _ => "A device interrupt on the host (NIC or NVMe queue): check interrupt coalescing (ethtool -C), spread \
+              queues over CPUs (irqbalance or /proc/irq/N/smp_affinity) and keep them off the CPUs that run \
+              latency-sensitive vCPUs.",
+    }
+}
+
+fn source_key(name: &str) -> &str {
+    if name.bytes().all(|b| b.is_ascii_digit()) {
+        "device"
+    } else {
+        name
+    }
+}
+
+/// One finding per dominant source, however many CPUs it floods (a 64-CPU
+/// host with a storm gets one finding, naming its CPUs).
 pub fn storm(m: &MachineModel, out: &mut Vec<Finding>) {
+    let host = Roles::of(m).host_only();
+    let mut groups: Vec<(&str, Vec<&CpuIrqRates>)> = Vec::new();
     for cpu in &m.irq {
         if cpu.total_per_s < IRQ_STORM_PER_S {
             continue;
@@ -37,48 +73,77 @@ pub fn storm(m: &MachineModel, out: &mut Vec<Finding>) {
         let Some(top) = cpu.sources.first() else {
             continue;
         };
-        let sev = if cpu.total_per_s >= IRQ_STORM_CRITICAL_PER_S {
+        let key = source_key(&top.name);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(cpu),
+            None => groups.push((key, vec![cpu])),
+        }
+    }
+    for (key, cpus) in groups {
+        // The worst CPU stands for the group in title and evidence.
+        let Some(worst) = cpus
+            .iter()
+            .max_by(|a, b| a.total_per_s.total_cmp(&b.total_per_s))
+        else {
+            continue;
+        };
+        let Some(top) = worst.sources.first() else {
+            continue;
+        };
+        let sev = if worst.total_per_s >= IRQ_STORM_CRITICAL_PER_S {
             Severity::Critical
         } else {
             Severity::Warning
         };
-        let key = if top.name.bytes().all(|b| b.is_ascii_digit()) {
-            "device"
+        let title = if cpus.len() == 1 {
+            format!(
+                "CPU {} takes {:.0} interrupts/s, mostly {} ({:.0}/s)",
+                worst.cpu, worst.total_per_s, top.label, top.per_s
+            )
         } else {
-            top.name.as_str()
+            format!(
+                "{} CPUs take over {:.0} interrupts/s each, mostly {} (up to {:.0}/s on CPU {})",
+                cpus.len(),
+                IRQ_STORM_PER_S,
+                top.label,
+                worst.total_per_s,
+                worst.cpu
+            )
         };
+        let kvmclock = matches!(key, "CAL") || (host && key == "RES");
         out.push(
-            Finding::new(
-                "irq.storm",
-                sev,
-                format!(
-                    "CPU {} takes {:.0} interrupts/s, mostly {} ({:.0}/s)",
-                    cpu.cpu, cpu.total_per_s, top.label, top.per_s
-                ),
-            )
-            .evidence("cpu", cpu.cpu)
-            .evidence("total_per_s", round(cpu.total_per_s, 0))
-            .evidence("dominant", top.name.clone())
-            .evidence("dominant_label", top.label.clone())
-            .evidence("dominant_per_s", round(top.per_s, 0))
-            .evidence(
-                "top_sources",
-                json!(cpu
-                    .sources
-                    .iter()
-                    .take(5)
-                    .map(|s| json!({"name": s.name, "label": s.label, "per_s": round(s.per_s, 0)}))
-                    .collect::<Vec<_>>()),
-            )
-            .evidence("threshold_per_s", IRQ_STORM_PER_S)
-            .files(&["/proc/interrupts"])
-            .remedy(advice(key))
-            .reference("arch/x86/kernel/irq.c (arch_show_interrupts)")
-            .case(if key == "CAL" {
-                "kvmclock-ipi-storm-regression.txt"
-            } else {
-                "guest-micro-jitter-case.txt"
-            }),
+            Finding::new("irq.storm", sev, title)
+                .evidence("cpu", worst.cpu)
+                .evidence("cpus", json!(cpus.iter().map(|c| c.cpu).collect::<Vec<_>>()))
+                .evidence("total_per_s", round(worst.total_per_s, 0))
+                .evidence("dominant", top.name.clone())
+                .evidence("dominant_label", top.label.clone())
+                .evidence("dominant_per_s", round(top.per_s, 0))
+                .evidence(
+                    "top_sources",
+                    json!(worst
+                        .sources
+                        .iter()
+                        .take(5)
+                        .map(|s| json!({"name": s.name, "label": s.label, "per_s": round(s.per_s, 0)}))
+                        .collect::<Vec<_>>()),
+                )
+                .evidence(
+                    "per_cpu",
+                    json!(cpus
+                        .iter()
+                        .map(|c| json!({"cpu": c.cpu, "total_per_s": round(c.total_per_s, 0)}))
+                        .collect::<Vec<_>>()),
+                )
+                .evidence("threshold_per_s", IRQ_STORM_PER_S)
+                .files(&["/proc/interrupts"])
+                .remedy(if host { host_advice(key) } else { advice(key) })
+                .reference("arch/x86/kernel/irq.c (arch_show_interrupts)")
+                .case(if kvmclock {
+                    "kvmclock-ipi-storm-regression.txt"
+                } else {
+                    "guest-micro-jitter-case.txt"
+                }),
         );
     }
 }

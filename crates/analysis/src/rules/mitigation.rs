@@ -3,6 +3,7 @@
 //! is a VM exit, which made the KPTI case's VM several times slower.
 
 use crate::finding::{Finding, Severity};
+use crate::roles::Roles;
 use serde_json::json;
 use stealscope_model::MachineModel;
 
@@ -22,28 +23,43 @@ pub fn kpti_without_pcid(m: &MachineModel, out: &mut Vec<Finding>) {
         .kmsg_lines_containing("page tables isolation")
         .map(str::to_string)
         .collect();
-    out.push(
-        Finding::new(
-            "mitigation.kpti-without-pcid",
-            Severity::Warning,
-            "Kernel page-table isolation is on but the vCPU has no PCID: every syscall and interrupt flushes the TLB",
+    let host = Roles::of(m).host_only();
+    let (title, remedy) = if host {
+        (
+            "Kernel page-table isolation is on but the host CPU has no PCID: every syscall and interrupt flushes the TLB",
+            "This host's CPU predates PCID (before Westmere), so KPTI costs the host on every kernel entry, VMM \
+             exits included. Guests running KPTI pay more, and several times more without EPT/NPT (see \
+             host.no-ept). The fix is newer hardware; `pti=off` on the host only where the threat model allows it \
+             (it exposes the host kernel to Meltdown from every process, VMMs included).",
         )
-        .evidence("meltdown", json!(meltdown))
-        .evidence("cpuinfo_pti", cpuinfo.has("pti"))
-        .evidence("cpuinfo_pcid", false)
-        .evidence("cpuinfo_invpcid", cpuinfo.has("invpcid"))
-        .evidence("kernel_log", json!(pti_log))
-        .files(&["/sys/devices/system/cpu/vulnerabilities/meltdown", "/proc/cpuinfo", "/dev/kmsg"])
-        .remedy(
-            "Ask the provider to expose PCID (and INVPCID) to the VM where the host CPU has it: QEMU `-cpu host` or a \
+    } else {
+        (
+            "Kernel page-table isolation is on but the vCPU has no PCID: every syscall and interrupt flushes the TLB",
+            GUEST_REMEDY,
+        )
+    };
+    out.push(
+        Finding::new("mitigation.kpti-without-pcid", Severity::Warning, title)
+            .evidence("meltdown", json!(meltdown))
+            .evidence("cpuinfo_pti", cpuinfo.has("pti"))
+            .evidence("cpuinfo_pcid", false)
+            .evidence("cpuinfo_invpcid", cpuinfo.has("invpcid"))
+            .evidence("kernel_log", json!(pti_log))
+            .files(&[
+                "/sys/devices/system/cpu/vulnerabilities/meltdown",
+                "/proc/cpuinfo",
+                "/dev/kmsg",
+            ])
+            .remedy(remedy)
+            .reference("arch/x86/mm/pti.c")
+            .reference("Documentation/arch/x86/pti.rst")
+            .case("kpti-shadow-paging-slow-vm.txt"),
+    );
+}
+
+const GUEST_REMEDY: &str = "Ask the provider to expose PCID (and INVPCID) to the VM where the host CPU has it: QEMU `-cpu host` or a \
              CPU model with `+pcid`, libvirt `<feature policy='require' name='pcid'/>`. If the host runs without \
              EPT/NPT (shadow paging) the cost multiplies: each CR3 switch is a VM exit; the fix is then a host CPU \
              with EPT or a newer host kernel (`stealscope host` on that host reports host.no-ept). Only where the \
              threat model allows it (single tenant, trusted code, host patched) boot the guest with `pti=off` \
-             (`nopti`); EL7 kernels can also switch at run time: `echo 0 > /sys/kernel/debug/x86/pti_enabled`.",
-        )
-        .reference("arch/x86/mm/pti.c")
-        .reference("Documentation/arch/x86/pti.rst")
-        .case("kpti-shadow-paging-slow-vm.txt"),
-    );
-}
+             (`nopti`); EL7 kernels can also switch at run time: `echo 0 > /sys/kernel/debug/x86/pti_enabled`.";

@@ -43,9 +43,19 @@ pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["host.swap-pressure"], host::swap_pressure),
 ];
 
+/// Rules about the steal and idling of this machine's own vCPUs. On a host
+/// that is not itself a guest they have nothing to measure and do not run;
+/// the other guest rules run there too and word their findings for a host
+/// (see [`crate::roles::Roles::host_only`]).
+pub const GUEST_ONLY: &[&str] = &["steal.busy", "steal.bursty", "idle.haltpoll-inactive"];
+
 pub fn run_guest(m: &MachineModel) -> Vec<Finding> {
+    let host_only = crate::roles::Roles::of(m).host_only();
     let mut out = Vec::new();
-    for (_, rule) in GUEST_RULES {
+    for (ids, rule) in GUEST_RULES {
+        if host_only && ids.iter().any(|id| GUEST_ONLY.contains(id)) {
+            continue;
+        }
         rule(m, &mut out);
     }
     out

@@ -189,12 +189,17 @@ pub fn counter_anomaly(m: &MachineModel, out: &mut Vec<Finding>) {
         .evidence("steal_went_backwards", steal_backwards)
         .evidence("anomalies", all.iter().take(10).map(|a| describe(a)).collect::<Vec<_>>())
         .files(&[STAT])
-        .remedy(
+        .remedy(if crate::roles::Roles::of(m).host_only() {
+            "A counter in /proc/stat went backwards or advanced faster than wall time: a kernel accounting bug \
+             (idle and iowait under NO_HZ are known offenders; node_exporter#742, psutil#1210). stealscope clamps \
+             such deltas, so the host's idle time and its busy/idle steal split are lower bounds for those windows. \
+             If it repeats, report the kernel version."
+        } else {
             "A counter in /proc/stat went backwards or advanced faster than wall time. Known causes: host-side steal \
              clock regressing after live migration or vCPU hotplug, and guest kernel bugs (node_exporter#742, \
              psutil#1210). stealscope clamps such deltas; other tools may show negative or >100% steal. If it \
-             repeats, report the guest kernel version and hypervisor to the provider.",
-        )
+             repeats, report the guest kernel version and hypervisor to the provider."
+        })
         .reference("kernel/sched/cputime.c steal_account_process_time"),
     );
 }

@@ -2,6 +2,7 @@
 //! but are not emergencies, so they are info.
 
 use crate::finding::{Finding, Severity};
+use crate::roles::Roles;
 use serde_json::json;
 use stealscope_model::MachineModel;
 
@@ -43,10 +44,17 @@ pub fn io_scheduler(m: &MachineModel, out: &mut Vec<Finding>) {
             .evidence("devices", json!(bad.iter().map(|b| json!({"device": b.device, "scheduler": b.scheduler, "available": b.available})).collect::<Vec<_>>()))
             .files(&["/sys/block/*/queue/scheduler"])
             .remedy(format!(
-                "The host (or the NVMe device) already orders I/O; a guest elevator adds latency and CPU per request. \
+                "{} \
                  Now: `echo {target} > /sys/block/{first}/queue/scheduler`. Persistent: a udev rule \
                  `ACTION==\"add|change\", KERNEL==\"vd[a-z]*|nvme[0-9]*n[0-9]*\", ATTR{{queue/scheduler}}=\"{target}\"` \
-                 in /etc/udev/rules.d/60-io-scheduler.rules."
+                 in /etc/udev/rules.d/60-io-scheduler.rules.",
+                if Roles::of(m).host_only() {
+                    "An NVMe device orders I/O itself; an elevator on the host adds latency and CPU to every \
+                     request, those of every VM on the disk included."
+                } else {
+                    "The host (or the NVMe device) already orders I/O; a guest elevator adds latency and CPU per \
+                     request."
+                }
             ))
             .reference("Documentation/block/switching-sched.rst")
             .case("guest-micro-jitter-case.txt"),
@@ -75,11 +83,17 @@ pub fn cpufreq_governor(m: &MachineModel, out: &mut Vec<Finding>) {
         .evidence("cpus", json!(bad.iter().map(|f| f.cpu).collect::<Vec<_>>()))
         .evidence("driver", json!(bad[0].driver))
         .files(&["/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"])
-        .remedy(
-            "This guest controls CPU frequency; a power-saving governor ramps up late after idle, adding latency to \
-             bursts. `cpupower frequency-set -g performance` (or write performance to each scaling_governor); persist \
+        .remedy(format!(
+            "{} `cpupower frequency-set -g performance` (or write performance to each scaling_governor); persist \
              with tuned (`tuned-adm profile latency-performance`) or a systemd unit.",
-        )
+            if Roles::of(m).host_only() {
+                "A power-saving governor on a KVM host runs a vCPU that wakes from idle slowly until the governor \
+                 ramps up: its guest sees latency that no guest tool explains."
+            } else {
+                "This guest controls CPU frequency; a power-saving governor ramps up late after idle, adding \
+                 latency to bursts."
+            }
+        ))
         .reference("Documentation/admin-guide/pm/cpufreq.rst"),
     );
 }
@@ -130,11 +144,17 @@ pub fn dirty_writeback(m: &MachineModel, out: &mut Vec<Finding>) {
         .evidence("dirty_background_bytes", json!(d.dirty_background_bytes))
         .evidence("dirtyable_mib", json!(mib(dirtyable)))
         .files(&["/proc/sys/vm/dirty_*", "/proc/meminfo"])
-        .remedy(
-            "Ratios scale with RAM, so a large VM buffers gigabytes and then flushes them in one burst that stalls \
-             writers and competes with neighbours on the host's disks. Use byte limits: `sysctl -w \
-             vm.dirty_background_bytes=134217728 vm.dirty_bytes=536870912` (128/512 MiB) and persist them in /etc/sysctl.d/.",
-        )
+        .remedy(format!(
+            "{} Use byte limits: `sysctl -w vm.dirty_background_bytes=134217728 vm.dirty_bytes=536870912` \
+             (128/512 MiB) and persist them in /etc/sysctl.d/.",
+            if Roles::of(m).host_only() {
+                "Ratios scale with RAM, so a large host buffers gigabytes (the writes of VMs whose disks use \
+                 cache=writeback among them) and then flushes them in one burst that stalls those VMs' I/O."
+            } else {
+                "Ratios scale with RAM, so a large VM buffers gigabytes and then flushes them in one burst that \
+                 stalls writers and competes with neighbours on the host's disks."
+            }
+        ))
         .reference("Documentation/admin-guide/sysctl/vm.rst"),
     );
 }

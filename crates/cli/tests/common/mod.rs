@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod perf_raw;
+pub mod testenv;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -5,9 +5,12 @@
 //! waited: scheduler, cgroup or placement; fixable in software).
 
 use super::discovery::VmKind;
+use super::kvm::{deltas, KvmDelta};
 use super::observation::{HostObservation, VmObs};
 use crate::cputime::IntervalDelta;
 use serde::Serialize;
+use std::collections::BTreeMap;
+use stealscope_readers::kvm_exits::{ExitCounts, ExitSample};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct VcpuSteal {
@@ -40,6 +43,46 @@ pub struct VmSteal {
     /// Mean over vCPUs.
     pub steal_pct: f64,
     pub util_pct: f64,
+    /// Where the vCPU -> thread mapping came from ("qmp", "kvm-debugfs",
+    /// "thread-name", "libvirt-cgroup", "none").
+    pub vcpu_source: &'static str,
+    /// The QMP socket that answered for this VM.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qmp_socket: Option<String>,
+    /// KVM counter changes over the interval, when a source has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvm: Option<VmKvm>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VmKvm {
+    /// "kvm debugfs", "binary stats fd" or "QMP query-stats".
+    pub source: &'static str,
+    /// Counter deltas over the interval (exits, halt_exits, ...).
+    pub interval: BTreeMap<String, u64>,
+}
+
+/// kvm:kvm_exit counts of one VM in the sample.
+#[derive(Debug, Clone, Serialize)]
+pub struct VmExits {
+    pub name: String,
+    pub pid: u32,
+    pub exits: u64,
+    pub exits_per_s: f64,
+    /// Exit reason -> count, as the tracepoint names them.
+    pub reasons: BTreeMap<String, u64>,
+}
+
+/// The kvm:kvm_exit sample by VM.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExitsByVm {
+    pub duration_s: f64,
+    pub events: u64,
+    pub lost: u64,
+    pub unparsed: u64,
+    pub vms: Vec<VmExits>,
+    /// Exits of threads that belong to no VM found (another VMM).
+    pub other_exits: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -67,6 +110,10 @@ impl HypervisorSplit {
 pub struct HostModel {
     pub vms: Vec<VmSteal>,
     pub split: HypervisorSplit,
+    /// KVM counter deltas per VM (debugfs, else binary statistics).
+    pub kvm: Vec<KvmDelta>,
+    /// The kvm:kvm_exit sample by VM, when one was taken.
+    pub exits: Option<ExitsByVm>,
     pub notes: Vec<String>,
 }
 
@@ -125,6 +172,53 @@ fn vm_delta(a: &VmObs, b: &VmObs, wall_s: f64) -> VmSteal {
         other_tids: others.iter().map(|o| o.tid).collect(),
         others,
         vcpus,
+        vcpu_source: b.vcpu_source.as_str(),
+        qmp_socket: b.qmp_socket.clone(),
+        kvm: None,
+    }
+}
+
+fn exits_by_vm(c: &ExitCounts, vms: &[VmObs]) -> ExitsByVm {
+    let owner = |tid: u32| {
+        vms.iter().position(|v| {
+            v.pid == tid
+                || v.vcpus.iter().any(|(_, t)| t.tid == tid)
+                || v.others.iter().any(|t| t.tid == tid)
+        })
+    };
+    let mut per: BTreeMap<usize, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut other = 0;
+    for (tid, reasons) in &c.by_tid {
+        match owner(*tid) {
+            Some(i) => {
+                let m = per.entry(i).or_default();
+                for (r, n) in reasons {
+                    *m.entry(r.clone()).or_default() += n;
+                }
+            }
+            None => other += reasons.values().sum::<u64>(),
+        }
+    }
+    let dur = c.duration_s.max(1e-9);
+    ExitsByVm {
+        duration_s: c.duration_s,
+        events: c.events,
+        lost: c.lost,
+        unparsed: c.unparsed,
+        vms: per
+            .into_iter()
+            .map(|(i, reasons)| {
+                let exits = reasons.values().sum();
+                VmExits {
+                    name: vms[i].name.clone(),
+                    pid: vms[i].pid,
+                    exits,
+                    exits_per_s: exits as f64 / dur,
+                    reasons,
+                }
+            })
+            .collect(),
+        other_exits: other,
     }
 }
 
@@ -164,7 +258,22 @@ pub fn host_model(
         busy_steal_s: wait - idle_steal,
     };
     if t1.vms.iter().any(|v| v.kind == VmKind::Qemu) {
-        m.notes.push("a QEMU VM has unnamed vCPU threads (no -name ...,debug-threads=on) and no KVM debugfs: its vCPUs cannot be told apart".into());
+        m.notes.push("a QEMU VM has unnamed vCPU threads (no -name ...,debug-threads=on), no KVM debugfs and no QMP socket: its vCPUs cannot be told apart".into());
+    }
+    m.kvm = deltas(
+        (t0.kvm.as_deref(), t1.kvm.as_deref()),
+        (&t0.kvm_binary, &t1.kvm_binary),
+    );
+    for vm in &mut m.vms {
+        if let Some(d) = m.kvm.iter().find(|d| d.pid == vm.pid) {
+            vm.kvm = Some(VmKvm {
+                source: d.source,
+                interval: d.counters.clone(),
+            });
+        }
+    }
+    if let Some(ExitSample::Sampled(c)) = &t1.exit_sample {
+        m.exits = Some(exits_by_vm(c, &t1.vms));
     }
     m
 }

@@ -2,9 +2,11 @@
 
 pub mod derived;
 pub mod discovery;
+pub mod kvm;
+pub mod live;
 pub mod observation;
 pub mod scanner;
 
 pub use derived::{host_model, HostModel, HypervisorSplit, VcpuSteal, VmSteal};
 pub use discovery::{ThreadRole, VmKind};
-pub use observation::{collect_host, HostObservation, VmObs};
+pub use observation::{collect_host, HostObservation, VcpuSource, VmObs};

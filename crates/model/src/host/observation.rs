@@ -1,16 +1,21 @@
 //! Reads every VM on a host from one side of an interval: the VMM process,
 //! its vCPU and other threads with run/wait time, affinity and cgroups, plus
-//! host facts the rules need (NUMA nodes, balancing, KVM debugfs).
+//! host facts the rules need (NUMA nodes, balancing, KVM debugfs), and what
+//! the live capture asked QMP, KVM stats fds and kvm:kvm_exit (host::live).
 
 use super::discovery::{
     libvirt_scope, libvirt_scope_path, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_of,
     ThreadRole, VmKind,
 };
+use super::kvm::KvmCounters;
+use super::live::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
 use crate::observation::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stealscope_readers::cgroupfs::{self, CgroupMounts, CpuWeight};
 use stealscope_readers::kvm_debugfs::{self, KvmVm};
+use stealscope_readers::kvm_exits::ExitSample;
+use stealscope_readers::kvm_stats;
 use stealscope_readers::numa::{self, Node};
 use stealscope_readers::process::{self as proc_, CgroupMembership, TaskSchedstat, TaskStatus};
 use stealscope_readers::{ReadError, Source};
@@ -24,11 +29,45 @@ pub struct ThreadObs {
     pub cpus_allowed: Option<Vec<u32>>,
 }
 
+/// Where a VM's vCPU index -> thread mapping came from, most authoritative first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VcpuSource {
+    /// QMP query-cpus-fast "thread-id".
+    Qmp,
+    /// KVM debugfs vcpuN/pid.
+    KvmDebugfs,
+    /// Thread names ("CPU n/KVM", "fc_vcpu n").
+    ThreadName,
+    /// libvirt's per-vCPU cgroups (.../vcpuN).
+    LibvirtCgroup,
+    /// No vCPU thread identified.
+    None,
+}
+
+impl VcpuSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VcpuSource::Qmp => "qmp",
+            VcpuSource::KvmDebugfs => "kvm-debugfs",
+            VcpuSource::ThreadName => "thread-name",
+            VcpuSource::LibvirtCgroup => "libvirt-cgroup",
+            VcpuSource::None => "none",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct VmObs {
     pub pid: u32,
     pub name: String,
     pub kind: VmKind,
+    /// The VMM's command line (QMP sockets are found in it).
+    #[serde(skip)]
+    pub cmdline: Vec<String>,
+    pub vcpu_source: VcpuSource,
+    /// The QMP socket that answered, if any.
+    pub qmp_socket: Option<String>,
     /// "libvirt" when libvirt runs it (its knobs then belong to libvirt).
     pub manager: Option<String>,
     /// vCPU threads by index.
@@ -48,6 +87,12 @@ pub struct HostObservation {
     pub nodes: Vec<Node>,
     pub numa_balancing: Option<u32>,
     pub kvm: Option<Vec<KvmVm>>,
+    /// KVM binary statistics by VM pid (stats fds or QMP query-stats).
+    pub kvm_binary: BTreeMap<u32, KvmCounters>,
+    /// Why a VM has no binary statistics, by pid.
+    pub kvm_binary_problems: BTreeMap<u32, Vec<String>>,
+    /// The kvm:kvm_exit sample, when the capture took one (t1).
+    pub exit_sample: Option<ExitSample>,
     pub cgroup_mounts: CgroupMounts,
     pub notes: Vec<String>,
 }
@@ -64,6 +109,13 @@ fn cg_v2(cgs: &[CgroupMembership]) -> Option<&str> {
         .map(|c| c.path.as_str())
 }
 
+/// What other sources say of a VMM's vCPU threads.
+#[derive(Clone, Copy)]
+struct Known<'a> {
+    kvm: Option<&'a [KvmVm]>,
+    qmp: Option<&'a QmpRecord>,
+}
+
 /// One VMM process; None if it exited while we read it.
 fn read_vm(
     src: &dyn Source,
@@ -71,9 +123,10 @@ fn read_vm(
     kind: VmKind,
     cmdline: &[String],
     mounts: &CgroupMounts,
-    kvm: Option<&[KvmVm]>,
+    known: Known<'_>,
     side: Side,
 ) -> Result<Option<VmObs>, ReadError> {
+    let Known { kvm, qmp } = known;
     let Some(tids) = proc_::tids(src, pid)? else {
         return Ok(None);
     };
@@ -82,9 +135,11 @@ fn read_vm(
         .and_then(|vms| vms.iter().find(|v| v.pid == pid))
         .map(|v| v.vcpu_tids.iter().map(|(i, t)| (*t, *i)).collect())
         .unwrap_or_default();
+    let qmp_tids = qmp.map(QmpRecord::vcpu_tids).unwrap_or_default();
     let mut vcpus = Vec::new();
     let mut others = Vec::new();
     let mut accel = None;
+    let mut by = Vec::new();
     for tid in tids {
         let Some(comm) = proc_::task_comm(src, pid, tid)? else {
             continue;
@@ -93,15 +148,30 @@ fn read_vm(
         if acc.is_some() {
             accel = acc.map(str::to_string);
         }
-        // KVM debugfs vcpuN/pid is authoritative; libvirt vcpuN cgroups next.
-        if let Some(i) = kvm_tids.get(&tid) {
+        // QMP's thread ids are QEMU's own word and KVM debugfs vcpuN/pid the
+        // kernel's: either is authoritative over names; libvirt's vcpuN
+        // cgroups come after names.
+        let mut source = VcpuSource::ThreadName;
+        if !qmp_tids.is_empty() {
+            source = VcpuSource::Qmp;
+            role = match (qmp_tids.get(&tid), role) {
+                (Some(i), _) => ThreadRole::Vcpu(*i),
+                (None, ThreadRole::Vcpu(_)) => ThreadRole::Emulator,
+                (None, r) => r,
+            };
+        } else if let Some(i) = kvm_tids.get(&tid) {
+            source = VcpuSource::KvmDebugfs;
             role = ThreadRole::Vcpu(*i);
         } else if role == ThreadRole::Emulator {
             if let Some(i) = proc_::task_cgroup(src, pid, tid)?
                 .and_then(|c| c.iter().find_map(|m| libvirt_vcpu_cgroup(&m.path)))
             {
+                source = VcpuSource::LibvirtCgroup;
                 role = ThreadRole::Vcpu(i);
             }
+        }
+        if matches!(role, ThreadRole::Vcpu(_)) {
+            by.push(source);
         }
         let sched = proc_::task_schedstat(src, pid, tid)?;
         let status = proc_::task_status(src, pid, tid)?;
@@ -118,12 +188,22 @@ fn read_vm(
         }
     }
     vcpus.sort_by_key(|(i, _)| *i);
-    let kind = match (kind, accel.as_deref()) {
-        (VmKind::Qemu, Some("KVM")) => VmKind::QemuKvm,
-        (VmKind::Qemu, Some("TCG")) => VmKind::QemuTcg,
-        (VmKind::Qemu, _) if !kvm_tids.is_empty() => VmKind::QemuKvm,
-        (k, _) => k,
+    let kind = match (kind, accel.as_deref(), qmp.and_then(QmpRecord::kvm_enabled)) {
+        (VmKind::Qemu, Some("KVM"), _) | (VmKind::Qemu, _, Some(true)) => VmKind::QemuKvm,
+        (VmKind::Qemu, Some("TCG"), _) | (VmKind::Qemu, _, Some(false)) => VmKind::QemuTcg,
+        (VmKind::Qemu, _, _) if !kvm_tids.is_empty() => VmKind::QemuKvm,
+        (k, _, _) => k,
     };
+    // The most authoritative source that named any vCPU.
+    let vcpu_source = [
+        VcpuSource::Qmp,
+        VcpuSource::KvmDebugfs,
+        VcpuSource::ThreadName,
+        VcpuSource::LibvirtCgroup,
+    ]
+    .into_iter()
+    .find(|s| by.contains(s))
+    .unwrap_or(VcpuSource::None);
     let paths: Vec<String> = cgroups.iter().map(|c| c.path.clone()).collect();
     let manager = paths
         .iter()
@@ -150,6 +230,9 @@ fn read_vm(
         pid,
         name: vm_name(kind, cmdline, &paths, pid),
         kind,
+        cmdline: cmdline.to_vec(),
+        vcpu_source,
+        qmp_socket: qmp.and_then(|q| q.socket.clone()),
         manager,
         vcpus,
         others,
@@ -184,21 +267,119 @@ pub fn collect_host(src: &dyn Source, side: Side) -> Result<HostObservation, Rea
         let Some(kind) = vmm_of(&comm, &cmdline) else {
             continue;
         };
+        let qmp = read_json::<QmpRecord>(src, &format!("{QMP_DIR}/{pid}.json"), &mut h.notes);
         match read_vm(
             src,
             pid,
             kind,
             &cmdline,
             &h.cgroup_mounts,
-            h.kvm.as_deref(),
+            Known {
+                kvm: h.kvm.as_deref(),
+                qmp: qmp.as_ref(),
+            },
             side,
         ) {
-            Ok(Some(vm)) => h.vms.push(vm),
+            Ok(Some(vm)) => {
+                read_kvm_binary(src, &mut h, pid, qmp.as_ref());
+                if let Some(q) = &qmp {
+                    h.notes.extend(qmp_notes(&vm, q));
+                }
+                h.vms.push(vm);
+            }
             Ok(None) => {}
             Err(e) => h.notes.push(format!("skipped VM pid {pid}: {e}")),
         }
     }
+    h.exit_sample = read_json(src, EXIT_SAMPLE, &mut h.notes);
+    let capture_notes: Option<Vec<String>> = read_json(src, NOTES, &mut h.notes);
+    h.notes.extend(capture_notes.unwrap_or_default());
     h.nodes = numa::nodes(src)?;
     h.numa_balancing = numa::numa_balancing(src)?;
     Ok(h)
+}
+
+/// A JSON file the live capture wrote (absent on a live root: Ok(None)).
+fn read_json<T: serde::de::DeserializeOwned>(
+    src: &dyn Source,
+    path: &str,
+    notes: &mut Vec<String>,
+) -> Option<T> {
+    let bytes = match src.read(path) {
+        Ok(b) => b?,
+        Err(e) => {
+            notes.push(format!("skipped {e}"));
+            return None;
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map_err(|e| notes.push(format!("skipped {path}: {e}")))
+        .ok()
+}
+
+/// Binary statistics of one VM: stats files the capture read from the VMM's
+/// fds, else the QMP query-stats export; otherwise the reasons there are none.
+fn read_kvm_binary(src: &dyn Source, h: &mut HostObservation, pid: u32, qmp: Option<&QmpRecord>) {
+    let dir = format!("{KVM_STATS_DIR}/{pid}");
+    let mut files = Vec::new();
+    for name in src.list(&dir).ok().flatten().unwrap_or_default() {
+        if !name.ends_with(".bin") {
+            continue;
+        }
+        let path = format!("{dir}/{name}");
+        match src
+            .read(&path)
+            .map(|b| b.map(|b| kvm_stats::parse(&b, &path)))
+        {
+            Ok(Some(Ok(f))) => files.push(f),
+            Ok(Some(Err(e))) | Err(e) => h.notes.push(format!("skipped {e}")),
+            Ok(None) => {}
+        }
+    }
+    let counters = KvmCounters::from_files(&files).or_else(|| {
+        let q = qmp?;
+        KvmCounters::from_query_stats(
+            q.replies.get("query-stats vm"),
+            q.replies.get("query-stats vcpu"),
+            &q.qom_index(),
+        )
+    });
+    match counters {
+        Some(c) => {
+            h.kvm_binary.insert(pid, c);
+        }
+        None => {
+            let mut why: Vec<String> =
+                read_json(src, &format!("{dir}/problems.json"), &mut h.notes).unwrap_or_default();
+            if let Some(e) = qmp.and_then(|q| q.errors.get("query-stats vcpu")) {
+                why.push(format!("QMP query-stats: {e}"));
+            }
+            if !why.is_empty() {
+                h.kvm_binary_problems.insert(pid, why);
+            }
+        }
+    }
+}
+
+/// Notes on a VM's QMP: sockets that failed and monitors that cannot be used.
+fn qmp_notes(vm: &VmObs, q: &QmpRecord) -> Vec<String> {
+    let mut out: Vec<String> = q
+        .failed
+        .iter()
+        .map(|a| {
+            format!(
+                "VM {} (pid {}): QMP socket from {} not used: {}",
+                vm.name, vm.pid, a.origin, a.error
+            )
+        })
+        .collect();
+    out.extend(
+        q.notes
+            .iter()
+            .map(|n| format!("VM {} (pid {}): {n}", vm.name, vm.pid)),
+    );
+    if let Some(e) = q.errors.get("query-cpus-fast") {
+        out.push(format!("VM {} (pid {}): {e}", vm.name, vm.pid));
+    }
+    out
 }

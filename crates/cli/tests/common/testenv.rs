@@ -1,0 +1,102 @@
+//! Real QEMU VMs from testenv/ for the host tests: the run dir, the scripts,
+//! QMP through testenv/qmp.py (an independent client), and schedstat.
+
+use super::repo;
+use serde_json::Value;
+use std::process::Command;
+
+/// $STEALSCOPE_TESTENV_RUN when set (so parallel checkouts do not share VMs),
+/// else the tests' own run dir.
+pub fn run_dir() -> String {
+    std::env::var("STEALSCOPE_TESTENV_RUN").unwrap_or_else(|_| "/run/stealscope-test-host".into())
+}
+
+pub fn testenv(script: &str, args: &[&str]) -> String {
+    let out = Command::new(repo().join("testenv").join(script))
+        .args(args)
+        .env("STEALSCOPE_TESTENV_RUN", run_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Stops every VM of the run dir even when an assertion fails.
+pub struct Vms;
+impl Drop for Vms {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("testenv/stop-all.sh"))
+            .env("STEALSCOPE_TESTENV_RUN", run_dir())
+            .output();
+    }
+}
+
+/// `return` of one QMP command (VM name in the run dir, or a socket path).
+pub fn qmp(vm: &str, cmd: &str, args: Option<&str>) -> Value {
+    let mut a = vec![vm, cmd];
+    a.extend(args);
+    let v: Value = serde_json::from_str(&testenv("qmp.py", &a)).unwrap();
+    v["return"].clone()
+}
+
+/// vCPU thread ids QEMU reports, sorted.
+pub fn qmp_tids(vm: &str) -> Vec<u64> {
+    let mut t: Vec<u64> = qmp(vm, "query-cpus-fast", None)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["thread-id"].as_u64().unwrap())
+        .collect();
+    t.sort_unstable();
+    t
+}
+
+/// Run-queue wait of a thread, ns (0 once it is gone).
+pub fn wait_ns(pid: u64, tid: u64) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CLOCK_BOOTTIME, the clock of /proc/uptime, s.
+pub fn boottime() -> f64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+    t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9
+}
+
+/// /proc/uptime as a snapshot side recorded it.
+pub fn snapshot_uptime(snap: &std::path::Path, side: &str) -> f64 {
+    std::fs::read_to_string(snap.join(side).join("proc/uptime"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+pub fn have_qemu() -> bool {
+    super::is_root()
+        && repo().join("testenv/start-vm.sh").exists()
+        && Command::new("qemu-system-x86_64")
+            .arg("--version")
+            .output()
+            .is_ok()
+}
+
+/// A VM's vCPU thread ids as a host report lists them, sorted.
+pub fn report_vcpu_tids(vm: &Value) -> Vec<u64> {
+    let mut t: Vec<u64> = vm["vcpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["tid"].as_u64().unwrap())
+        .collect();
+    t.sort_unstable();
+    t
+}

@@ -1,0 +1,243 @@
+//! What only a live host can answer, asked while capturing and written into
+//! the snapshot under /stealscope/ (a prefix no kernel file has), so that the
+//! report of a saved snapshot is the report that was printed live: QEMU's QMP
+//! (vCPU threads, accelerator, the KVM statistics it exports), KVM stats fds a
+//! VMM holds, and the kvm:kvm_exit sample.
+
+use super::discovery::VmKind;
+use super::observation::VmObs;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use stealscope_readers::kvm_exits::{self, ExitSample};
+use stealscope_readers::kvm_stats;
+use stealscope_readers::qmp::{sockets_from_cmdline, Qmp, QmpSocket};
+use stealscope_readers::MemFs;
+
+/// <pid>.json: a [`QmpRecord`].
+pub const QMP_DIR: &str = "/stealscope/qmp";
+/// <pid>/<fd>.bin: raw stats files; <pid>/problems.json: why there are none.
+pub const KVM_STATS_DIR: &str = "/stealscope/kvm-stats";
+/// t1 only: an [`ExitSample`].
+pub const EXIT_SAMPLE: &str = "/stealscope/kvm-exit-sample.json";
+/// Notes of the live capture itself (a --qmp name that matches no VM).
+pub const NOTES: &str = "/stealscope/notes.json";
+
+#[derive(Debug, Clone)]
+pub struct HostLiveOptions {
+    /// QMP sockets the user named: (VM name, socket path).
+    pub qmp: Vec<(String, String)>,
+    /// Also use QMP sockets declared on QEMU command lines.
+    pub qmp_discover: bool,
+    /// Per QMP step (connect, greeting, each command).
+    pub qmp_timeout: Duration,
+    /// Length of the kvm:kvm_exit sample; zero disables it.
+    pub exit_sample: Duration,
+}
+
+impl Default for HostLiveOptions {
+    fn default() -> Self {
+        HostLiveOptions {
+            qmp: Vec::new(),
+            qmp_discover: true,
+            qmp_timeout: Duration::from_millis(500),
+            exit_sample: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QmpAttempt {
+    pub socket: String,
+    pub origin: String,
+    pub error: String,
+}
+
+/// What one VM's QMP said (or why it said nothing), as stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QmpRecord {
+    /// The socket that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Sockets that did not answer.
+    #[serde(default)]
+    pub failed: Vec<QmpAttempt>,
+    /// Command ("query-stats vcpu" for query-stats with target vcpu) -> `return`.
+    #[serde(default)]
+    pub replies: BTreeMap<String, Value>,
+    /// Command -> error, for commands QEMU refused.
+    #[serde(default)]
+    pub errors: BTreeMap<String, String>,
+    /// Monitors on the command line that cannot be used, and why.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl QmpRecord {
+    /// vCPU thread id -> vCPU index, from query-cpus-fast.
+    pub fn vcpu_tids(&self) -> BTreeMap<u32, u32> {
+        self.cpus()
+            .filter_map(|c| {
+                Some((
+                    c["thread-id"].as_u64()? as u32,
+                    c["cpu-index"].as_u64()? as u32,
+                ))
+            })
+            .collect()
+    }
+
+    /// qom-path -> vCPU index, to place query-stats vCPU entries.
+    pub fn qom_index(&self) -> BTreeMap<String, u32> {
+        self.cpus()
+            .filter_map(|c| {
+                Some((
+                    c["qom-path"].as_str()?.to_string(),
+                    c["cpu-index"].as_u64()? as u32,
+                ))
+            })
+            .collect()
+    }
+
+    fn cpus(&self) -> impl Iterator<Item = &Value> {
+        self.replies
+            .get("query-cpus-fast")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+    }
+
+    /// query-kvm "enabled": the VM runs on KVM (false: TCG).
+    pub fn kvm_enabled(&self) -> Option<bool> {
+        self.replies.get("query-kvm")?["enabled"].as_bool()
+    }
+}
+
+fn query(vm: &VmObs, opts: &HostLiveOptions) -> Option<QmpRecord> {
+    let mut rec = QmpRecord::default();
+    let mut candidates: Vec<QmpSocket> = opts
+        .qmp
+        .iter()
+        .filter(|(name, _)| *name == vm.name)
+        .map(|(_, path)| QmpSocket {
+            path: path.clone(),
+            origin: "--qmp".into(),
+        })
+        .collect();
+    if opts.qmp_discover {
+        let (found, notes) = sockets_from_cmdline(&vm.cmdline);
+        if vm.manager.as_deref() == Some("libvirt") && !found.is_empty() {
+            // libvirt holds its monitor's only connection: we would wait for nothing.
+            rec.notes.push(
+                "the QMP monitor belongs to libvirt: not used (give --qmp for another one)".into(),
+            );
+        } else {
+            candidates.extend(found);
+        }
+        rec.notes.extend(notes);
+    }
+    if candidates.is_empty() && rec.notes.is_empty() {
+        return None;
+    }
+    for s in candidates {
+        match Qmp::connect(&s.path, opts.qmp_timeout) {
+            Ok(mut q) => {
+                rec.socket = Some(s.path);
+                rec.origin = Some(s.origin);
+                rec.version = q.version.clone();
+                let mut ask = |rec: &mut QmpRecord, key: &str, cmd: &str, args: Option<Value>| {
+                    match q.execute(cmd, args) {
+                        Ok(v) => rec.replies.insert(key.to_string(), v).map(|_| ()),
+                        Err(e) => rec
+                            .errors
+                            .insert(key.to_string(), e.to_string())
+                            .map(|_| ()),
+                    };
+                };
+                ask(&mut rec, "query-cpus-fast", "query-cpus-fast", None);
+                ask(&mut rec, "query-kvm", "query-kvm", None);
+                if rec.kvm_enabled() == Some(true) {
+                    for target in ["vm", "vcpu"] {
+                        let args = json!({"target": target, "providers": [{"provider": "kvm"}]});
+                        ask(
+                            &mut rec,
+                            &format!("query-stats {target}"),
+                            "query-stats",
+                            Some(args),
+                        );
+                    }
+                }
+                break;
+            }
+            Err(e) => rec.failed.push(QmpAttempt {
+                socket: s.path,
+                origin: s.origin,
+                error: e.to_string(),
+            }),
+        }
+    }
+    Some(rec)
+}
+
+fn json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec_pretty(v).unwrap_or_default()
+}
+
+/// Asks every VM's QMP and KVM stats fds and stores the answers in `side`.
+pub fn add_side(side: &mut MemFs, vms: &[VmObs], opts: &HostLiveOptions) {
+    let unknown: Vec<String> = opts
+        .qmp
+        .iter()
+        .filter(|(name, _)| !vms.iter().any(|v| v.name == *name))
+        .map(|(name, path)| format!("--qmp {name}={path}: no VM named {name} was found"))
+        .collect();
+    if !unknown.is_empty() {
+        side.insert(NOTES, json_bytes(&unknown));
+    }
+    for vm in vms {
+        let rec = query(vm, opts);
+        if let Some(r) = &rec {
+            side.insert(&format!("{QMP_DIR}/{}.json", vm.pid), json_bytes(r));
+        }
+        let tcg = vm.kind == VmKind::QemuTcg
+            || rec.as_ref().and_then(QmpRecord::kvm_enabled) == Some(false);
+        let dir = format!("{KVM_STATS_DIR}/{}", vm.pid);
+        if tcg {
+            let why = ["runs on TCG (software emulation): KVM keeps no statistics for it"];
+            side.insert(&format!("{dir}/problems.json"), json_bytes(&why));
+            continue;
+        }
+        let got = kvm_stats::from_process(vm.pid);
+        for (fd, bytes) in &got.files {
+            side.insert(&format!("{dir}/{fd}.bin"), bytes);
+        }
+        if !got.problems.is_empty() {
+            side.insert(&format!("{dir}/problems.json"), json_bytes(&got.problems));
+        }
+    }
+}
+
+/// Stores the result of the exit sample (or why there is none).
+pub fn add_exit_sample(side: &mut MemFs, sample: &ExitSample) {
+    side.insert(EXIT_SAMPLE, json_bytes(sample));
+}
+
+pub fn exit_sample_failed() -> ExitSample {
+    ExitSample::NotAvailable {
+        reason: "the sampling thread failed".into(),
+    }
+}
+
+/// Takes the kvm:kvm_exit sample (in the calling thread).
+pub fn exit_sample(len: Duration) -> ExitSample {
+    if len.is_zero() {
+        return ExitSample::NotAvailable {
+            reason: "not taken (--exit-sample 0)".into(),
+        };
+    }
+    kvm_exits::sample(len, true)
+}
