@@ -3,6 +3,7 @@
 
 mod args;
 mod probe_cmd;
+mod serve_cmd;
 
 use args::{Cli, ColorChoice, Command, DoctorArgs, SampleArgs};
 use clap::{CommandFactory, Parser};
@@ -114,6 +115,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Probe(a) => probe_cmd::run(&a),
+        Command::Serve(a) => serve_cmd::run(&a),
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             clap_mangen::generate_to(Cli::command(), &dir)

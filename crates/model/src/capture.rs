@@ -55,18 +55,76 @@ fn record_side(root: &std::path::Path, name: &str, side: Side) -> Result<MemFs, 
     Ok(fs)
 }
 
+/// One interval of a live capture: the files the rules read at its start,
+/// then (in [`IntervalCapture::finish`]) at its end, with the /proc/stat
+/// series the caller took meanwhile. `capture` runs one; `serve` runs one
+/// after another to evaluate the rules periodically.
+pub struct IntervalCapture {
+    root: std::path::PathBuf,
+    t0: MemFs,
+    start: Instant,
+    taken_unix_s: Option<f64>,
+    sample_hz: f64,
+}
+
+impl IntervalCapture {
+    pub fn start(root: &std::path::Path, sample_hz: f64) -> Result<Self, ReadError> {
+        let taken_unix_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .ok();
+        let t0 = record_side(root, "live t0", Side::Start)?;
+        Ok(IntervalCapture {
+            root: root.to_path_buf(),
+            t0,
+            start: Instant::now(),
+            taken_unix_s,
+            sample_hz,
+        })
+    }
+
+    /// When the start side was read.
+    pub fn started(&self) -> Instant {
+        self.start
+    }
+
+    pub fn finish(self, samples: Vec<RawSample>) -> Result<Snapshot, ReadError> {
+        let t1 = record_side(&self.root, "live t1", Side::End)?;
+        let meta = Meta {
+            format: FORMAT.to_string(),
+            interval_s: self.start.elapsed().as_secs_f64(),
+            hostname: t1.read_value("/proc/sys/kernel/hostname").ok().flatten(),
+            taken_unix_s: self.taken_unix_s,
+            clk_tck: clk_tck(),
+            kernel: t1.read_value("/proc/sys/kernel/osrelease").ok().flatten(),
+            stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            sample_hz: (self.sample_hz > 0.0).then_some(self.sample_hz),
+        };
+        Ok(Snapshot {
+            meta,
+            t0: self.t0,
+            t1,
+            samples,
+        })
+    }
+}
+
+/// USER_HZ of this machine, the unit of /proc/stat.
+pub fn clk_tck() -> Option<u64> {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map(|v| v as u64)
+}
+
 pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
-    let taken_unix_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .ok();
     let mut sampler = if opts.sample_hz > 0.0 {
         Some(StatSampler::open(&opts.root)?)
     } else {
         None
     };
-    let t0 = record_side(&opts.root, "live t0", Side::Start)?;
-    let start = Instant::now();
+    let interval = IntervalCapture::start(&opts.root, opts.sample_hz)?;
+    let start = interval.started();
     let mut samples = Vec::new();
     if let Some(s) = sampler.as_mut() {
         let period = Duration::from_secs_f64(1.0 / opts.sample_hz);
@@ -96,24 +154,5 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
             stat: s.cpu_lines()?,
         });
     }
-    let t1 = record_side(&opts.root, "live t1", Side::End)?;
-    let meta = Meta {
-        format: FORMAT.to_string(),
-        interval_s: start.elapsed().as_secs_f64(),
-        hostname: t1.read_value("/proc/sys/kernel/hostname").ok().flatten(),
-        taken_unix_s,
-        clk_tck: nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .map(|v| v as u64),
-        kernel: t1.read_value("/proc/sys/kernel/osrelease").ok().flatten(),
-        stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-        sample_hz: (opts.sample_hz > 0.0).then_some(opts.sample_hz),
-    };
-    Ok(Snapshot {
-        meta,
-        t0,
-        t1,
-        samples,
-    })
+    interval.finish(samples)
 }

@@ -3,7 +3,7 @@
 //! host facts the rules need (NUMA nodes, balancing, KVM debugfs).
 
 use super::discovery::{
-    libvirt_scope, libvirt_scope_path, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_of,
+    libvirt_scope, libvirt_scope_path, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_comm, vmm_of,
     ThreadRole, VmKind,
 };
 use crate::observation::Side;
@@ -175,7 +175,7 @@ pub fn collect_host(src: &dyn Source, side: Side) -> Result<HostObservation, Rea
             continue;
         };
         // Cheap filter first: only VMM-looking processes get their cmdline read.
-        if !(comm.starts_with("qemu") || comm == "firecracker" || comm == "kvm") {
+        if !vmm_comm(&comm) {
             continue;
         }
         let Some(cmdline) = proc_::cmdline(src, pid)? else {
