@@ -1,6 +1,7 @@
 //! Shared helpers for the CLI integration tests.
 #![allow(dead_code)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -80,4 +81,28 @@ pub fn finding_ids(v: &serde_json::Value) -> Vec<String> {
         .iter()
         .map(|f| f["id"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// The binary, copied where uid 65534 can execute it.
+pub fn world_runnable_binary() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dst = dir.path().join("stealscope");
+    std::fs::copy(env!("CARGO_BIN_EXE_stealscope"), &dst).unwrap();
+    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, dst)
+}
+
+/// `bin args` as uid/gid 65534 (nobody), not yet started.
+pub fn nobody_command(bin: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin)
+        .args(args)
+        .current_dir("/");
+    c
+}
+
+pub fn as_nobody(bin: &Path, args: &[&str]) -> Output {
+    nobody_command(bin, args).output().expect("setpriv")
 }
