@@ -11,27 +11,7 @@ use std::time::Instant;
 const RUN_DIR: &str = "/run/stealscope-test-host";
 
 fn testenv(script: &str, args: &[&str]) -> String {
-    let out = Command::new(repo().join("testenv").join(script))
-        .args(args)
-        .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
-        .output()
-        .unwrap_or_else(|e| panic!("{script}: {e}"));
-    assert!(
-        out.status.success(),
-        "{script} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Stops every VM of this test even when an assertion fails.
-struct Vms;
-impl Drop for Vms {
-    fn drop(&mut self) {
-        let _ = Command::new(repo().join("testenv/stop-all.sh"))
-            .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
-            .output();
-    }
+    testenv_in(RUN_DIR, script, args)
 }
 
 fn qmp_tids(vm: &str) -> Vec<u64> {
@@ -98,7 +78,7 @@ fn real_qemu_vms_discovery_steal_and_split() {
     if !require(have, "root and qemu-system-x86_64 (run testenv/setup.sh)") {
         return;
     }
-    let _vms = Vms;
+    let _vms = StopVms(RUN_DIR);
     let pid_a: u64 = testenv("start-vm.sh", &["hqA", "2", "--busy", "2"])
         .parse()
         .unwrap();

@@ -3,32 +3,12 @@
 use super::helpers::*;
 use crate::common::*;
 use serde_json::Value;
-use std::process::Command;
 use std::time::Duration;
 
 const RUN_DIR: &str = "/run/stealscope-test-serve";
 
 fn testenv(script: &str, args: &[&str]) -> String {
-    let out = Command::new(repo().join("testenv").join(script))
-        .args(args)
-        .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
-        .output()
-        .unwrap_or_else(|e| panic!("{script}: {e}"));
-    assert!(
-        out.status.success(),
-        "{script} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-struct Vms;
-impl Drop for Vms {
-    fn drop(&mut self) {
-        let _ = Command::new(repo().join("testenv/stop-all.sh"))
-            .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
-            .output();
-    }
+    testenv_in(RUN_DIR, script, args)
 }
 
 /// (index, thread id) of each vCPU, from QMP.
@@ -66,7 +46,7 @@ fn vcpu_series_follow_real_qemu_vms() {
     if !require(have_qemu, "root, qemu-system-x86_64 and promtool") {
         return;
     }
-    let _vms = Vms;
+    let _vms = StopVms(RUN_DIR);
     let pid_a: u64 = testenv("start-vm.sh", &["svA", "2", "--busy", "1"])
         .parse()
         .unwrap();
