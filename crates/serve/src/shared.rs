@@ -118,3 +118,60 @@ impl Stop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn raw(t_ns: u64) -> RawSample {
+        RawSample {
+            t_ns,
+            stat: String::new(),
+        }
+    }
+
+    #[test]
+    fn series_is_bounded_to_two_rule_intervals() {
+        let s = Shared::new(10.0, Duration::from_secs(1));
+        for t in 0..100 {
+            s.push_sample(raw(t));
+        }
+        let kept = s.take_series();
+        assert_eq!(kept.len(), 2 * 10 + 16);
+        assert_eq!(kept.last().unwrap().t_ns, 99);
+        assert!(s.take_series().is_empty());
+    }
+
+    #[test]
+    fn encodings_are_reused_until_the_state_changes() {
+        let shared = Arc::new(Shared::new(10.0, Duration::from_secs(30)));
+        let scrapes = Scrapes::new(shared.clone());
+        let a = scrapes.body(Format::Text);
+        let b = scrapes.body(Format::Text);
+        // The same allocation: encoded once.
+        assert_eq!(a.as_ptr(), b.as_ptr());
+        assert!(!String::from_utf8_lossy(&a).contains("stealscope_finding"));
+        shared.update(|s| s.findings = vec![("x.y".into(), stealscope_analysis::Severity::Info)]);
+        let c = scrapes.body(Format::Text);
+        assert!(String::from_utf8_lossy(&c).contains("stealscope_finding{id=\"x.y\""));
+        let om = scrapes.body(Format::OpenMetrics);
+        assert!(om.ends_with(b"# EOF\n"));
+    }
+
+    #[test]
+    fn stop_wakes_a_sleeper() {
+        let stop = Arc::new(Stop::default());
+        let s2 = stop.clone();
+        let t = std::thread::spawn(move || {
+            let start = Instant::now();
+            let stopped = s2.wait_until(start + Duration::from_secs(30));
+            (stopped, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        stop.stop();
+        let (stopped, waited) = t.join().unwrap();
+        assert!(stopped && waited < Duration::from_secs(5));
+        assert!(!Stop::default().wait_until(Instant::now()));
+    }
+}

@@ -55,3 +55,34 @@ pub(crate) async fn run(path: PathBuf, every: Duration, scrapes: Arc<Scrapes>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_must_be_a_writable_prom_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = check(&dir.path().join("x.txt")).unwrap_err().to_string();
+        assert!(e.contains("x.txt") && e.contains(".prom"), "{e}");
+        let e = check(&dir.path().join("missing/x.prom"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing/x.prom"), "{e}");
+        check(&dir.path().join("x.prom")).unwrap();
+    }
+
+    #[test]
+    fn write_replaces_the_file_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.prom");
+        write(&p, b"a 1\n").unwrap();
+        write(&p, b"a 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "a 2\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["s.prom"]);
+    }
+}
