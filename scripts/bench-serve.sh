@@ -62,6 +62,7 @@ s_series=$(curl -s "$SURL" | grep -vc '^#')
 n_series=$(curl -s "$NURL" | grep -vc '^#')
 sleep 2
 
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "== idle ${IDLE} s, both running, no scrapes" >&2
 s0=$(cpu_s "$SPID"); n0=$(cpu_s "$NPID")
 sleep "$IDLE"
@@ -117,6 +118,7 @@ s_hwm=$(hwm_kb "$SPID")
 n_rss0=$(rss_kb "$NPID")
 read -r n_n n_cost n_p50 n_p99 n_err <<<"$(drive "$NPID" "$NURL" "$LOAD" "$CONNS" 2 "$n_idle_rate")"
 n_rss1=$(rss_kb "$NPID")
+load1=$(cut -d' ' -f1-3 /proc/loadavg)
 alive=yes
 kill -0 "$SPID" 2>/dev/null || alive=no
 
@@ -153,5 +155,8 @@ serve samples continuously (that is its idle cost: /proc/stat ten times a second
 once a second, the rules every 30 s) and answers a scrape from state it already holds, encoded
 at most once per sample; node_exporter does nothing between scrapes and collects everything on
 each one. wrk and both servers share this machine's $(nproc) CPUs, so the latencies under load
-include waiting for a CPU.
+include waiting for a CPU; node_exporter answers at most 40 scrapes at a time by default
+(\`--web.max-requests\`) and refuses the rest with 503, which is its errors column. Load average
+of the machine at the start and end of the run: $load0 and $load1 (other work on it lengthens the
+latency tail of both).
 EOF
