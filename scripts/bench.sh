@@ -21,6 +21,7 @@ tmp=$(mktemp)
   cargo bench --quiet --bench hw_counters 2>/dev/null
   # Issue 3 (probes) is work in progress: its section appears once its script runs cleanly.
   if probes=$(scripts/bench-probes.sh 2>/dev/null); then echo; echo "$probes"; fi
+  if serve=$(scripts/bench-serve.sh 2>/dev/null); then echo; echo "$serve"; fi
 } > "$tmp"
 mv "$tmp" "$out"
 cat "$out"

@@ -71,6 +71,17 @@ pub enum Command {
                             intervals, memory margins). Journal: /var/lib/stealscope/place.journal."
     )]
     Place(crate::place_cmd::PlaceArgs),
+    /// Prometheus exporter: samples in the background and serves /metrics (read-only)
+    #[command(
+        after_help = "Examples:\n  stealscope serve                                 127.0.0.1:9464, 10 Hz\n  \
+                            stealscope serve --listen [::1]:9464 --rate 20\n  \
+                            stealscope serve --textfile /var/lib/prometheus/node-exporter/stealscope.prom\n\n\
+                            Metrics (SPEC.md): stealscope_cpu_seconds_total{cpu,mode}, stealscope_steal_window_ratio \
+                            (histogram per cpu), stealscope_vcpu_wait_seconds_total / vcpu_run_seconds_total{vm,vcpu} \
+                            on hosts, stealscope_finding{id,severity}, stealscope_build_info. Runs as any user; \
+                            alert rules and a dashboard are in deploy/."
+    )]
+    Serve(crate::serve_cmd::ServeArgs),
     /// Print shell completions to stdout
     #[command(
         after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \
@@ -175,7 +186,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-fn parse_rate(s: &str) -> Result<f64, String> {
+pub fn parse_rate(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
     if !(0.0..=1000.0).contains(&v) {
         return Err("rate must be between 0 and 1000 Hz".into());

@@ -6,8 +6,7 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -412,26 +411,6 @@ fn wakeup_latency_shows_the_known_bursts() {
     let p99 = w["p99_us"].as_f64().unwrap();
     assert!(p99 >= 0.75 * BURST_US as f64, "p99 {p99}");
     assert!(with["policy"] == "fifo" && with["memory_locked"] == true);
-}
-
-/// The binary, copied where uid 65534 can execute it.
-fn world_runnable_binary() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let dst = dir.path().join("stealscope");
-    std::fs::copy(env!("CARGO_BIN_EXE_stealscope"), &dst).unwrap();
-    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (dir, dst)
-}
-
-fn as_nobody(bin: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(bin)
-        .args(args)
-        .current_dir("/")
-        .output()
-        .expect("setpriv")
 }
 
 #[test]

@@ -9,7 +9,7 @@ use crate::hw::HwSampler;
 use crate::observation::{collect, Observation, Side};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use stealscope_readers::perf::CounterCapture;
+use stealscope_readers::perf::{CounterCapture, CounterSample};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
 use stealscope_readers::{cpu_topology, cpuid, stat, MemFs, ReadError, Recorder, RootFs, Source};
@@ -90,6 +90,126 @@ fn open_counters(root: &std::path::Path, t0: &MemFs) -> Option<HwSampler> {
     Some(HwSampler::open(&live, &cpus))
 }
 
+/// One interval of a live capture: the files the rules read at its start,
+/// then (in [`IntervalCapture::finish`]) at its end, with the /proc/stat
+/// series the caller took meanwhile, the hardware counters read with each
+/// sample ([`IntervalCapture::sample_counters`]), CPUID and, on a live host,
+/// QMP and KVM statistics at both ends and a kvm:kvm_exit sample inside.
+/// `capture` runs one; `serve` runs one after another to evaluate the rules
+/// periodically.
+pub struct IntervalCapture {
+    root: std::path::PathBuf,
+    t0: MemFs,
+    start: Instant,
+    taken_unix_s: Option<f64>,
+    sample_hz: f64,
+    hw: Option<HwSampler>,
+    counter_samples: Vec<CounterSample>,
+    host: HostLiveOptions,
+    ask_live: bool,
+    exit_thread: Option<std::thread::JoinHandle<stealscope_readers::kvm_exits::ExitSample>>,
+}
+
+impl IntervalCapture {
+    pub fn start(
+        root: &std::path::Path,
+        sample_hz: f64,
+        host: &HostLiveOptions,
+    ) -> Result<Self, ReadError> {
+        let taken_unix_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .ok();
+        let (mut t0, obs0) = record_side(root, "live t0", Side::Start)?;
+        let hw = open_counters(root, &t0);
+        let live_root = is_live_root(root);
+        let live_host = live_root && !obs0.host.vms.is_empty();
+        // Given sockets are checked even with no VM, so a wrong name is said.
+        let ask_live = live_host || (live_root && !host.qmp.is_empty());
+        let start = Instant::now();
+        // The exit sample runs inside the interval, so it costs no extra time.
+        let exit_len = host.exit_sample;
+        let exit_thread =
+            live_host.then(|| std::thread::spawn(move || live::exit_sample(exit_len)));
+        if ask_live {
+            live::add_side(&mut t0, &obs0.host.vms, host);
+        }
+        Ok(IntervalCapture {
+            root: root.to_path_buf(),
+            t0,
+            start,
+            taken_unix_s,
+            sample_hz,
+            hw,
+            counter_samples: Vec::new(),
+            host: host.clone(),
+            ask_live,
+            exit_thread,
+        })
+    }
+
+    /// When the start side was read.
+    pub fn started(&self) -> Instant {
+        self.start
+    }
+
+    /// Reads the counter groups; call right after each /proc/stat sample so
+    /// that their windows line up with the steal windows.
+    pub fn sample_counters(&mut self) {
+        if let Some(h) = self.hw.as_mut() {
+            if !h.counters().opened().is_empty() {
+                self.counter_samples.push(h.sample());
+            }
+        }
+    }
+
+    pub fn finish(mut self, samples: Vec<RawSample>) -> Result<Snapshot, ReadError> {
+        self.sample_counters();
+        let hardware = Hardware {
+            cpuid: is_live_root(&self.root).then(cpuid::read_live),
+            counters: self.hw.map(|h| CounterCapture {
+                opened: h.counters().opened().to_vec(),
+                missing: h.counters().missing().to_vec(),
+                samples: self.counter_samples,
+            }),
+        };
+        let (mut t1, obs1) = record_side(&self.root, "live t1", Side::End)?;
+        if self.ask_live {
+            live::add_side(&mut t1, &obs1.host.vms, &self.host);
+        }
+        if let Some(s) = self.exit_thread {
+            // A panicked sampler thread is reported like any other failure.
+            let sample = s.join().unwrap_or_else(|_| live::exit_sample_failed());
+            live::add_exit_sample(&mut t1, &sample);
+        }
+        let meta = Meta {
+            format: FORMAT.to_string(),
+            interval_s: self.start.elapsed().as_secs_f64(),
+            hostname: t1.read_value("/proc/sys/kernel/hostname").ok().flatten(),
+            taken_unix_s: self.taken_unix_s,
+            clk_tck: clk_tck(),
+            kernel: t1.read_value("/proc/sys/kernel/osrelease").ok().flatten(),
+            stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            sample_hz: (self.sample_hz > 0.0).then_some(self.sample_hz),
+        };
+        Ok(Snapshot {
+            meta,
+            t0: self.t0,
+            t1,
+            samples,
+            hardware,
+        })
+    }
+}
+
+/// USER_HZ of this machine, the unit of /proc/stat.
+pub fn clk_tck() -> Option<u64> {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map(|v| v as u64)
+}
+
 pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
     capture_with(opts, &HostLiveOptions::default())
 }
@@ -98,41 +218,20 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
 /// KVM stats fds at both ends and samples kvm:kvm_exit during the interval
 /// (host::live), storing the answers in the snapshot.
 pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Snapshot, ReadError> {
-    let taken_unix_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .ok();
     let mut sampler = if opts.sample_hz > 0.0 {
         Some(StatSampler::open(&opts.root)?)
     } else {
         None
     };
-    let (mut t0, obs0) = record_side(&opts.root, "live t0", Side::Start)?;
-    let mut hw = open_counters(&opts.root, &t0);
-    let mut counter_samples = Vec::new();
-    // Counters are read right after each /proc/stat sample so that their
-    // windows line up with the steal windows.
-    let mut read_counters = |hw: &mut Option<HwSampler>| {
-        if let Some(h) = hw.as_mut() {
-            if !h.counters().opened().is_empty() {
-                counter_samples.push(h.sample());
-            }
-        }
+    let host = HostLiveOptions {
+        exit_sample: host.exit_sample.min(opts.interval),
+        ..host.clone()
     };
-    let live_root = is_live_root(&opts.root);
-    let live_host = live_root && !obs0.host.vms.is_empty();
-    // Given sockets are checked even with no VM, so a wrong name is said.
-    let ask_live = live_host || (live_root && !host.qmp.is_empty());
-    let start = Instant::now();
-    // The exit sample runs inside the interval, so it costs no extra time.
-    let exit_len = host.exit_sample.min(opts.interval);
-    let exit_thread = live_host.then(|| std::thread::spawn(move || live::exit_sample(exit_len)));
-    if ask_live {
-        live::add_side(&mut t0, &obs0.host.vms, host);
-    }
+    let mut interval = IntervalCapture::start(&opts.root, opts.sample_hz, &host)?;
+    let start = interval.started();
     let mut samples = Vec::new();
     if sampler.is_none() {
-        read_counters(&mut hw);
+        interval.sample_counters();
     }
     if let Some(s) = sampler.as_mut() {
         let period = Duration::from_secs_f64(1.0 / opts.sample_hz);
@@ -142,7 +241,7 @@ pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Sna
                 t_ns: monotonic_ns(),
                 stat: s.cpu_lines()?,
             });
-            read_counters(&mut hw);
+            interval.sample_counters();
             next += period;
             if next > start + opts.interval {
                 break;
@@ -163,42 +262,5 @@ pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Sna
             stat: s.cpu_lines()?,
         });
     }
-    read_counters(&mut hw);
-    let hardware = Hardware {
-        cpuid: is_live_root(&opts.root).then(cpuid::read_live),
-        counters: hw.map(|h| CounterCapture {
-            opened: h.counters().opened().to_vec(),
-            missing: h.counters().missing().to_vec(),
-            samples: counter_samples,
-        }),
-    };
-    let (mut t1, obs1) = record_side(&opts.root, "live t1", Side::End)?;
-    if ask_live {
-        live::add_side(&mut t1, &obs1.host.vms, host);
-    }
-    if let Some(s) = exit_thread {
-        // A panicked sampler thread is reported like any other failure.
-        let sample = s.join().unwrap_or_else(|_| live::exit_sample_failed());
-        live::add_exit_sample(&mut t1, &sample);
-    }
-    let meta = Meta {
-        format: FORMAT.to_string(),
-        interval_s: start.elapsed().as_secs_f64(),
-        hostname: t1.read_value("/proc/sys/kernel/hostname").ok().flatten(),
-        taken_unix_s,
-        clk_tck: nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .map(|v| v as u64),
-        kernel: t1.read_value("/proc/sys/kernel/osrelease").ok().flatten(),
-        stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-        sample_hz: (opts.sample_hz > 0.0).then_some(opts.sample_hz),
-    };
-    Ok(Snapshot {
-        meta,
-        t0,
-        t1,
-        samples,
-        hardware,
-    })
+    interval.finish(samples)
 }

@@ -27,7 +27,42 @@ pub struct ModeSecs {
     pub steal: f64,
 }
 
+/// Mode names in /proc/stat column order (the `mode` label of exporters).
+pub const MODES: [&str; 8] = [
+    "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
+];
+
 impl ModeSecs {
+    /// Absolute seconds since boot of one /proc/stat row (missing columns are 0;
+    /// [`modes_present`] says which they are).
+    pub fn from_ticks(t: &CpuTimes, clk_tck: f64) -> ModeSecs {
+        let s = |v: Option<u64>| v.unwrap_or(0) as f64 / clk_tck;
+        ModeSecs {
+            user: s(Some(t.user)),
+            nice: s(Some(t.nice)),
+            system: s(Some(t.system)),
+            idle: s(Some(t.idle)),
+            iowait: s(t.iowait),
+            irq: s(t.irq),
+            softirq: s(t.softirq),
+            steal: s(t.steal),
+        }
+    }
+
+    /// Values in [`MODES`] order.
+    pub fn values(&self) -> [f64; 8] {
+        [
+            self.user,
+            self.nice,
+            self.system,
+            self.idle,
+            self.iowait,
+            self.irq,
+            self.softirq,
+            self.steal,
+        ]
+    }
+
     /// Time the CPU ran guest work (what "busy" means from inside the VM).
     pub fn util(&self) -> f64 {
         self.user + self.nice + self.system + self.irq + self.softirq
@@ -48,6 +83,21 @@ impl ModeSecs {
         self.softirq += o.softirq;
         self.steal += o.steal;
     }
+}
+
+/// Which of [`MODES`] the kernel prints for this row (older kernels lack
+/// the trailing columns).
+pub fn modes_present(t: &CpuTimes) -> [bool; 8] {
+    [
+        true,
+        true,
+        true,
+        true,
+        t.iowait.is_some(),
+        t.irq.is_some(),
+        t.softirq.is_some(),
+        t.steal.is_some(),
+    ]
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -17,3 +17,4 @@ pub use machine::MachineModel;
 pub use observation::{collect, Observation};
 pub mod capture;
 pub mod host;
+pub mod running;

@@ -1,5 +1,7 @@
-//! Output: renderers for the reports (text for people, JSON for scripts).
+//! Output: renderers for the reports (text for people, JSON for scripts) and
+//! the Prometheus exposition of `serve`.
 
 pub mod json;
+pub mod metrics;
 pub mod place;
 pub mod text;

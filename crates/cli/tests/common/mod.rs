@@ -4,6 +4,7 @@
 pub mod perf_raw;
 pub mod testenv;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -83,4 +84,54 @@ pub fn finding_ids(v: &serde_json::Value) -> Vec<String> {
         .iter()
         .map(|f| f["id"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// The binary, copied where uid 65534 can execute it.
+pub fn world_runnable_binary() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dst = dir.path().join("stealscope");
+    std::fs::copy(env!("CARGO_BIN_EXE_stealscope"), &dst).unwrap();
+    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, dst)
+}
+
+/// `bin args` as uid/gid 65534 (nobody), not yet started.
+pub fn nobody_command(bin: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin)
+        .args(args)
+        .current_dir("/");
+    c
+}
+
+pub fn as_nobody(bin: &Path, args: &[&str]) -> Output {
+    nobody_command(bin, args).output().expect("setpriv")
+}
+
+/// A testenv/ script with this test's own run directory; its stdout.
+pub fn testenv_in(run_dir: &str, script: &str, args: &[&str]) -> String {
+    let out = Command::new(repo().join("testenv").join(script))
+        .args(args)
+        .env("STEALSCOPE_TESTENV_RUN", run_dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Stops every VM of a run directory when dropped, even after a failed assertion.
+pub struct StopVms(pub &'static str);
+
+impl Drop for StopVms {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("testenv/stop-all.sh"))
+            .env("STEALSCOPE_TESTENV_RUN", self.0)
+            .output();
+    }
 }

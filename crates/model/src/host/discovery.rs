@@ -26,6 +26,12 @@ impl VmKind {
     }
 }
 
+/// Cheap first filter on a process name: only these get their command
+/// line read by [`vmm_of`].
+pub fn vmm_comm(comm: &str) -> bool {
+    comm.starts_with("qemu") || comm == "firecracker" || comm == "kvm"
+}
+
 /// What a process's name and command line say it is.
 pub fn vmm_of(comm: &str, cmdline: &[String]) -> Option<VmKind> {
     let exe = cmdline

@@ -4,7 +4,7 @@
 //! the live capture asked QMP, KVM stats fds and kvm:kvm_exit (host::live).
 
 use super::discovery::{
-    libvirt_scope, libvirt_scope_path, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_of,
+    libvirt_scope, libvirt_scope_path, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_comm, vmm_of,
     ThreadRole, VmKind,
 };
 use super::kvm::KvmCounters;
@@ -258,7 +258,7 @@ pub fn collect_host(src: &dyn Source, side: Side) -> Result<HostObservation, Rea
             continue;
         };
         // Cheap filter first: only VMM-looking processes get their cmdline read.
-        if !(comm.starts_with("qemu") || comm == "firecracker" || comm == "kvm") {
+        if !vmm_comm(&comm) {
             continue;
         }
         let Some(cmdline) = proc_::cmdline(src, pid)? else {

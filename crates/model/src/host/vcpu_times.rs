@@ -1,0 +1,102 @@
+//! Cumulative run and run-queue wait seconds of every vCPU thread from one
+//! host scan, named for exporters: the VM's name (with its pid when two VMs
+//! share one, so that no two series collide) and the vCPU index.
+
+use super::discovery::ThreadRole;
+use super::scanner::{ScannedVm, ThreadSample};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VcpuTimes {
+    pub vm: String,
+    pub vcpu: u32,
+    /// Run-queue wait since the thread started: the steal its guest sees.
+    pub wait_s: f64,
+    pub run_s: f64,
+}
+
+pub fn vcpu_times(vms: &[ScannedVm], samples: &[ThreadSample]) -> Vec<VcpuTimes> {
+    let mut per_name: BTreeMap<&str, usize> = BTreeMap::new();
+    for vm in vms {
+        *per_name.entry(vm.name.as_str()).or_default() += 1;
+    }
+    let label = |pid: u32| -> Option<String> {
+        let vm = vms.iter().find(|v| v.pid == pid)?;
+        Some(if per_name[vm.name.as_str()] > 1 {
+            format!("{} (pid {pid})", vm.name)
+        } else {
+            vm.name.clone()
+        })
+    };
+    let mut out: Vec<VcpuTimes> = samples
+        .iter()
+        .filter_map(|s| {
+            let ThreadRole::Vcpu(index) = s.role else {
+                return None;
+            };
+            Some(VcpuTimes {
+                vm: label(s.pid)?,
+                vcpu: index,
+                wait_s: s.sched.wait_ns as f64 / 1e9,
+                run_s: s.sched.run_ns as f64 / 1e9,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.vm.cmp(&b.vm).then(a.vcpu.cmp(&b.vcpu)));
+    // Two threads claiming one index (a restarted vCPU) would be one series twice.
+    out.dedup_by(|a, b| a.vm == b.vm && a.vcpu == b.vcpu);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stealscope_readers::process::TaskSchedstat;
+
+    fn vm(pid: u32, name: &str) -> ScannedVm {
+        ScannedVm {
+            pid,
+            name: name.into(),
+            threads: Vec::new(),
+        }
+    }
+
+    fn sample(pid: u32, tid: u32, role: ThreadRole, wait_ns: u64) -> ThreadSample {
+        ThreadSample {
+            pid,
+            tid,
+            role,
+            sched: TaskSchedstat {
+                run_ns: 2 * wait_ns,
+                wait_ns,
+                slices: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn names_vcpus_and_tells_same_named_vms_apart() {
+        let vms = [vm(10, "web"), vm(20, "db"), vm(30, "db")];
+        let s = [
+            sample(10, 11, ThreadRole::Vcpu(1), 3_000_000_000),
+            sample(10, 12, ThreadRole::Vcpu(0), 500_000_000),
+            sample(10, 13, ThreadRole::Emulator, 7),
+            sample(20, 21, ThreadRole::Vcpu(0), 1),
+            sample(30, 31, ThreadRole::Vcpu(0), 2),
+            sample(99, 91, ThreadRole::Vcpu(0), 2),
+        ];
+        let v = vcpu_times(&vms, &s);
+        let names: Vec<(&str, u32)> = v.iter().map(|t| (t.vm.as_str(), t.vcpu)).collect();
+        assert_eq!(
+            names,
+            [
+                ("db (pid 20)", 0),
+                ("db (pid 30)", 0),
+                ("web", 0),
+                ("web", 1)
+            ]
+        );
+        assert_eq!(v[3].wait_s, 3.0);
+        assert_eq!(v[3].run_s, 6.0);
+    }
+}

@@ -1,0 +1,351 @@
+//! Prometheus exposition of `serve`'s state (SPEC.md "Prometheus metrics"),
+//! encoded by prometheus-client: OpenMetrics text for Prometheus, and the
+//! classic text format (0.0.4) for everyone else (curl, `promtool check
+//! metrics`, node_exporter's textfile collector). Families without series
+//! are left out, so a guest shows no vCPU families and a VM that is gone
+//! leaves no series behind.
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use stealscope_analysis::Severity;
+use stealscope_model::cputime::MODES;
+use stealscope_model::host::VcpuTimes;
+use stealscope_model::running::RunningCpuTimes;
+
+/// Everything `serve` exports, updated by its sampler and rule runs.
+#[derive(Debug, Default)]
+pub struct MetricsState {
+    pub cpu: RunningCpuTimes,
+    /// vCPU threads of the last host scan (empty on a guest).
+    pub vcpus: Vec<VcpuTimes>,
+    /// Findings of the last rule run: (id, severity), without repeats.
+    pub findings: Vec<(String, Severity)>,
+}
+
+pub type SharedState = Arc<Mutex<MetricsState>>;
+
+/// Metric family names as they appear on the wire (with the suffixes the
+/// classic format adds), for tests of the shipped rules and dashboard.
+pub const FAMILIES: [(&str, &str); 7] = [
+    ("stealscope_cpu_seconds_total", "counter"),
+    ("stealscope_stat_anomalies_total", "counter"),
+    ("stealscope_steal_window_ratio", "histogram"),
+    ("stealscope_vcpu_wait_seconds_total", "counter"),
+    ("stealscope_vcpu_run_seconds_total", "counter"),
+    ("stealscope_finding", "gauge"),
+    ("stealscope_build_info", "gauge"),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    OpenMetrics,
+    /// Prometheus text format 0.0.4.
+    Text,
+}
+
+impl Format {
+    /// Picks by the Accept header: OpenMetrics when the client ranks it at
+    /// least as high as the classic format, else the classic format.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let (mut om, mut text) = (0.0f64, 0.0f64);
+        for range in accept.unwrap_or("").split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts
+                .find_map(|p| p.strip_prefix("q="))
+                .and_then(|q| q.parse().ok())
+                .unwrap_or(1.0);
+            match media.as_str() {
+                "application/openmetrics-text" => om = om.max(q),
+                "text/plain" | "text/*" | "*/*" => text = text.max(q),
+                _ => {}
+            }
+        }
+        if om > 0.0 && om >= text {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+pub struct Exporter {
+    registry: Registry,
+}
+
+impl Exporter {
+    pub fn new(state: SharedState, version: &'static str) -> Exporter {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(StateCollector { state, version }));
+        Exporter { registry }
+    }
+
+    pub fn encode(&self, format: Format) -> String {
+        let mut om = String::with_capacity(4096);
+        // Writing into a String does not fail, nor does our collector.
+        let _ = prometheus_client::encoding::text::encode(&mut om, &self.registry);
+        match format {
+            Format::OpenMetrics => om,
+            Format::Text => to_classic(&om),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct StateCollector {
+    state: SharedState,
+    version: &'static str,
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        encode_state(&s, self.version, &mut enc)
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Seconds to the microsecond: sums of tick deltas pick up float noise
+/// (3373.8699999999978); rounding is monotonic, so counters stay so.
+fn secs(v: f64) -> f64 {
+    (v * 1e6).round() / 1e6
+}
+
+/// One family of constant metrics; nothing at all when it has no series.
+fn family<M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, M)>,
+) -> fmt::Result {
+    let mut series = series.into_iter().peekable();
+    let Some((_, first)) = series.peek() else {
+        return Ok(());
+    };
+    let mut m = enc.encode_descriptor(name, help, None, first.metric_type())?;
+    for (labels, metric) in series {
+        metric.encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) -> fmt::Result {
+    let cpus = &s.cpu.cpus;
+    family(
+        enc,
+        "stealscope_cpu_seconds",
+        "Seconds each CPU spent in each mode (/proc/stat); never decreases: kernel counters that go backwards or jump past wall time are clamped.",
+        cpus.iter().flat_map(|(cpu, c)| {
+            let values = c.secs.values();
+            (0..MODES.len()).filter(|i| c.present[*i]).map(move |i| {
+                (
+                    vec![("cpu", cpu.to_string()), ("mode", MODES[i].to_string())],
+                    ConstCounter::new(secs(values[i])),
+                )
+            })
+        }),
+    )?;
+    family(
+        enc,
+        "stealscope_stat_anomalies",
+        "Windows in which a /proc/stat counter of this CPU went backwards or advanced more than wall time (clamped).",
+        cpus.iter()
+            .map(|(cpu, c)| (vec![("cpu", cpu.to_string())], ConstCounter::new(c.anomalies))),
+    )?;
+    let with_windows = cpus.iter().filter(|(_, c)| c.steal_windows.count > 0);
+    if with_windows.clone().next().is_some() {
+        let mut m = enc.encode_descriptor(
+            "stealscope_steal_window_ratio",
+            "Steal share of each short sampling window (default 100 ms), so that bursts survive a long scrape interval.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (cpu, c) in with_windows {
+            let h = &c.steal_windows;
+            let labels = [("cpu", cpu.to_string())];
+            m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                secs(h.sum),
+                h.count,
+                &h.buckets(),
+                None,
+            )?;
+        }
+    }
+    let vcpu_labels = |v: &VcpuTimes| vec![("vm", v.vm.clone()), ("vcpu", v.vcpu.to_string())];
+    family(
+        enc,
+        "stealscope_vcpu_wait_seconds",
+        "Run-queue wait of each vCPU thread (schedstat): the steal its guest is told about.",
+        s.vcpus
+            .iter()
+            .map(|v| (vcpu_labels(v), ConstCounter::new(secs(v.wait_s)))),
+    )?;
+    family(
+        enc,
+        "stealscope_vcpu_run_seconds",
+        "Time each vCPU thread ran on a host CPU (schedstat).",
+        s.vcpus
+            .iter()
+            .map(|v| (vcpu_labels(v), ConstCounter::new(secs(v.run_s)))),
+    )?;
+    family(
+        enc,
+        "stealscope_finding",
+        "1 while a stealscope doctor finding is active (rules run periodically over the last interval).",
+        s.findings.iter().map(|(id, sev)| {
+            (
+                vec![("id", id.clone()), ("severity", sev.as_str().to_string())],
+                ConstGauge::new(1i64),
+            )
+        }),
+    )?;
+    family(
+        enc,
+        "stealscope_build_info",
+        "The running stealscope version.",
+        [(
+            vec![("version", version.to_string())],
+            ConstGauge::new(1i64),
+        )],
+    )
+}
+
+/// OpenMetrics names a counter family without `_total` and ends with
+/// `# EOF`; the classic format names it with the suffix and has no marker.
+/// Everything else we emit is the same in both.
+fn to_classic(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut help: Option<&str> = None;
+    for line in om.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = Some(rest);
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.rsplit_once(' ').unwrap_or((rest, ""));
+            let suffix = if ty == "counter" { "_total" } else { "" };
+            if let Some(h) = help.take() {
+                let text = h.split_once(' ').map_or("", |(_, t)| t);
+                out.push_str(&format!("# HELP {name}{suffix} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name}{suffix} {ty}\n"));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stealscope_readers::stat::parse;
+
+    fn state() -> SharedState {
+        let mut s = MetricsState {
+            cpu: RunningCpuTimes::new(100.0),
+            ..Default::default()
+        };
+        let st = |steal: u64| {
+            parse(
+                &format!("cpu  0 0 0 0 0 0 0 0 0 0\ncpu0 10 0 5 80 1 0 0 {steal} 0 0\ncpu1 1 2 3 4 0 0 0 0 0 0\n"),
+                "s",
+            )
+            .unwrap()
+        };
+        s.cpu.push(1_000_000_000, st(5));
+        s.cpu.push(1_100_000_000, st(8));
+        s.vcpus.push(VcpuTimes {
+            vm: "web \"1\"".into(),
+            vcpu: 0,
+            wait_s: 1.5,
+            run_s: 9.0,
+        });
+        s.findings.push(("steal.bursty".into(), Severity::Warning));
+        Arc::new(Mutex::new(s))
+    }
+
+    fn sample<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| l.starts_with(prefix)).collect()
+    }
+
+    #[test]
+    fn both_formats_carry_the_same_series() {
+        let e = Exporter::new(state(), "9.9.9");
+        let om = e.encode(Format::OpenMetrics);
+        let text = e.encode(Format::Text);
+        assert!(om.ends_with("# EOF\n"));
+        assert!(!text.contains("# EOF"));
+        assert!(om.contains("# TYPE stealscope_cpu_seconds counter\n"));
+        assert!(text.contains("# TYPE stealscope_cpu_seconds_total counter\n"));
+        assert!(text.contains("# HELP stealscope_cpu_seconds_total Seconds each CPU"));
+        let series = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(series(&om), series(&text));
+        // 8 modes per CPU; 0.03 s of steal in 0.1 s = 0.3 lands in the
+        // 0.45 bucket and above.
+        assert_eq!(
+            sample(&text, "stealscope_cpu_seconds_total{cpu=\"0\"").len(),
+            8
+        );
+        assert_eq!(
+            sample(&text, "stealscope_cpu_seconds_total{cpu=\"1\"").len(),
+            8
+        );
+        assert!(text.contains("stealscope_cpu_seconds_total{cpu=\"0\",mode=\"steal\"} 0.08\n"));
+        assert!(text.contains("stealscope_steal_window_ratio_bucket{le=\"0.25\",cpu=\"0\"} 0\n"));
+        assert!(text.contains("stealscope_steal_window_ratio_bucket{le=\"0.45\",cpu=\"0\"} 1\n"));
+        assert!(text.contains("stealscope_steal_window_ratio_bucket{le=\"+Inf\",cpu=\"0\"} 1\n"));
+        assert!(text.contains("stealscope_steal_window_ratio_bucket{le=\"0.0\",cpu=\"1\"} 1\n"));
+        assert!(text
+            .contains("stealscope_vcpu_wait_seconds_total{vm=\"web \\\"1\\\"\",vcpu=\"0\"} 1.5\n"));
+        assert!(text.contains("stealscope_finding{id=\"steal.bursty\",severity=\"warning\"} 1\n"));
+        assert!(text.contains("stealscope_build_info{version=\"9.9.9\"} 1\n"));
+        for (name, ty) in FAMILIES {
+            assert!(text.contains(&format!("# TYPE {name} {ty}\n")), "{name}");
+        }
+    }
+
+    #[test]
+    fn empty_families_are_left_out() {
+        let e = Exporter::new(Arc::default(), "1");
+        let text = e.encode(Format::Text);
+        assert!(!text.contains("vcpu"));
+        assert!(!text.contains("stealscope_finding"));
+        assert!(text.contains("stealscope_build_info"));
+    }
+
+    #[test]
+    fn negotiation() {
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(prom)), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(None), Format::Text);
+        assert_eq!(Format::negotiate(Some("*/*")), Format::Text);
+        assert_eq!(
+            Format::negotiate(Some("text/plain, application/openmetrics-text;q=0.2")),
+            Format::Text
+        );
+    }
+}
