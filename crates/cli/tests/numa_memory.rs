@@ -8,6 +8,7 @@
 //!     guest reports (node free memory, the hog's numa_maps), not constants.
 
 mod common;
+use common::testenv;
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -16,7 +17,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use stealscope_readers::numa::parse_numa_maps;
 
-const RUN_DIR: &str = "/run/stealscope-test-numamem";
 const VM: &str = "numamem";
 const MIB: f64 = 1024.0 * 1024.0;
 /// The config the guest's stealscope runs with: margin 16 MiB, 4 MiB steps.
@@ -30,16 +30,6 @@ fn cache() -> PathBuf {
     std::env::var_os("STEALSCOPE_TESTENV_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/cache/stealscope-testenv"))
-}
-
-/// Stops the VM even when an assertion fails.
-struct Vms;
-impl Drop for Vms {
-    fn drop(&mut self) {
-        let _ = Command::new(repo().join("testenv/stop-all.sh"))
-            .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
-            .output();
-    }
 }
 
 /// The test build's own stealscope and numa_hog (an example of this crate,
@@ -151,7 +141,7 @@ fn run_guest() -> Guest {
     let config = tmp.path().join("numa-memory.toml");
     std::fs::write(&config, CONFIG).unwrap();
     let script = repo().join("testenv/guest/numa-memory.sh");
-    let _vms = Vms;
+    let _vms = testenv::Vms;
     let started = Instant::now();
     let mut args: Vec<String> = vec![
         VM.into(),
@@ -170,7 +160,7 @@ fn run_guest() -> Guest {
     ));
     let out = Command::new(repo().join("testenv/start-vm.sh"))
         .args(&args)
-        .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
+        .env("STEALSCOPE_TESTENV_RUN", testenv::run_dir())
         .output()
         .unwrap();
     assert!(
@@ -178,7 +168,7 @@ fn run_guest() -> Guest {
         "start-vm.sh: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let log = Path::new(RUN_DIR).join(VM).join("serial.log");
+    let log = Path::new(&testenv::run_dir()).join(VM).join("serial.log");
     let deadline = Instant::now() + Duration::from_secs(120);
     let text = loop {
         let t = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).replace('\r', "");

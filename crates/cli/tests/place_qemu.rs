@@ -6,6 +6,7 @@
 //! changes nothing half-way.
 
 mod common;
+use common::testenv::{self, testenv};
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -13,31 +14,14 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 
-const RUN_DIR: &str = "/run/stealscope-test-place";
 const SHARED: &str = "/stealscope-test.shared";
-
-fn testenv(script: &str, args: &[&str]) -> String {
-    let out = Command::new(repo().join("testenv").join(script))
-        .args(args)
-        .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
-        .output()
-        .unwrap_or_else(|e| panic!("{script}: {e}"));
-    assert!(
-        out.status.success(),
-        "{script} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// Stops the VMs, brings CPU 1 back and removes the test groups, whatever happens.
 struct Cleanup;
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = std::fs::write("/sys/devices/system/cpu/cpu1/online", "1");
-        let _ = Command::new(repo().join("testenv/stop-all.sh"))
-            .env("STEALSCOPE_TESTENV_RUN", RUN_DIR)
-            .output();
+        drop(testenv::Vms);
         for g in [SHARED, "/stealscope-test.own"] {
             let _ = std::fs::remove_dir(format!("/sys/fs/cgroup/cpu{g}"));
         }
@@ -191,10 +175,15 @@ fn place_on_real_qemu_vms() {
         return;
     }
     let _c = Cleanup;
-    let ded: u64 = testenv("start-vm.sh", &["plDed", "1", "--busy", "1"])
+    // Names unique to this run: `manage` must not pick up another run's VMs.
+    let (ded_name, shr_name) = (
+        format!("plDed{}", std::process::id()),
+        format!("plShr{}", std::process::id()),
+    );
+    let ded: u64 = testenv("start-vm.sh", &[&ded_name, "1", "--busy", "1"])
         .parse()
         .unwrap();
-    let shr: u64 = testenv("start-vm.sh", &["plShr", "2", "--busy", "1"])
+    let shr: u64 = testenv("start-vm.sh", &[&shr_name, "2", "--busy", "1"])
         .parse()
         .unwrap();
     let pids = [ded, shr];
@@ -211,7 +200,7 @@ fn place_on_real_qemu_vms() {
     let journal = dir.path().join("place.journal");
     std::fs::write(
         &cfg,
-        format!("manage = [\"pl*\"]\ndedicated = [\"plDed\"]\nshared_group = \"{SHARED}\"\n"),
+        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nshared_group = \"{SHARED}\"\n"),
     )
     .unwrap();
 
@@ -414,7 +403,11 @@ fn place_on_real_qemu_vms() {
     let own = "/sys/fs/cgroup/cpu/stealscope-test.own";
     std::fs::create_dir_all(own).unwrap();
     std::fs::write(format!("{own}/cgroup.procs"), shr.to_string()).unwrap();
-    std::fs::write(&cfg, "manage = [\"pl*\"]\nfairness = \"weights\"\n").unwrap();
+    std::fs::write(
+        &cfg,
+        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\nfairness = \"weights\"\n"),
+    )
+    .unwrap();
     let plan = ok_json(&place(
         &["plan", "--json", "--interval", "1s"],
         &cfg,
@@ -449,7 +442,7 @@ fn place_on_real_qemu_vms() {
     // the others are done, the journal is consistent.
     std::fs::write(
         &cfg,
-        format!("manage = [\"pl*\"]\ndedicated = [\"plDed\"]\nshared_group = \"{SHARED}\"\n"),
+        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nshared_group = \"{SHARED}\"\n"),
     )
     .unwrap();
     for p in pids {
@@ -466,7 +459,7 @@ fn place_on_real_qemu_vms() {
         &journal,
     ));
     std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
-    testenv("stop-vm.sh", &["plShr"]);
+    testenv("stop-vm.sh", &[&shr_name]);
     let r = apply_plan();
     let res = r["results"].as_array().unwrap();
     assert!(

@@ -109,29 +109,3 @@ pub fn nobody_command(bin: &Path, args: &[&str]) -> Command {
 pub fn as_nobody(bin: &Path, args: &[&str]) -> Output {
     nobody_command(bin, args).output().expect("setpriv")
 }
-
-/// A testenv/ script with this test's own run directory; its stdout.
-pub fn testenv_in(run_dir: &str, script: &str, args: &[&str]) -> String {
-    let out = Command::new(repo().join("testenv").join(script))
-        .args(args)
-        .env("STEALSCOPE_TESTENV_RUN", run_dir)
-        .output()
-        .unwrap_or_else(|e| panic!("{script}: {e}"));
-    assert!(
-        out.status.success(),
-        "{script} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Stops every VM of a run directory when dropped, even after a failed assertion.
-pub struct StopVms(pub &'static str);
-
-impl Drop for StopVms {
-    fn drop(&mut self) {
-        let _ = Command::new(repo().join("testenv/stop-all.sh"))
-            .env("STEALSCOPE_TESTENV_RUN", self.0)
-            .output();
-    }
-}

@@ -5,10 +5,12 @@ use super::repo;
 use serde_json::Value;
 use std::process::Command;
 
-/// $STEALSCOPE_TESTENV_RUN when set (so parallel checkouts do not share VMs),
-/// else the tests' own run dir.
+/// $STEALSCOPE_TESTENV_RUN when set, else a run dir of this test process:
+/// two checkouts (or a CI run beside a developer's) testing at once must
+/// not start, stop or lock each other's VMs.
 pub fn run_dir() -> String {
-    std::env::var("STEALSCOPE_TESTENV_RUN").unwrap_or_else(|_| "/run/stealscope-test-host".into())
+    std::env::var("STEALSCOPE_TESTENV_RUN")
+        .unwrap_or_else(|_| format!("/run/stealscope-test-{}", std::process::id()))
 }
 
 pub fn testenv(script: &str, args: &[&str]) -> String {
@@ -32,6 +34,9 @@ impl Drop for Vms {
         let _ = Command::new(repo().join("testenv/stop-all.sh"))
             .env("STEALSCOPE_TESTENV_RUN", run_dir())
             .output();
+        if std::env::var_os("STEALSCOPE_TESTENV_RUN").is_none() {
+            let _ = std::fs::remove_dir_all(run_dir());
+        }
     }
 }
 

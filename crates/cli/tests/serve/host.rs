@@ -1,15 +1,10 @@
 //! Host side against real QEMU VMs: per-vCPU series appear and vanish.
 
 use super::helpers::*;
+use crate::common::testenv::{self, testenv};
 use crate::common::*;
 use serde_json::Value;
 use std::time::Duration;
-
-const RUN_DIR: &str = "/run/stealscope-test-serve";
-
-fn testenv(script: &str, args: &[&str]) -> String {
-    testenv_in(RUN_DIR, script, args)
-}
 
 /// (index, thread id) of each vCPU, from QMP.
 fn qmp_vcpus(vm: &str) -> Vec<(u64, u64)> {
@@ -46,7 +41,7 @@ fn vcpu_series_follow_real_qemu_vms() {
     if !require(have_qemu, "root, qemu-system-x86_64 and promtool") {
         return;
     }
-    let _vms = StopVms(RUN_DIR);
+    let _vms = testenv::Vms;
     let pid_a: u64 = testenv("start-vm.sh", &["svA", "2", "--busy", "1"])
         .parse()
         .unwrap();
