@@ -2,4 +2,5 @@
 
 pub mod json;
 pub mod place;
+pub mod sim;
 pub mod text;
