@@ -12,12 +12,14 @@
 # Prints a Markdown section on stdout; progress on stderr.
 #
 #   ROUNDS=3 WINDOW=20 scripts/bench-fairness.sh
+# RESULTS=FILE also writes the raw rounds there ("mechanism round spread A0 A1 B0 C0"
+# per line, after a comment with the date and load average), for scripts/bench-sim.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 WINDOW=${WINDOW:-20}
 BIN=${BIN:-target/release/stealscope}
-export STEALSCOPE_TESTENV_RUN=/run/stealscope-bench-fairness
+export STEALSCOPE_TESTENV_RUN=${STEALSCOPE_TESTENV_RUN:-/run/stealscope-bench-fairness}
 CG=/sys/fs/cgroup/cpu
 [[ $(id -u) == 0 ]] || { echo "bench-fairness.sh: needs root (cgroups)" >&2; exit 2; }
 [[ -x $BIN ]] || cargo build --release -q
@@ -55,6 +57,7 @@ measure() {
 cfg() { printf 'manage = ["fair*"]\nfairness = "%s"\nshared_group = "/stealscope-bench.shared"\n' "$1" > "$work/place.toml"; }
 
 declare -A RESULTS
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for mech in equal weights shared-group; do
   for r in $(seq "$ROUNDS"); do
     per_vm_groups
@@ -71,6 +74,20 @@ for mech in equal weights shared-group; do
     fi
   done
 done
+
+if [[ -n ${RESULTS:-} ]]; then
+  {
+    echo "# $(date -u +%Y-%m-%dT%H:%MZ) ROUNDS=$ROUNDS WINDOW=$WINDOW $(nproc) CPUs; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)"
+    for mech in equal weights shared-group; do
+      r=0
+      while read -r line; do
+        [[ -n $line ]] || continue
+        r=$((r + 1))
+        echo "$mech $r $line"
+      done <<< "${RESULTS[$mech]}"
+    done
+  } > "$RESULTS"
+fi
 
 echo "## Issue 6: fairness of CPU between VMs of different sizes (the talk's cgroup experiment)"
 echo

@@ -30,7 +30,6 @@ enum GroupType {
 struct Stats {
     load: f64,
     util: f64,
-    nr: u32,
     nr_busy: u32,
     cap: f64,
     kind: GroupType,
@@ -47,7 +46,6 @@ fn classify(load: f64, util: f64, nr: u32, nr_busy: u32, cap: f64, pct: f64) -> 
     Stats {
         load,
         util,
-        nr,
         nr_busy,
         cap,
         kind,
@@ -171,22 +169,32 @@ pub fn balance(
 ) -> (usize, bool) {
     let mut moved = 0;
     let nodes = h.nodes.clone();
-    for node in &nodes {
+    sc.dirty.clear();
+    sc.dirty.resize(h.ncpu, false);
+    for node in nodes.iter() {
         let mut order = node.clone();
         shuffle(&mut order, rng);
         for &dst in &order {
             moved += balance_one(h, sc, rng, pct, dst, node, 0);
         }
     }
+    if moved > 0 {
+        index(h, sc);
+        sc.dirty.iter_mut().for_each(|d| *d = false);
+    }
+    let mut moved_numa = 0;
     if numa_level && nodes.len() > 1 {
         let mut order: Vec<usize> = (0..nodes.len()).collect();
         shuffle(&mut order, rng);
         for n in order {
-            moved += balance_numa(h, sc, rng, pct, n);
+            moved_numa += balance_numa(h, sc, rng, pct, n);
         }
     }
+    if moved_numa > 0 {
+        index(h, sc);
+    }
     let steady = h.lb_failed.iter().all(|f| f[0] == 0 && f[1] == 0);
-    (moved, steady)
+    (moved + moved_numa, steady)
 }
 
 fn balance_one(
@@ -198,10 +206,13 @@ fn balance_one(
     span: &[usize],
     level: usize,
 ) -> usize {
+    if sc.dirty[dst] {
+        return 0;
+    }
     let local = cpu_stats(sc, dst, pct);
     let mut busiest: Option<(usize, Stats)> = None;
     for &c in span {
-        if c == dst {
+        if c == dst || sc.dirty[c] {
             continue;
         }
         let s = cpu_stats(sc, c, pct);
@@ -219,24 +230,35 @@ fn balance_one(
     let avg = span.iter().map(|&c| sc.cpu_load[c]).sum::<f64>() / span.len() as f64;
     let failed = h.lb_failed[dst][level];
     let mut moved = 0;
-    let mut balanced = false;
+    let balanced;
     if b.kind != GroupType::Overloaded {
         balanced = true;
     } else if local.kind == GroupType::HasSpare {
-        // migrate_task: even out the always-runnable threads.
-        let diff = b.nr_busy as i64 - local.nr_busy as i64;
-        if diff >= 2 || (local.nr == 0 && b.nr >= 2) {
-            let want = (diff / 2).max(1) as usize;
-            for i in candidates(h, sc, src, dst, false, rng)
-                .into_iter()
-                .take(want)
-            {
-                if migrate(h, i, dst) {
+        // An idle-ish CPU pulls one thread that waits all the time on an
+        // overloaded CPU, busiest first (migrate_task: even out the threads
+        // that always want to run); when none can come, that is balance,
+        // not a failure.
+        balanced = true;
+        let mut over: Vec<(usize, Stats)> = span
+            .iter()
+            .filter(|&&c| c != dst && !sc.dirty[c])
+            .map(|&c| (c, cpu_stats(sc, c, pct)))
+            .filter(|(_, s)| {
+                s.kind == GroupType::Overloaded
+                    && s.nr_busy >= 2
+                    && s.nr_busy as i64 - local.nr_busy as i64 >= 2
+            })
+            .collect();
+        over.sort_by(|a, b| b.1.load.total_cmp(&a.1.load));
+        'cpus: for (c, _) in over {
+            for i in candidates(h, sc, c, dst, false, rng) {
+                let t = &h.tasks[i];
+                if t.runnable > 0.999 && migrate(h, i, dst) {
                     moved += 1;
+                    sc.dirty[c] = true;
+                    break 'cpus;
                 }
             }
-        } else {
-            balanced = true;
         }
     } else if (local.kind == GroupType::Overloaded && 100.0 * b.load <= pct * local.load)
         || local.load >= avg
@@ -246,6 +268,7 @@ fn balance_one(
     } else {
         let mut imb = (b.load - avg).min(avg - local.load);
         let cands = candidates(h, sc, src, dst, false, rng);
+        balanced = cands.is_empty();
         for i in cands {
             let load = h_load(h, sc, i);
             if load / 2f64.powi(failed.min(30) as i32) > imb + 1e-9 {
@@ -290,7 +313,8 @@ fn finish(
         }
     }
     if moved > 0 {
-        index(h, sc);
+        sc.dirty[src] = true;
+        sc.dirty[dst] = true;
     }
     moved
 }
@@ -342,6 +366,10 @@ fn balance_numa(
         h.lb_failed[lead][1] = 0;
         return 0;
     };
+    let cands = candidates(h, sc, src, dst, false, rng);
+    if cands.is_empty() {
+        return finish(h, sc, rng, (src, dst, lead), 1, true, 0);
+    }
     let locality_ok = |h: &Host, i: usize| !h.numa_balancing || failed > 2 || !prefers(h, i, bn);
     let mut moved = 0;
     let mut balanced = false;
@@ -353,10 +381,7 @@ fn balance_numa(
         // Allow a small imbalance between nodes (adjust_numa_imbalance).
         let diff = b.nr_busy as i64 - local.nr_busy as i64;
         if local.kind == GroupType::HasSpare && diff > 2 {
-            for i in candidates(h, sc, src, dst, false, rng)
-                .into_iter()
-                .take((diff / 2) as usize)
-            {
+            for i in cands.clone().into_iter().take((diff / 2) as usize) {
                 if locality_ok(h, i) && migrate(h, i, dst) {
                     moved += 1;
                 }
@@ -367,7 +392,7 @@ fn balance_numa(
     } else if local.kind == GroupType::HasSpare {
         // migrate_util: fill the local node's spare capacity.
         let mut room = local.cap - local.util;
-        for i in candidates(h, sc, src, dst, false, rng) {
+        for i in cands.clone() {
             let u = h.tasks[i].util_avg;
             if u <= room && locality_ok(h, i) && migrate(h, i, dst) {
                 moved += 1;
@@ -386,7 +411,7 @@ fn balance_numa(
             balanced = true;
         } else {
             let mut imb = ((ba - avg_all) * b.cap).min((avg_all - la) * local.cap);
-            for i in candidates(h, sc, src, dst, false, rng) {
+            for i in cands.clone() {
                 let load = h_load(h, sc, i);
                 if load / 2f64.powi(failed.min(30) as i32) > imb + 1e-9 || !locality_ok(h, i) {
                     continue;

@@ -19,6 +19,89 @@ use crate::sched::{index, run_tick, set_wants, Scratch};
 use serde::Serialize;
 use stealscope_placement::synthetic::Rng;
 
+/// A tick is the same as the last when no thread's run or wait share moved
+/// by more than this (0.01 percentage points).
+const SETTLED: f64 = 1e-4;
+
+/// Ticks per stationarity window, and how close two windows' averages must be.
+const WINDOW: usize = 10;
+const STATIONARY: f64 = 0.03;
+
+/// Per-thread sums of run, wait, idle wait and work over the current and
+/// the previous window of simulated ticks.
+#[derive(Default)]
+struct Windows {
+    cur: Vec<[f64; 4]>,
+    prev: Vec<[f64; 4]>,
+    len: usize,
+    have_prev: bool,
+}
+
+impl Windows {
+    fn reset(&mut self) {
+        self.len = 0;
+        self.have_prev = false;
+        self.cur.iter_mut().for_each(|x| *x = [0.0; 4]);
+    }
+
+    /// Adds this tick; true when the window just closed with the same
+    /// averages as the one before.
+    fn push(&mut self, h: &Host, _tick: u64) -> bool {
+        if self.cur.len() < h.tasks.len() {
+            self.cur.resize(h.tasks.len(), [0.0; 4]);
+            self.prev.resize(h.tasks.len(), [0.0; 4]);
+            self.have_prev = false;
+        }
+        for (i, t) in h.tasks.iter().enumerate() {
+            if t.alive {
+                let c = &mut self.cur[i];
+                c[0] += t.run;
+                c[1] += t.wait;
+                c[2] += t.idle_wait;
+                c[3] += t.work;
+            }
+        }
+        self.len += 1;
+        if self.len < WINDOW {
+            return false;
+        }
+        let w = WINDOW as f64;
+        // Compared per VM (threads of a VM trade places when the balancer
+        // pushes them around; the VM's share is what settles).
+        let same = self.have_prev
+            && h.vms.iter().filter(|v| v.alive).all(|v| {
+                let (mut d_run, mut d_wait) = (0.0, 0.0);
+                for &i in &v.tasks {
+                    d_run += self.cur[i][0] - self.prev[i][0];
+                    d_wait += self.cur[i][1] - self.prev[i][1];
+                }
+                let n = w * v.tasks.len().max(1) as f64;
+                (d_run / n).abs() < STATIONARY && (d_wait / n).abs() < STATIONARY
+            });
+        if same {
+            // Keep both windows' sums in `prev` for the averages.
+            for i in 0..self.cur.len() {
+                for k in 0..4 {
+                    self.prev[i][k] = (self.prev[i][k] + self.cur[i][k]) / 2.0;
+                }
+            }
+        } else {
+            std::mem::swap(&mut self.cur, &mut self.prev);
+        }
+        self.have_prev = true;
+        self.len = 0;
+        self.cur.iter_mut().for_each(|x| *x = [0.0; 4]);
+        same
+    }
+
+    /// Per-tick averages of thread `i` (run, wait, idle wait, work).
+    fn mean(&self, i: usize) -> [f64; 4] {
+        let w = WINDOW as f64;
+        let p = self.prev.get(i).copied().unwrap_or([0.0; 4]);
+        [p[0] / w, p[1] / w, p[2] / w, p[3] / w]
+    }
+}
+
 /// The host a run simulates.
 #[derive(Debug, Clone)]
 pub struct HostShape {
@@ -26,7 +109,8 @@ pub struct HostShape {
     pub nodes: usize,
     pub smt: bool,
     pub mem_per_node_gib: f64,
-    pub background: Vec<(usize, f64)>,
+    /// Other host work: (pinned CPU or any, demand).
+    pub background: Vec<(Option<usize>, f64)>,
 }
 
 /// A VM to run: when it comes and goes, what it wants.
@@ -64,6 +148,16 @@ impl Acc {
         self.wait += t.wait * secs;
         self.idle_wait += t.idle_wait * secs;
         self.work += t.work * secs;
+    }
+
+    /// `secs` at per-tick averages `m` (run, wait, idle wait, work).
+    fn add_avg(&mut self, m: [f64; 4], level: f64, secs: f64) {
+        self.secs += secs;
+        self.wanted += level * secs;
+        self.run += m[0] * secs;
+        self.wait += m[1] * secs;
+        self.idle_wait += m[2] * secs;
+        self.work += m[3] * secs;
     }
 
     pub fn merge(&mut self, o: &Acc) {
@@ -134,7 +228,9 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
     );
     h.numa_balancing = spec.case.numa_balancing;
     for (cpu, d) in &shape.background {
-        h.add_background(*cpu, *d);
+        let allowed = cpu.map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
+        let at = fork_cpu(&h, &allowed, &mut rng);
+        h.add_background(at, allowed, *d);
     }
     let mut cfg = spec.case.planner.clone();
     cfg.dedicated.extend(
@@ -151,6 +247,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
     let mut stopped = vec![false; spec.vms.len()];
     let mut accs: Vec<Acc> = Vec::new();
     let mut prev: Vec<(f64, f64)> = Vec::new();
+    let mut win = Windows::default();
     let mut out = RunOutcome::default();
     let dt = spec.tick_s;
     let total_ticks = (spec.duration_s / dt).round().max(1.0) as u64;
@@ -209,7 +306,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
             policy.host_changed();
         }
         let changes = policy.pass(&mut h, t);
-        let (numa_moves, mem_busy) = numa::tick(&mut h, spec.numa, t, dt, &mut rng, &mut over);
+        let (numa_moves, _moving) = numa::tick(&mut h, spec.numa, t, dt, &mut rng, &mut over);
         out.numa_moves += numa_moves;
         set_wants(&mut h, t);
         index(&h, &mut sc);
@@ -235,22 +332,27 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
         for (i, task) in h.tasks.iter().enumerate() {
             if task.alive {
                 let p = prev[i];
-                if !((p.0 - task.run).abs() < 1e-7 && (p.1 - task.wait).abs() < 1e-7) {
+                if !((p.0 - task.run).abs() < SETTLED && (p.1 - task.wait).abs() < SETTLED) {
                     same = false;
                 }
                 prev[i] = (task.run, task.wait);
             }
         }
-        let steady = same
-            && !changed
-            && changes == 0
-            && moves == 0
-            && numa_moves == 0
-            && !mem_busy
-            && lb_steady;
+        let external = changed || changes > 0 || numa_moves > 0;
+        let steady = same && !external && moves == 0 && lb_steady;
+        // Threads moving back and forth (the balancer's active pushes, NUMA
+        // balancing) never settle tick by tick, but their averages do: two
+        // windows in a row with the same averages make the stretch up to
+        // the next event stationary, summed at those averages.
+        let stationary = if external {
+            win.reset();
+            false
+        } else {
+            !steady && win.push(&h, tick)
+        };
         // How many ticks this state lasts.
         let mut n: u64 = 1;
-        if steady {
+        if steady || stationary {
             let mut next = total_ticks as f64 * dt;
             for v in h.vms.iter().filter(|v| v.alive) {
                 next = next.min(v.demand.next_change(t));
@@ -268,6 +370,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
                 }
             }
             next = next.min(policy.due());
+            next = next.min(numa::moves_done(&h, spec.numa, t + dt));
             // Ticks strictly before the one at which `next` happens.
             let until = ((next - 1e-9) / dt).ceil().max(tick as f64 + 1.0) as u64;
             n = until.min(total_ticks) - tick;
@@ -281,19 +384,33 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
         }
         if counted > 0 {
             let secs = counted as f64 * dt;
+            // The ticks summed at once use the window's averages when stationary.
+            let summed = if stationary {
+                counted.saturating_sub(1)
+            } else {
+                0
+            };
             for (i, task) in h.tasks.iter().enumerate() {
                 if task.alive {
                     let level = match task.vm {
                         Some(v) => h.vms[v].demand.level(t, h.vms[v].key),
                         None => task.own_demand,
                     };
-                    accs[i].add(task, level, secs);
+                    let one = if summed > 0 { dt } else { secs };
+                    accs[i].add(task, level, one);
+                    if summed > 0 {
+                        accs[i].add_avg(win.mean(i), level, summed as f64 * dt);
+                    }
                 }
             }
             out.idle_cpu_s += sc.idle.iter().sum::<f64>() / shape.cpus as f64 * secs;
             out.secs += secs;
         }
         policy.observe(&h, n as f64 * dt);
+        if n > 1 {
+            numa::advance_moves(&mut h, (n - 1) as f64 * dt, spec.numa);
+            win.reset();
+        }
         tick += n;
     }
     out.ticks_total = total_ticks;

@@ -102,7 +102,7 @@ pub struct Host {
     pub ncpu: usize,
     pub node_of: Vec<usize>,
     /// CPUs of each node.
-    pub nodes: Vec<Vec<usize>>,
+    pub nodes: std::sync::Arc<Vec<Vec<usize>>>,
     pub smt: bool,
     pub mem_per_node_gib: f64,
     pub numa_balancing: bool,
@@ -135,7 +135,7 @@ impl Host {
         let mut h = Host {
             ncpu: cpus,
             node_of,
-            nodes: node_cpus,
+            nodes: std::sync::Arc::new(node_cpus),
             smt,
             mem_per_node_gib,
             numa_balancing: false,
@@ -275,15 +275,15 @@ impl Host {
         self.refresh_per_host_weight();
     }
 
-    /// Other host work pinned to `cpu`, at the top level.
-    pub fn add_background(&mut self, cpu: usize, demand: f64) {
+    /// Other host work at the top level, starting on `cpu`.
+    pub fn add_background(&mut self, cpu: usize, allowed: CpuSet, demand: f64) {
         self.tasks.push(Task {
             vm: None,
             vcpu: 0,
             tid: 1 + self.tasks.len() as u32,
             group: None,
             cpu,
-            allowed: CpuSet::from_cpus(&[cpu as u32]),
+            allowed,
             own_demand: demand,
             load_avg: 1.0,
             util_avg: demand,

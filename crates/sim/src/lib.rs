@@ -48,7 +48,7 @@ pub fn shape(s: &Scenario) -> HostShape {
         background: h
             .background
             .iter()
-            .map(|b| (*b.cpu.get_ref() as usize, b.demand.0))
+            .map(|b| (b.cpu.as_ref().map(|c| *c.get_ref() as usize), b.demand.0))
             .collect(),
     }
 }

@@ -157,6 +157,29 @@ pub fn tick(
     (moved_threads, busy)
 }
 
+/// When the policy memory moves under way will be done (infinity: none).
+pub fn moves_done(h: &Host, spec: &NumaSpec, from: f64) -> f64 {
+    let rate = spec.migrate_mib_per_s.0 / 1024.0;
+    h.vms
+        .iter()
+        .filter(|v| v.alive)
+        .filter_map(|v| v.moving.map(|(_, left)| from + left / rate))
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Advances policy memory moves by `secs` (ticks summed at once: their CPU
+/// cost was the same in each).
+pub fn advance_moves(h: &mut Host, secs: f64, spec: &NumaSpec) {
+    let rate = spec.migrate_mib_per_s.0 / 1024.0;
+    for vm in 0..h.vms.len() {
+        if let (true, Some((to, left))) = (h.vms[vm].alive, h.vms[vm].moving) {
+            let moved = move_mem(h, vm, to, (rate * secs).min(left));
+            let left = left - moved;
+            h.vms[vm].moving = (left > 1e-9 && moved > 0.0).then_some((to, left));
+        }
+    }
+}
+
 /// Useful work per unit of run time of thread `i`: remote memory is slower,
 /// and the VM's own fault and page-move time is not guest work.
 pub fn speed(h: &Host, spec: &NumaSpec, over: &Overhead, i: usize) -> f64 {

@@ -136,6 +136,8 @@ impl Policy {
         n
     }
 
+    /// Binds each VM not yet bound to one node (numad rebinds a process
+    /// only when it first finds it unbound), and moves its memory there.
     fn numad(&mut self, h: &mut Host, input: &HostInput) -> usize {
         let choice = numad::choose_nodes(input);
         let mut changes = 0;
@@ -143,12 +145,20 @@ impl Policy {
             let (Some(node), Some(vm)) = (node, vm_of(h, v.pid)) else {
                 continue;
             };
+            let bound = h.vms[vm].tasks.iter().all(|&i| {
+                let mut nodes = h.tasks[i].allowed.iter().map(|c| h.node_of[c]);
+                let first = nodes.next();
+                nodes.all(|n| Some(n) == first)
+            });
+            if bound {
+                continue;
+            }
             let cpus: Vec<u32> = h.nodes[node as usize].iter().map(|c| *c as u32).collect();
             for i in h.vms[vm].tasks.clone() {
                 changes += set_affinity(h, i, &cpus) as usize;
             }
             let away = h.vms[vm].mem_total() - h.vms[vm].mem[node as usize];
-            if away > 1e-6 && h.vms[vm].moving.is_none_or(|(n, _)| n != node as usize) {
+            if away > 1e-6 {
                 h.vms[vm].moving = Some((node as usize, away));
                 changes += 1;
             }
@@ -158,8 +168,10 @@ impl Policy {
 
     fn stealscope(&mut self, h: &mut Host, input: &HostInput, now: f64) -> usize {
         let p = plan(input, &self.cfg, &self.history, now);
+        // Once per kind: the same warning with other numbers is not news.
+        let shape = |w: &str| w.replace(|c: char| c.is_ascii_digit() || c == '.', "");
         for w in p.warnings.iter().chain(p.refused.iter()) {
-            if !self.warnings.contains(w) {
+            if !self.warnings.iter().any(|x| shape(x) == shape(w)) {
                 self.warnings.push(w.clone());
             }
         }
@@ -190,7 +202,7 @@ impl Policy {
 pub fn host_input(h: &Host, util: impl Fn(usize) -> Option<f64>) -> HostInput {
     let per = h.ncpu / h.nodes.len();
     let mut cores = Vec::new();
-    for node in &h.nodes {
+    for node in h.nodes.iter() {
         if h.smt && per >= 2 {
             for k in 0..per / 2 {
                 cores.push(vec![node[k] as u32, node[k + per / 2] as u32]);

@@ -179,8 +179,8 @@ pub struct HostSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Background {
-    /// Pinned to this CPU.
-    pub cpu: Spanned<u32>,
+    /// Pinned to this CPU (default: any CPU, moved by the load balancer).
+    pub cpu: Option<Spanned<u32>>,
     /// Share of the CPU it wants.
     pub demand: Fraction,
 }
@@ -529,13 +529,13 @@ impl Scenario {
                 host.cpus.0
             )));
         }
-        for b in &host.background {
-            if *b.cpu.get_ref() >= host.cpus.0 {
+        for cpu in host.background.iter().filter_map(|b| b.cpu.as_ref()) {
+            if *cpu.get_ref() >= host.cpus.0 {
                 return Err(at(
-                    b.cpu.span(),
+                    cpu.span(),
                     format!(
                         "background cpu {} is not one of the host's CPUs 0-{}",
-                        b.cpu.get_ref(),
+                        cpu.get_ref(),
                         host.cpus.0 - 1
                     ),
                 ));

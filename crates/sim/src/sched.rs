@@ -24,12 +24,15 @@ pub struct Scratch {
     /// Task indices grouped by CPU: `by_cpu[start[c]..start[c + 1]]`.
     pub start: Vec<usize>,
     pub by_cpu: Vec<usize>,
-    /// Per (group, CPU): load_avg sum, runnable count; per group: total load.
-    gload: Vec<f64>,
-    gcount: Vec<u32>,
+    fillpos: Vec<usize>,
+    /// Per group: total load_avg.
     tg_load: Vec<f64>,
-    /// Per (group, CPU): the group entity's weight on that CPU.
-    pub gshare: Vec<f64>,
+    /// Group entities per CPU: `cg[cg_start[c]..cg_start[c + 1]]`.
+    cg: Vec<CpuGroup>,
+    cg_start: Vec<usize>,
+    /// CPUs a balancer moved a thread from or to this tick: their figures
+    /// are stale until the next index, so they sit out.
+    pub dirty: Vec<bool>,
     /// Per CPU: idle share of the tick; load for the balancer.
     pub idle: Vec<f64>,
     pub cpu_load: Vec<f64>,
@@ -84,60 +87,53 @@ pub fn set_wants(h: &mut Host, t: f64) {
     }
 }
 
+/// A cpu group's entity on one CPU.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuGroup {
+    pub group: usize,
+    /// Sum of its threads' load_avg here, and how many are runnable.
+    pub load_avg: f64,
+    pub runnable: u32,
+    /// The group entity's weight here (calc_group_shares).
+    pub share: f64,
+}
+
+impl Scratch {
+    /// The entity of `group` on `cpu`, if it has threads there.
+    pub fn group_on(&self, cpu: usize, group: usize) -> Option<&CpuGroup> {
+        self.cg[self.cg_start[cpu]..self.cg_start[cpu + 1]]
+            .iter()
+            .find(|g| g.group == group)
+    }
+}
+
 /// Indexes live threads by CPU and computes every group's weight per CPU
 /// and each CPU's load (what the load balancer reads).
 pub fn index(h: &Host, sc: &mut Scratch) {
     let n = h.ncpu;
-    let ng = h.groups.len();
     sc.start.clear();
     sc.start.resize(n + 1, 0);
+    sc.tg_load.clear();
+    sc.tg_load.resize(h.groups.len(), 0.0);
     for (_, t) in h.live_tasks() {
         sc.start[t.cpu + 1] += 1;
+        if let Some(g) = t.group {
+            sc.tg_load[g] += t.load_avg;
+        }
     }
     for c in 0..n {
         sc.start[c + 1] += sc.start[c];
     }
     sc.by_cpu.clear();
     sc.by_cpu.resize(sc.start[n], 0);
-    let mut fillpos: Vec<usize> = sc.start[..n].to_vec();
+    sc.fillpos.clear();
+    sc.fillpos.extend_from_slice(&sc.start[..n]);
     for (i, t) in h.live_tasks() {
-        sc.by_cpu[fillpos[t.cpu]] = i;
-        fillpos[t.cpu] += 1;
+        sc.by_cpu[sc.fillpos[t.cpu]] = i;
+        sc.fillpos[t.cpu] += 1;
     }
-    sc.gload.clear();
-    sc.gload.resize(ng * n, 0.0);
-    sc.gcount.clear();
-    sc.gcount.resize(ng * n, 0);
-    sc.tg_load.clear();
-    sc.tg_load.resize(ng, 0.0);
-    for (_, t) in h.live_tasks() {
-        if let Some(g) = t.group {
-            sc.gload[g * n + t.cpu] += t.load_avg;
-            sc.tg_load[g] += t.load_avg;
-            if t.wants > 0.0 {
-                sc.gcount[g * n + t.cpu] += 1;
-            }
-        }
-    }
-    sc.gshare.clear();
-    sc.gshare.resize(ng * n, 0.0);
-    for g in 0..ng {
-        let shares = h.groups[g].shares;
-        for c in 0..n {
-            let la = sc.gload[g * n + c];
-            let load = la.max(sc.gcount[g * n + c] as f64);
-            if load <= 0.0 {
-                continue;
-            }
-            let tg_weight = sc.tg_load[g] - la + load;
-            let s = if tg_weight > 0.0 {
-                shares * load / tg_weight
-            } else {
-                shares
-            };
-            sc.gshare[g * n + c] = s.clamp(MIN_SHARES, shares);
-        }
-    }
+    sc.cg.clear();
+    sc.cg_start.clear();
     sc.cpu_load.clear();
     sc.cpu_load.resize(n, 0.0);
     sc.cpu_util.clear();
@@ -147,6 +143,8 @@ pub fn index(h: &Host, sc: &mut Scratch) {
     sc.cpu_nr_busy.clear();
     sc.cpu_nr_busy.resize(n, 0);
     for c in 0..n {
+        let first = sc.cg.len();
+        sc.cg_start.push(first);
         let mut load = 0.0;
         for k in sc.start[c]..sc.start[c + 1] {
             let t = &h.tasks[sc.by_cpu[k]];
@@ -157,20 +155,42 @@ pub fn index(h: &Host, sc: &mut Scratch) {
             if t.runnable > 0.999 {
                 sc.cpu_nr_busy[c] += 1;
             }
-            if t.group.is_none() {
-                load += t.load_avg;
+            match t.group {
+                None => load += t.load_avg,
+                Some(g) => {
+                    let runnable = (t.wants > 0.0) as u32;
+                    match sc.cg[first..].iter_mut().find(|x| x.group == g) {
+                        Some(x) => {
+                            x.load_avg += t.load_avg;
+                            x.runnable += runnable;
+                        }
+                        None => sc.cg.push(CpuGroup {
+                            group: g,
+                            load_avg: t.load_avg,
+                            runnable,
+                            share: 0.0,
+                        }),
+                    }
+                }
             }
         }
-        // A group entity's load: its weight here times how much of the time
-        // it is runnable.
-        for g in 0..ng {
-            let s = sc.gshare[g * n + c];
-            if s > 0.0 {
-                load += s * sc.gload[g * n + c].min(1.0);
-            }
+        for x in &mut sc.cg[first..] {
+            let shares = h.groups[x.group].shares;
+            let here = x.load_avg.max(x.runnable as f64);
+            let tg_weight = sc.tg_load[x.group] - x.load_avg + here;
+            let s = if tg_weight > 0.0 {
+                shares * here / tg_weight
+            } else {
+                shares
+            };
+            x.share = s.clamp(MIN_SHARES, shares);
+            // A group entity's load: its weight here times how much of the
+            // time it is runnable.
+            load += x.share * x.load_avg.min(1.0);
         }
         sc.cpu_load[c] = load;
     }
+    sc.cg_start.push(sc.cg.len());
 }
 
 /// The load this thread adds to its CPU as the balancer sees it (task_h_load).
@@ -178,15 +198,10 @@ pub fn h_load(h: &Host, sc: &Scratch, task: usize) -> f64 {
     let t = &h.tasks[task];
     match t.group {
         None => t.load_avg,
-        Some(g) => {
-            let n = h.ncpu;
-            let la = sc.gload[g * n + t.cpu];
-            if la <= 0.0 {
-                return 0.0;
-            }
-            let se_load = sc.gshare[g * n + t.cpu] * la.min(1.0);
-            t.load_avg * se_load / la
-        }
+        Some(g) => match sc.group_on(t.cpu, g) {
+            Some(x) if x.load_avg > 0.0 => t.load_avg * x.share * x.load_avg.min(1.0) / x.load_avg,
+            _ => 0.0,
+        },
     }
 }
 
@@ -221,7 +236,9 @@ pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, u
                         e.runnable = 1.0 - (1.0 - e.runnable) * (1.0 - t.runnable);
                     } else {
                         sc.ents.push(Ent {
-                            weight: sc.gshare[g * n + c].max(MIN_SHARES),
+                            weight: sc
+                                .group_on(c, g)
+                                .map_or(MIN_SHARES, |x| x.share.max(MIN_SHARES)),
                             demand: t.wants,
                             group: g,
                             task: i,
@@ -295,7 +312,10 @@ pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, u
         sc.idle.resize(n, 0.0);
         sc.idle[c] = (1.0 - h.kernel[c] - used).max(0.0);
     }
-    // Idle steal: waiting while some other allowed CPU idled (independent in time).
+    // A thread that sleeps and wakes up behind others takes an idle CPU of
+    // its node if one is free at that moment (select_idle_sibling): only the
+    // wait when none is counts. Idle steal: waiting while some other allowed
+    // CPU idled (independent in time).
     let any_idle = sc.idle.iter().any(|x| *x > 1e-9);
     for i in 0..h.tasks.len() {
         if !h.tasks[i].alive {
@@ -303,13 +323,20 @@ pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, u
         }
         let idle_wait = if any_idle && h.tasks[i].wait > 0.0 {
             let t = &h.tasks[i];
-            let mut all_busy = 1.0;
+            let node = h.node_of[t.cpu];
+            let (mut all_busy, mut node_busy) = (1.0, 1.0);
             for c in t.allowed.iter() {
                 if c != t.cpu && c < n {
                     all_busy *= 1.0 - sc.idle[c];
+                    if h.node_of[c] == node {
+                        node_busy *= 1.0 - sc.idle[c];
+                    }
                 }
             }
-            t.wait * (1.0 - all_busy)
+            let sleeps = t.wants < 1.0 && t.run >= t.wants - 1e-9;
+            let wait = if sleeps { t.wait * node_busy } else { t.wait };
+            h.tasks[i].wait = wait;
+            wait * (1.0 - all_busy)
         } else {
             0.0
         };
