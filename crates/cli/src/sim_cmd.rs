@@ -59,6 +59,7 @@ pub fn run(a: &SimArgs) -> Result<(), Error> {
             .collect(),
         fleet: a.fleet || a.hosts.is_some(),
         hosts: a.hosts,
+        every_tick: false,
     };
     let r = simulate(&s, &o);
     if r.cases.is_empty() && r.fleet.is_none() {

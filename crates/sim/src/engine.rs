@@ -213,6 +213,8 @@ pub struct RunSpec<'a> {
     pub tick_s: f64,
     pub warmup_s: f64,
     pub seed: u64,
+    /// No summing of steady stretches (to check that summing is exact).
+    pub every_tick: bool,
 }
 
 /// Runs one case with one seed.
@@ -339,7 +341,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
             }
         }
         let external = changed || changes > 0 || numa_moves > 0;
-        let steady = same && !external && moves == 0 && lb_steady;
+        let steady = same && !external && moves == 0 && lb_steady && !spec.every_tick;
         // Threads moving back and forth (the balancer's active pushes, NUMA
         // balancing) never settle tick by tick, but their averages do: two
         // windows in a row with the same averages make the stretch up to
@@ -348,7 +350,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
             win.reset();
             false
         } else {
-            !steady && win.push(&h, tick)
+            !steady && !spec.every_tick && win.push(&h, tick)
         };
         // How many ticks this state lasts.
         let mut n: u64 = 1;

@@ -155,6 +155,7 @@ pub fn run_fleet(
                     duration_s,
                     tick_s,
                     warmup_s: 0.0,
+                    every_tick: false,
                     seed: seed ^ (i as u64).wrapping_mul(0xA24B_AED4_963E_E407),
                 });
                 let mut total = Acc::default();

@@ -36,6 +36,8 @@ pub struct Options {
     pub fleet: bool,
     /// Overrides the fleet's host count.
     pub hosts: Option<u32>,
+    /// Simulate every tick (no summing of steady stretches): for checking.
+    pub every_tick: bool,
 }
 
 pub fn shape(s: &Scenario) -> HostShape {
@@ -104,6 +106,7 @@ pub fn simulate(s: &Scenario, o: &Options) -> SimReport {
                     tick_s,
                     warmup_s: s.file.warmup_s.0,
                     seed,
+                    every_tick: o.every_tick,
                 })
             })
             .collect()
