@@ -74,6 +74,9 @@ fn node_stats(sc: &Scratch, cpus: &[usize], pct: f64) -> Stats {
     classify(load, util, nr, nr_busy, cpus.len() as f64, pct)
 }
 
+/// The kernel's busy_factor: a busy CPU balances this many times less often.
+const BUSY_FACTOR: f64 = 16.0;
+
 pub fn shuffle<T>(v: &mut [T], rng: &mut Rng) {
     for i in (1..v.len()).rev() {
         let j = rng.below(i as u64 + 1) as usize;
@@ -165,17 +168,25 @@ pub fn balance(
     sc: &mut Scratch,
     rng: &mut Rng,
     pct: f64,
-    numa_level: bool,
+    (tick, dt): (u64, f64),
 ) -> (usize, bool) {
     let mut moved = 0;
     let nodes = h.nodes.clone();
     sc.dirty.clear();
     sc.dirty.resize(h.ncpu, false);
+    // A busy CPU balances every busy_factor (16) x its domain's CPUs ms; one
+    // with spare capacity every tick.
+    let every = |cpus: usize| ((BUSY_FACTOR * cpus as f64 / 1000.0) / dt).round().max(1.0) as u64;
     for node in nodes.iter() {
         let mut order = node.clone();
         shuffle(&mut order, rng);
+        let k = every(node.len());
         for &dst in &order {
-            moved += balance_one(h, sc, rng, pct, dst, node, 0);
+            let due = (tick + dst as u64).is_multiple_of(k)
+                || cpu_stats(sc, dst, pct).kind == GroupType::HasSpare;
+            if due {
+                moved += balance_one(h, sc, rng, pct, dst, node, 0);
+            }
         }
     }
     if moved > 0 {
@@ -183,11 +194,16 @@ pub fn balance(
         sc.dirty.iter_mut().for_each(|d| *d = false);
     }
     let mut moved_numa = 0;
-    if numa_level && nodes.len() > 1 {
+    if nodes.len() > 1 {
         let mut order: Vec<usize> = (0..nodes.len()).collect();
         shuffle(&mut order, rng);
+        let k = every(h.ncpu);
         for n in order {
-            moved_numa += balance_numa(h, sc, rng, pct, n);
+            let due = (tick + n as u64).is_multiple_of(k)
+                || node_stats(sc, &nodes[n], pct).kind == GroupType::HasSpare;
+            if due {
+                moved_numa += balance_numa(h, sc, rng, pct, n);
+            }
         }
     }
     if moved_numa > 0 {
@@ -434,8 +450,10 @@ fn balance_numa(
 /// to hold it.
 pub fn wake_idle(h: &mut Host, sc: &mut Scratch) -> usize {
     let mut moved = 0;
-    let mut idle = sc.idle.clone();
+    // Last tick's idle shares, updated as threads move (run_tick redoes them).
+    let mut idle = std::mem::take(&mut sc.idle);
     if idle.len() != h.ncpu || !idle.iter().any(|x| *x > 1e-6) {
+        sc.idle = idle;
         return 0;
     }
     for c in 0..h.ncpu {
@@ -467,6 +485,7 @@ pub fn wake_idle(h: &mut Host, sc: &mut Scratch) -> usize {
             }
         }
     }
+    sc.idle = idle;
     if moved > 0 {
         index(h, sc);
     }

@@ -24,8 +24,8 @@ use stealscope_placement::synthetic::Rng;
 const SETTLED: f64 = 1e-4;
 
 /// Ticks per stationarity window, and how close two windows' averages must be.
-const WINDOW: usize = 10;
-const STATIONARY: f64 = 0.03;
+const WINDOW: usize = 20;
+const STATIONARY: f64 = 0.05;
 
 /// Per-thread sums of run, wait, idle wait and work over the current and
 /// the previous window of simulated ticks.
@@ -110,7 +110,7 @@ pub struct HostShape {
     pub smt: bool,
     pub mem_per_node_gib: f64,
     /// Other host work: (pinned CPU or any, demand).
-    pub background: Vec<(Option<usize>, f64)>,
+    pub background: Vec<(Option<usize>, Demand)>,
 }
 
 /// A VM to run: when it comes and goes, what it wants.
@@ -232,7 +232,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
     for (cpu, d) in &shape.background {
         let allowed = cpu.map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
         let at = fork_cpu(&h, &allowed, &mut rng);
-        h.add_background(at, allowed, *d);
+        h.add_background(at, allowed, d.clone());
     }
     let mut cfg = spec.case.planner.clone();
     cfg.dedicated.extend(
@@ -315,7 +315,13 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
         let mut moves = 0;
         let mut lb_steady = true;
         if spec.sched.balance {
-            let (m, s) = balance(&mut h, &mut sc, &mut rng, spec.sched.imbalance_pct.0, true);
+            let (m, s) = balance(
+                &mut h,
+                &mut sc,
+                &mut rng,
+                spec.sched.imbalance_pct.0,
+                (tick, dt),
+            );
             moves += m;
             lb_steady = s;
             moves += wake_idle(&mut h, &mut sc);
@@ -356,6 +362,9 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
         let mut n: u64 = 1;
         if steady || stationary {
             let mut next = total_ticks as f64 * dt;
+            for task in h.tasks.iter().filter(|t| t.alive && t.vm.is_none()) {
+                next = next.min(task.own_demand.next_change(t));
+            }
             for v in h.vms.iter().filter(|v| v.alive) {
                 next = next.min(v.demand.next_change(t));
                 if h.numa_balancing && h.nodes.len() > 1 {
@@ -396,7 +405,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
                 if task.alive {
                     let level = match task.vm {
                         Some(v) => h.vms[v].demand.level(t, h.vms[v].key),
-                        None => task.own_demand,
+                        None => task.own_demand.level(t, task.tid as u64),
                     };
                     let one = if summed > 0 { dt } else { secs };
                     accs[i].add(task, level, one);

@@ -29,8 +29,8 @@ pub struct Task {
     pub group: Option<usize>,
     pub cpu: usize,
     pub allowed: CpuSet,
-    /// Fixed demand for other host work (VM threads use their VM's demand).
-    pub own_demand: f64,
+    /// Demand of other host work (VM threads use their VM's demand).
+    pub own_demand: Demand,
     /// PELT-like averages in [0, 1]: runnable (load_avg / weight) and running (util_avg).
     pub load_avg: f64,
     pub util_avg: f64,
@@ -233,7 +233,7 @@ impl Host {
                 group,
                 cpu,
                 allowed: allowed.clone(),
-                own_demand: 0.0,
+                own_demand: Demand::Level(0.0),
                 load_avg: 1.0,
                 util_avg: 0.5,
                 backlog: 0.0,
@@ -276,7 +276,8 @@ impl Host {
     }
 
     /// Other host work at the top level, starting on `cpu`.
-    pub fn add_background(&mut self, cpu: usize, allowed: CpuSet, demand: f64) {
+    pub fn add_background(&mut self, cpu: usize, allowed: CpuSet, demand: Demand) {
+        let now = demand.level(0.0, 0);
         self.tasks.push(Task {
             vm: None,
             vcpu: 0,
@@ -286,13 +287,13 @@ impl Host {
             allowed,
             own_demand: demand,
             load_avg: 1.0,
-            util_avg: demand,
+            util_avg: now,
             backlog: 0.0,
-            wants: demand,
+            wants: now,
             run: 0.0,
             wait: 0.0,
             idle_wait: 0.0,
-            runnable: demand,
+            runnable: now,
             work: 0.0,
             alive: true,
         });

@@ -42,6 +42,7 @@ pub struct Options {
 
 pub fn shape(s: &Scenario) -> HostShape {
     let h = &s.file.host;
+    let base = s.path.parent().unwrap_or(std::path::Path::new("."));
     HostShape {
         cpus: h.cpus.0 as usize,
         nodes: h.nodes.0 as usize,
@@ -50,7 +51,12 @@ pub fn shape(s: &Scenario) -> HostShape {
         background: h
             .background
             .iter()
-            .map(|b| (b.cpu.as_ref().map(|c| *c.get_ref() as usize), b.demand.0))
+            .map(|b| {
+                (
+                    b.cpu.as_ref().map(|c| *c.get_ref() as usize),
+                    b.demand.resolve(base).unwrap_or_default(),
+                )
+            })
             .collect(),
     }
 }

@@ -371,6 +371,14 @@ fn apply(h: &mut Host, a: &Action) -> bool {
             bytes,
             ..
         } => match vm_of(h, *pid) {
+            // Already on its way there (the planner sees what is left).
+            Some(vm)
+                if h.vms[vm]
+                    .moving
+                    .is_some_and(|(n, _)| n == *to_node as usize) =>
+            {
+                false
+            }
             Some(vm) => {
                 h.vms[vm].moving = Some((*to_node as usize, *bytes as f64 / GIB));
                 true

@@ -181,8 +181,8 @@ pub struct HostSpec {
 pub struct Background {
     /// Pinned to this CPU (default: any CPU, moved by the load balancer).
     pub cpu: Option<Spanned<u32>>,
-    /// Share of the CPU it wants.
-    pub demand: Fraction,
+    /// What it wants (as a VM's demand: "busy", a share, a pattern).
+    pub demand: Demand,
 }
 
 fn d_imb() -> Positive {
@@ -541,6 +541,12 @@ impl Scenario {
                 ));
             }
         }
+        let base = path.parent().unwrap_or(Path::new("."));
+        for (i, b) in host.background.iter().enumerate() {
+            b.demand
+                .resolve(base)
+                .map_err(|e| invalid(format!("host.background[{i}]: demand: {e}")))?;
+        }
         if file.warmup_s.0 >= file.duration_s.0 {
             return Err(invalid(format!(
                 "warmup_s = {} leaves nothing of duration_s = {}",
@@ -559,7 +565,6 @@ impl Scenario {
                 file.scheduler.imbalance_pct.0
             )));
         }
-        let base = path.parent().unwrap_or(Path::new("."));
         let mut vms = Vec::new();
         let mut names = std::collections::BTreeSet::new();
         for v in &file.vms {

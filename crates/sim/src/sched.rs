@@ -80,7 +80,7 @@ pub fn set_wants(h: &mut Host, t: f64) {
         }
         let level = match task.vm {
             Some(v) => h.vms[v].demand.level(t, h.vms[v].key),
-            None => task.own_demand,
+            None => task.own_demand.level(t, task.tid as u64),
         };
         let task = &mut h.tasks[i];
         task.wants = (level + task.backlog).min(1.0);
