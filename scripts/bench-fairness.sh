@@ -12,8 +12,9 @@
 # Prints a Markdown section on stdout; progress on stderr.
 #
 #   ROUNDS=3 WINDOW=20 scripts/bench-fairness.sh
-# RESULTS=FILE also writes the raw rounds there ("mechanism round spread A0 A1 B0 C0"
-# per line, after a comment with the date and load average), for scripts/bench-sim.sh.
+# RESULTS=FILE also writes the raw rounds there ("mechanism round spread A0 A1 B0 C0 load1"
+# per line, load1 = the 1-minute load average after the round, after a comment with the date
+# and load average), for scripts/bench-sim.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -67,8 +68,8 @@ for mech in equal weights shared-group; do
         { cat "$work/apply.err" >&2; exit 1; }
     fi
     line=$(measure)
-    echo "== $mech round $r: spread ${line%% *} pp (per vCPU: ${line#* })" >&2
-    RESULTS[$mech]+="${line}"$'\n'
+    echo "== $mech round $r: spread ${line%% *} pp (per vCPU: ${line#* }; load $(cut -d' ' -f1 /proc/loadavg))" >&2
+    RESULTS[$mech]+="${line} $(cut -d' ' -f1 /proc/loadavg)"$'\n'
     if [[ $mech != equal ]]; then
       "$BIN" place undo --yes --config "$work/place.toml" --journal "$work/j" >/dev/null 2>&1
     fi
@@ -101,10 +102,10 @@ echo "| mechanism | round | spread (pp) | steal per vCPU: A0 A1 B0 C0 (%) |"
 echo "|---|---|---|---|"
 for mech in equal weights shared-group; do
   r=0
-  while read -r spread rest; do
+  while read -r spread a0 a1 b0 c0 _load; do
     [[ -n $spread ]] || continue
     r=$((r + 1))
-    printf '| %s | %d | %.1f | %s |\n' "$mech" "$r" "$spread" "$rest"
+    printf '| %s | %d | %.1f | %s |\n' "$mech" "$r" "$spread" "$a0 $a1 $b0 $c0"
   done <<< "${RESULTS[$mech]}"
 done
 echo

@@ -17,6 +17,14 @@ fn sim_reports_every_case_in_text_and_json() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "stealscope/sim/1");
+    let text = std::fs::read_to_string(repo().join("schemas/sim.schema.json")).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(&v)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
     let cases: Vec<&str> = v["cases"]
         .as_array()
         .unwrap()
@@ -39,6 +47,33 @@ fn sim_reports_every_case_in_text_and_json() {
     assert!(
         t.contains("equal (policy none") && !t.contains("shared-group ("),
         "{t}"
+    );
+}
+
+#[test]
+fn fleet_report_in_json() {
+    let scenario = repo().join("scenarios/fleet.toml");
+    let out = run(&[
+        "sim",
+        scenario.to_str().unwrap(),
+        "--hosts",
+        "2",
+        "--policy",
+        "none",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["fleet"]["hosts"], 2);
+    assert_eq!(v["fleet"]["cases"][0]["name"], "none");
+    assert!(v["fleet"]["cases"][0]["vms"].as_u64().unwrap() >= 2 * 12 / 2);
+    assert!(
+        v["cases"].as_array().unwrap().is_empty(),
+        "a fleet-only scenario has no single-host cases"
     );
 }
 

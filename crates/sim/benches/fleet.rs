@@ -53,7 +53,10 @@ fn main() {
     }
     println!();
     println!(
-        "Every host-tick is 100 ms of the model: ticks in which something changed (a demand level, a VM coming or going, a policy pass, a thread moved) are simulated one by one; a stretch in which nothing changes is summed at once (exact for the model), and a stretch in which threads only trade places is summed at the averages of two 1 s windows that agree within 3 pp per VM. All three policies took {total:.1} s."
+        "Every host-tick is {} ms of the model: ticks in which something changed (a demand level, a VM coming or going, a policy pass, a thread moved) are simulated one by one; a stretch in which nothing changes is summed at once (exact for the model), and a stretch in which threads only trade places is summed at the averages of two windows of {} ticks that agree within {:.0} pp per VM. All three policies took {total:.1} s.",
+        f.tick_ms,
+        stealscope_sim::engine::WINDOW,
+        100.0 * stealscope_sim::engine::STATIONARY
     );
     let worst = f.cases.iter().map(|c| c.wall_s).fold(0.0, f64::max);
     println!();

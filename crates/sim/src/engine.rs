@@ -23,9 +23,10 @@ use stealscope_placement::synthetic::Rng;
 /// by more than this (0.01 percentage points).
 const SETTLED: f64 = 1e-4;
 
-/// Ticks per stationarity window, and how close two windows' averages must be.
-const WINDOW: usize = 20;
-const STATIONARY: f64 = 0.05;
+/// Ticks per stationarity window, and how close two windows' per-VM
+/// averages (run and wait, share of a CPU) must be.
+pub const WINDOW: usize = 20;
+pub const STATIONARY: f64 = 0.05;
 
 /// Per-thread sums of run, wait, idle wait and work over the current and
 /// the previous window of simulated ticks.
