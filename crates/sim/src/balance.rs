@@ -282,24 +282,40 @@ fn balance_one(
     {
         balanced = true;
     } else {
-        let mut imb = (b.load - avg).min(avg - local.load);
+        let imb = (b.load - avg).min(avg - local.load);
         let cands = candidates(h, sc, src, dst, false, rng);
         balanced = cands.is_empty();
-        for i in cands {
-            let load = h_load(h, sc, i);
-            if load / 2f64.powi(failed.min(30) as i32) > imb + 1e-9 {
-                continue;
-            }
-            if migrate(h, i, dst) {
-                moved += 1;
-                imb -= load;
-                if imb <= 1e-9 {
-                    break;
-                }
+        moved += pull_load(h, sc, &cands, dst, imb, failed, |_, _| true);
+    }
+    finish(h, sc, rng, (src, dst, dst), level, balanced, moved)
+}
+
+/// migrate_load: moves threads whose load (task_h_load) fits the imbalance,
+/// a test each failed attempt halves (nr_balance_failed), until it is spent.
+fn pull_load(
+    h: &mut Host,
+    sc: &Scratch,
+    cands: &[usize],
+    dst: usize,
+    mut imb: f64,
+    failed: u32,
+    ok: impl Fn(&Host, usize) -> bool,
+) -> usize {
+    let mut moved = 0;
+    for &i in cands {
+        let load = h_load(h, sc, i);
+        if load / 2f64.powi(failed.min(30) as i32) > imb + 1e-9 || !ok(h, i) {
+            continue;
+        }
+        if migrate(h, i, dst) {
+            moved += 1;
+            imb -= load;
+            if imb <= 1e-9 {
+                break;
             }
         }
     }
-    finish(h, sc, rng, (src, dst, dst), level, balanced, moved)
+    moved
 }
 
 /// Updates the failure count (kept on `fail_cpu`) and does the active
@@ -426,20 +442,8 @@ fn balance_numa(
         {
             balanced = true;
         } else {
-            let mut imb = ((ba - avg_all) * b.cap).min((avg_all - la) * local.cap);
-            for i in cands.clone() {
-                let load = h_load(h, sc, i);
-                if load / 2f64.powi(failed.min(30) as i32) > imb + 1e-9 || !locality_ok(h, i) {
-                    continue;
-                }
-                if migrate(h, i, dst) {
-                    moved += 1;
-                    imb -= load;
-                    if imb <= 1e-9 {
-                        break;
-                    }
-                }
-            }
+            let imb = ((ba - avg_all) * b.cap).min((avg_all - la) * local.cap);
+            moved += pull_load(h, sc, &cands, dst, imb, failed, locality_ok);
         }
     }
     finish(h, sc, rng, (src, dst, lead), 1, balanced, moved)

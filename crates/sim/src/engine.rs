@@ -14,7 +14,7 @@ use crate::demand::Demand;
 use crate::host::Host;
 use crate::numa::{self, Overhead};
 use crate::policy::Policy;
-use crate::scenario::{Case, MemNode, NumaSpec, SchedSpec, StartPlacement};
+use crate::scenario::{Case, MemNode, NumaSpec, SchedSpec, StartPlacement, VmDef};
 use crate::sched::{index, run_tick, set_wants, Scratch};
 use serde::Serialize;
 use stealscope_placement::synthetic::Rng;
@@ -114,21 +114,6 @@ pub struct HostShape {
     pub background: Vec<(Option<usize>, Demand)>,
 }
 
-/// A VM to run: when it comes and goes, what it wants.
-#[derive(Debug, Clone)]
-pub struct VmRun {
-    pub name: String,
-    pub vcpus: u32,
-    pub mem_gib: f64,
-    pub mem_node: MemNode,
-    pub demand: Demand,
-    pub cpus: Option<Vec<u32>>,
-    pub weight: Option<u64>,
-    pub dedicated: bool,
-    pub start_s: f64,
-    pub stop_s: Option<f64>,
-}
-
 /// Time accounted to one thread, seconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Acc {
@@ -209,7 +194,7 @@ pub struct RunSpec<'a> {
     pub sched: &'a SchedSpec,
     pub numa: &'a NumaSpec,
     pub case: &'a Case,
-    pub vms: &'a [VmRun],
+    pub vms: &'a [VmDef],
     pub duration_s: f64,
     pub tick_s: f64,
     pub warmup_s: f64,

@@ -3,9 +3,9 @@
 //! (exponential lifetimes) while vCPUs stay within `max_vcpus_per_cpu`.
 //! Hosts run in parallel over the machine's cores.
 
-use crate::engine::{run, Acc, HostShape, RunSpec, VmRun};
+use crate::engine::{run, Acc, HostShape, RunSpec};
 use crate::report::{round, Range};
-use crate::scenario::{Case, FleetSpec, MemNode, NumaSpec, SchedSpec};
+use crate::scenario::{Case, FleetSpec, MemNode, NumaSpec, SchedSpec, VmDef};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::path::Path;
@@ -59,13 +59,13 @@ pub fn host_vms(
     duration_s: f64,
     seed: u64,
     index: u32,
-) -> Vec<VmRun> {
+) -> Vec<VmDef> {
     let mut rng = Rng(seed ^ (index as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
     let total: f64 = f.mix.iter().map(|m| m.share.0).sum();
     let cap = f.max_vcpus_per_cpu.0 * cpus as f64;
     let life = f.mean_lifetime_h.0 * 3600.0;
-    let mut out: Vec<VmRun> = Vec::new();
-    let draw = |rng: &mut Rng, at: f64, out: &mut Vec<VmRun>| {
+    let mut out: Vec<VmDef> = Vec::new();
+    let draw = |rng: &mut Rng, at: f64, out: &mut Vec<VmDef>| {
         let mut u = rng.unit() * total;
         let m = f
             .mix
@@ -82,7 +82,7 @@ pub fn host_vms(
             .sum();
         let stop = at + exp(rng, life);
         if (live + m.vcpus.0) as f64 <= cap {
-            out.push(VmRun {
+            out.push(VmDef {
                 name: format!("h{index}-vm{}", out.len()),
                 vcpus: m.vcpus.0,
                 mem_gib: m.mem_gib.0,

@@ -22,7 +22,7 @@ pub mod sched;
 pub use report::SimReport;
 pub use scenario::{Scenario, ScenarioError};
 
-use engine::{HostShape, RunSpec, VmRun};
+use engine::{HostShape, RunSpec};
 use rayon::prelude::*;
 
 /// What to run beyond the scenario's own settings.
@@ -61,24 +61,6 @@ pub fn shape(s: &Scenario) -> HostShape {
     }
 }
 
-fn vm_runs(s: &Scenario) -> Vec<VmRun> {
-    s.vms
-        .iter()
-        .map(|v| VmRun {
-            name: v.name.clone(),
-            vcpus: v.vcpus,
-            mem_gib: v.mem_gib,
-            mem_node: v.mem_node,
-            demand: v.demand.clone(),
-            cpus: v.cpus.clone(),
-            weight: v.weight,
-            dedicated: v.dedicated,
-            start_s: v.start_s,
-            stop_s: v.stop_s,
-        })
-        .collect()
-}
-
 /// Runs every case of `s` with every seed (in parallel) and reports.
 pub fn simulate(s: &Scenario, o: &Options) -> SimReport {
     let seeds: Vec<u64> = if o.seeds.is_empty() {
@@ -92,7 +74,7 @@ pub fn simulate(s: &Scenario, o: &Options) -> SimReport {
         .filter(|c| o.policies.is_empty() || o.policies.contains(&c.policy))
         .collect();
     let shape = shape(s);
-    let vms = vm_runs(s);
+    let vms = &s.vms;
     let tick_s = s.file.tick_ms.0 / 1000.0;
     let jobs: Vec<(usize, u64)> = (0..cases.len())
         .flat_map(|c| seeds.iter().map(move |sd| (c, *sd)))
@@ -107,7 +89,7 @@ pub fn simulate(s: &Scenario, o: &Options) -> SimReport {
                     sched: &s.file.scheduler,
                     numa: &s.file.numa,
                     case: cases[c],
-                    vms: &vms,
+                    vms,
                     duration_s: s.file.duration_s.0,
                     tick_s,
                     warmup_s: s.file.warmup_s.0,
