@@ -12,12 +12,15 @@
 # Prints a Markdown section on stdout; progress on stderr.
 #
 #   ROUNDS=3 WINDOW=20 scripts/bench-fairness.sh
+# RESULTS=FILE also writes the raw rounds there ("mechanism round spread A0 A1 B0 C0 load1"
+# per line, load1 = the 1-minute load average after the round, after a comment with the date
+# and load average), for scripts/bench-sim.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
 WINDOW=${WINDOW:-20}
 BIN=${BIN:-target/release/stealscope}
-export STEALSCOPE_TESTENV_RUN=/run/stealscope-bench-fairness
+export STEALSCOPE_TESTENV_RUN=${STEALSCOPE_TESTENV_RUN:-/run/stealscope-bench-fairness}
 CG=/sys/fs/cgroup/cpu
 [[ $(id -u) == 0 ]] || { echo "bench-fairness.sh: needs root (cgroups)" >&2; exit 2; }
 [[ -x $BIN ]] || cargo build --release -q
@@ -55,6 +58,7 @@ measure() {
 cfg() { printf 'manage = ["fair*"]\nfairness = "%s"\nshared_group = "/stealscope-bench.shared"\n' "$1" > "$work/place.toml"; }
 
 declare -A RESULTS
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for mech in equal weights shared-group; do
   for r in $(seq "$ROUNDS"); do
     per_vm_groups
@@ -64,13 +68,27 @@ for mech in equal weights shared-group; do
         { cat "$work/apply.err" >&2; exit 1; }
     fi
     line=$(measure)
-    echo "== $mech round $r: spread ${line%% *} pp (per vCPU: ${line#* })" >&2
-    RESULTS[$mech]+="${line}"$'\n'
+    echo "== $mech round $r: spread ${line%% *} pp (per vCPU: ${line#* }; load $(cut -d' ' -f1 /proc/loadavg))" >&2
+    RESULTS[$mech]+="${line} $(cut -d' ' -f1 /proc/loadavg)"$'\n'
     if [[ $mech != equal ]]; then
       "$BIN" place undo --yes --config "$work/place.toml" --journal "$work/j" >/dev/null 2>&1
     fi
   done
 done
+
+if [[ -n ${RESULTS:-} ]]; then
+  {
+    echo "# $(date -u +%Y-%m-%dT%H:%MZ) ROUNDS=$ROUNDS WINDOW=$WINDOW $(nproc) CPUs; load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg)"
+    for mech in equal weights shared-group; do
+      r=0
+      while read -r line; do
+        [[ -n $line ]] || continue
+        r=$((r + 1))
+        echo "$mech $r $line"
+      done <<< "${RESULTS[$mech]}"
+    done
+  } > "$RESULTS"
+fi
 
 echo "## Issue 6: fairness of CPU between VMs of different sizes (the talk's cgroup experiment)"
 echo
@@ -84,10 +102,10 @@ echo "| mechanism | round | spread (pp) | steal per vCPU: A0 A1 B0 C0 (%) |"
 echo "|---|---|---|---|"
 for mech in equal weights shared-group; do
   r=0
-  while read -r spread rest; do
+  while read -r spread a0 a1 b0 c0 _load; do
     [[ -n $spread ]] || continue
     r=$((r + 1))
-    printf '| %s | %d | %.1f | %s |\n' "$mech" "$r" "$spread" "$rest"
+    printf '| %s | %d | %.1f | %s |\n' "$mech" "$r" "$spread" "$a0 $a1 $b0 $c0"
   done <<< "${RESULTS[$mech]}"
 done
 echo

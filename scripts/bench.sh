@@ -16,10 +16,18 @@ tmp=$(mktemp)
   cargo bench --quiet --bench sample_cost 2>/dev/null
   cargo bench --quiet --bench host_scan 2>/dev/null
   cargo bench --quiet -p stealscope-placement --bench planner 2>/dev/null
-  # Needs a quiet machine: 20 s windows of real QEMU VMs competing for the CPUs.
-  if fairness=$(scripts/bench-fairness.sh 2>/dev/null); then echo; echo "$fairness"; fi
   cargo bench --quiet --bench hw_counters 2>/dev/null
-  # Issue 3 (probes) is work in progress: its section appears once its script runs cleanly.
+  # The fairness experiment needs a quiet machine: 20 s windows of real QEMU
+  # VMs competing for the CPUs. Its raw rounds are kept in scenarios/calibration/ for the simulator's comparison.
+  raw=$(mktemp)
+  if fairness=$(RESULTS=$raw scripts/bench-fairness.sh 2>/dev/null); then
+    echo; echo "$fairness"
+    cp "$raw" "scenarios/calibration/fairness-$(date -u +%Y%m%dT%H%M).txt"
+  fi
+  rm -f "$raw"
+  echo; cargo bench --quiet -p stealscope-sim --bench fleet 2>/dev/null
+  if sim=$(scripts/bench-sim.sh scenarios/calibration/fairness-*.txt 2>/dev/null); then echo; echo "$sim"; fi
+  # Sections of scripts that need root and packages appear when they run cleanly.
   if probes=$(scripts/bench-probes.sh 2>/dev/null); then echo; echo "$probes"; fi
   if serve=$(scripts/bench-serve.sh 2>/dev/null); then echo; echo "$serve"; fi
 } > "$tmp"

@@ -82,6 +82,16 @@ pub enum Command {
                             alert rules and a dashboard are in deploy/."
     )]
     Serve(crate::serve_cmd::ServeArgs),
+    /// Simulate a host or a fleet: per-vCPU steal under cgroup layouts and placement policies
+    #[command(
+        after_help = "Examples:\n  stealscope sim scenarios/talk-cgroups.toml            compare its cases, 5 seeds\n  \
+                            stealscope sim scenarios/calibration-2cpu.toml --seeds 10 --json\n  \
+                            stealscope sim scenarios/fleet.toml --hosts 1000 --policy stealscope\n\n\
+                            The model: per-CPU run queues with CFS group scheduling (a group's weight split over CPUs \
+                            by its load there), a load balancer after the kernel's, NUMA costs; policies none, numad \
+                            and stealscope's planner (the code of `place`). Scenario format: scenarios/README.md."
+    )]
+    Sim(crate::sim_cmd::SimArgs),
     /// Print shell completions to stdout
     #[command(
         after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \

@@ -7,6 +7,7 @@ mod host_args;
 mod place_cmd;
 mod probe_cmd;
 mod serve_cmd;
+mod sim_cmd;
 
 use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
@@ -125,6 +126,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Probe(a) => probe_cmd::run(&a),
         Command::Place(a) => place_cmd::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
+        Command::Sim(a) => sim_cmd::run(&a),
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             clap_mangen::generate_to(Cli::command(), &dir)

@@ -4,4 +4,5 @@
 pub mod json;
 pub mod metrics;
 pub mod place;
+pub mod sim;
 pub mod text;

@@ -6,53 +6,11 @@
 //! as the reference for both cost and balance. Prints a Markdown section.
 
 use std::time::Instant;
+use stealscope_placement::numad::node_load_per_cpu;
 use stealscope_placement::synthetic::random_host;
-use stealscope_placement::{plan, Config, History, HostInput};
+use stealscope_placement::{plan, Config, History};
 
 const RUNS: usize = 50;
-
-/// numad's rule, reduced to node choice (no dedicated cores, fairness or
-/// actions): returns the demand per CPU of each node after placement.
-fn numad_rule(h: &HostInput) -> Vec<f64> {
-    let n = h.topology.nodes.len();
-    let mut cpu_free: Vec<f64> = h
-        .topology
-        .nodes
-        .iter()
-        .map(|x| x.cpus.len() as f64)
-        .collect();
-    let mut mem_free: Vec<f64> = h
-        .topology
-        .nodes
-        .iter()
-        .map(|x| x.mem_free_bytes.unwrap_or(0) as f64)
-        .collect();
-    let mut load = vec![0.0; n];
-    let mut order: Vec<(f64, f64, f64)> = h
-        .vms
-        .iter()
-        .map(|v| {
-            let mem = v.mem_bytes().unwrap_or(0) as f64;
-            (v.demand() * mem, v.demand(), mem)
-        })
-        .collect();
-    order.sort_by(|a, b| b.0.total_cmp(&a.0));
-    for (_, cpu, mem) in order {
-        let best = (0..n)
-            .max_by(|&a, &b| {
-                (cpu_free[a].max(0.0) * mem_free[a].max(0.0))
-                    .total_cmp(&(cpu_free[b].max(0.0) * mem_free[b].max(0.0)))
-            })
-            .unwrap();
-        cpu_free[best] -= cpu;
-        mem_free[best] -= mem;
-        load[best] += cpu;
-    }
-    load.iter()
-        .zip(&h.topology.nodes)
-        .map(|(l, x)| l / x.cpus.len() as f64)
-        .collect()
-}
 
 fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
@@ -74,7 +32,7 @@ fn main() {
         ours.push(t.elapsed().as_secs_f64() * 1e3);
         last = Some(p);
         let t = Instant::now();
-        numad_load = numad_rule(&host);
+        numad_load = node_load_per_cpu(&host);
         reference.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let p = last.unwrap();

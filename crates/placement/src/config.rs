@@ -116,7 +116,8 @@ impl Config {
         }
     }
 
-    fn validate(&self) -> Result<(), String> {
+    /// Checks values serde cannot (ranges, globs, CPU lists); the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
         let pos = |v: f64, name: &str| {
             if v.is_finite() && v > 0.0 {
                 Ok(())
@@ -188,7 +189,7 @@ impl Config {
 }
 
 /// One line: where (line and its text, which names the key) and what.
-fn toml_error(text: &str, e: &toml::de::Error) -> String {
+pub fn toml_error(text: &str, e: &toml::de::Error) -> String {
     match e.span() {
         Some(span) => {
             let line = text[..span.start.min(text.len())].matches('\n').count();

@@ -12,6 +12,7 @@ pub mod history;
 pub mod input;
 pub mod live;
 mod nodes;
+pub mod numad;
 pub mod plan;
 pub mod synthetic;
 

@@ -1,0 +1,74 @@
+//! `stealscope sim SCENARIO`: runs a scenario's cases through the
+//! simulator and prints the comparison (text or JSON).
+
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use stealscope_sim::scenario::PolicyKind;
+use stealscope_sim::{simulate, Options, Scenario};
+
+type Error = Box<dyn std::error::Error>;
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyArg {
+    None,
+    Numad,
+    Stealscope,
+}
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Scenario file (TOML; see scenarios/README.md)
+    pub scenario: PathBuf,
+    /// Machine-readable output (schema stealscope/sim/1)
+    #[arg(long)]
+    pub json: bool,
+    /// Repeat each case with seeds 1..=N (default: the scenario's `seeds`)
+    #[arg(long, value_name = "N", conflicts_with = "seed", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub seeds: Option<u64>,
+    /// Run each case once with this seed
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+    /// Only the cases with this policy (repeatable)
+    #[arg(long, value_enum)]
+    pub policy: Vec<PolicyArg>,
+    /// Also run the scenario's [fleet] (always run when it has no [[vm]])
+    #[arg(long)]
+    pub fleet: bool,
+    /// Number of fleet hosts (overrides [fleet] hosts)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub hosts: Option<u32>,
+}
+
+pub fn run(a: &SimArgs) -> Result<(), Error> {
+    let s = Scenario::load(&a.scenario)?;
+    let seeds = match (a.seed, a.seeds) {
+        (Some(s), _) => vec![s],
+        (None, Some(n)) => (1..=n).collect(),
+        (None, None) => Vec::new(),
+    };
+    let o = Options {
+        seeds,
+        policies: a
+            .policy
+            .iter()
+            .map(|p| match p {
+                PolicyArg::None => PolicyKind::None,
+                PolicyArg::Numad => PolicyKind::Numad,
+                PolicyArg::Stealscope => PolicyKind::Stealscope,
+            })
+            .collect(),
+        fleet: a.fleet || a.hosts.is_some(),
+        hosts: a.hosts,
+        every_tick: false,
+    };
+    let r = simulate(&s, &o);
+    if r.cases.is_empty() && r.fleet.is_none() {
+        return Err(format!("{}: no case matches --policy", a.scenario.display()).into());
+    }
+    let text = if a.json {
+        stealscope_output::json::render(&r)
+    } else {
+        stealscope_output::sim::render(&r)
+    };
+    crate::write_stdout(&text)
+}

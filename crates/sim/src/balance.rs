@@ -1,0 +1,497 @@
+//! Where threads run: fork placement, wake-up placement and the periodic
+//! load balancer, after kernel/sched/fair.c (v5.5+ load_balance).
+//!
+//! Each CPU in turn (random order) looks for the busiest other CPU of its
+//! node, then each node for the busiest other node. An idle CPU pulls a
+//! task from one with at least two more always-runnable ones. Otherwise
+//! load is compared: nothing moves unless the busiest carries more than the
+//! average and more than imbalance_pct of the local load (the kernel's
+//! hysteresis), and only tasks whose load (task_h_load: its share of its
+//! group's weight on that CPU) fits the imbalance move. Each failed attempt
+//! halves that test (nr_balance_failed), and after cache_nice_tries + 2
+//! failures one task is pushed whatever its load (active balance). Moves
+//! change the group weights per CPU, so layouts with equal per-VM shares can
+//! settle in different stable states.
+
+use crate::cpuset::CpuSet;
+use crate::host::Host;
+use crate::sched::{h_load, index, Scratch};
+use stealscope_placement::synthetic::Rng;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum GroupType {
+    HasSpare,
+    FullyBusy,
+    Overloaded,
+}
+
+/// Per sched group (a CPU, or a node at the NUMA level).
+#[derive(Debug, Clone, Copy)]
+struct Stats {
+    load: f64,
+    util: f64,
+    nr_busy: u32,
+    cap: f64,
+    kind: GroupType,
+}
+
+fn classify(load: f64, util: f64, nr: u32, nr_busy: u32, cap: f64, pct: f64) -> Stats {
+    let kind = if (nr as f64) < cap || util * pct < cap * 100.0 {
+        GroupType::HasSpare
+    } else if (nr as f64) > cap && (util * pct > cap * 100.0 || nr_busy as f64 > cap) {
+        GroupType::Overloaded
+    } else {
+        GroupType::FullyBusy
+    };
+    Stats {
+        load,
+        util,
+        nr_busy,
+        cap,
+        kind,
+    }
+}
+
+fn cpu_stats(sc: &Scratch, c: usize, pct: f64) -> Stats {
+    classify(
+        sc.cpu_load[c],
+        sc.cpu_util[c].min(1.0),
+        sc.cpu_nr[c],
+        sc.cpu_nr_busy[c],
+        1.0,
+        pct,
+    )
+}
+
+fn node_stats(sc: &Scratch, cpus: &[usize], pct: f64) -> Stats {
+    let (mut load, mut util, mut nr, mut nr_busy) = (0.0, 0.0, 0, 0);
+    for &c in cpus {
+        load += sc.cpu_load[c];
+        util += sc.cpu_util[c].min(1.0);
+        nr += sc.cpu_nr[c];
+        nr_busy += sc.cpu_nr_busy[c];
+    }
+    classify(load, util, nr, nr_busy, cpus.len() as f64, pct)
+}
+
+/// The kernel's busy_factor: a busy CPU balances this many times less often.
+const BUSY_FACTOR: f64 = 16.0;
+
+pub fn shuffle<T>(v: &mut [T], rng: &mut Rng) {
+    for i in (1..v.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        v.swap(i, j);
+    }
+}
+
+/// Where the kernel starts a new thread: the allowed CPU with the least
+/// load (find_idlest_cpu), ties at random.
+pub fn fork_cpu(h: &Host, allowed: &CpuSet, rng: &mut Rng) -> usize {
+    let mut load = vec![0.0; h.ncpu];
+    for (_, t) in h.live_tasks() {
+        load[t.cpu] += t.load_avg.max(t.wants.min(1.0));
+    }
+    let mut best: Vec<usize> = Vec::new();
+    let mut min = f64::INFINITY;
+    for c in allowed.iter().filter(|c| *c < h.ncpu) {
+        if load[c] < min - 1e-9 {
+            min = load[c];
+            best.clear();
+        }
+        if load[c] <= min + 1e-9 {
+            best.push(c);
+        }
+    }
+    if best.is_empty() {
+        return 0;
+    }
+    best[rng.below(best.len() as u64) as usize]
+}
+
+/// A random allowed CPU.
+pub fn random_cpu(h: &Host, allowed: &CpuSet, rng: &mut Rng) -> usize {
+    let v: Vec<usize> = allowed.iter().filter(|c| *c < h.ncpu).collect();
+    if v.is_empty() {
+        0
+    } else {
+        v[rng.below(v.len() as u64) as usize]
+    }
+}
+
+/// Moves `task` to `dst` (affinity permitting).
+fn migrate(h: &mut Host, task: usize, dst: usize) -> bool {
+    let t = &mut h.tasks[task];
+    if t.cpu == dst || !t.allowed.contains(dst) {
+        return false;
+    }
+    t.cpu = dst;
+    true
+}
+
+/// Threads on `src` that could move to `dst`, in random order; the one
+/// running now (any of them, in a fluid model) cannot be detached unless
+/// `active`.
+fn candidates(
+    h: &Host,
+    sc: &Scratch,
+    src: usize,
+    dst: usize,
+    active: bool,
+    rng: &mut Rng,
+) -> Vec<usize> {
+    let mut v: Vec<usize> = sc.by_cpu[sc.start[src]..sc.start[src + 1]]
+        .iter()
+        .copied()
+        .filter(|&i| h.tasks[i].wants > 0.0)
+        .collect();
+    shuffle(&mut v, rng);
+    if !active && !v.is_empty() {
+        v.remove(0);
+    }
+    v.retain(|&i| h.tasks[i].allowed.contains(dst));
+    v
+}
+
+/// A VM's thread whose memory lives on `node` (NUMA balancing keeps it there).
+fn prefers(h: &Host, task: usize, node: usize) -> bool {
+    match h.tasks[task].vm {
+        Some(v) => h.vms[v].home_node() == node && h.vms[v].mem_share(node) > 0.5,
+        None => false,
+    }
+}
+
+/// One pass of the load balancer over every CPU and node. Returns the
+/// number of threads moved; `steady` is false when some balancer is still
+/// failing (it will act in a later tick).
+pub fn balance(
+    h: &mut Host,
+    sc: &mut Scratch,
+    rng: &mut Rng,
+    pct: f64,
+    (tick, dt): (u64, f64),
+) -> (usize, bool) {
+    let mut moved = 0;
+    let nodes = h.nodes.clone();
+    sc.dirty.clear();
+    sc.dirty.resize(h.ncpu, false);
+    // A busy CPU balances every busy_factor (16) x its domain's CPUs ms; one
+    // with spare capacity every tick.
+    let every = |cpus: usize| ((BUSY_FACTOR * cpus as f64 / 1000.0) / dt).round().max(1.0) as u64;
+    for node in nodes.iter() {
+        let mut order = node.clone();
+        shuffle(&mut order, rng);
+        let k = every(node.len());
+        for &dst in &order {
+            let due = (tick + dst as u64).is_multiple_of(k)
+                || cpu_stats(sc, dst, pct).kind == GroupType::HasSpare;
+            if due {
+                moved += balance_one(h, sc, rng, pct, dst, node, 0);
+            }
+        }
+    }
+    if moved > 0 {
+        index(h, sc);
+        sc.dirty.iter_mut().for_each(|d| *d = false);
+    }
+    let mut moved_numa = 0;
+    if nodes.len() > 1 {
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        shuffle(&mut order, rng);
+        let k = every(h.ncpu);
+        for n in order {
+            let due = (tick + n as u64).is_multiple_of(k)
+                || node_stats(sc, &nodes[n], pct).kind == GroupType::HasSpare;
+            if due {
+                moved_numa += balance_numa(h, sc, rng, pct, n);
+            }
+        }
+    }
+    if moved_numa > 0 {
+        index(h, sc);
+    }
+    let steady = h.lb_failed.iter().all(|f| f[0] == 0 && f[1] == 0);
+    (moved + moved_numa, steady)
+}
+
+fn balance_one(
+    h: &mut Host,
+    sc: &mut Scratch,
+    rng: &mut Rng,
+    pct: f64,
+    dst: usize,
+    span: &[usize],
+    level: usize,
+) -> usize {
+    if sc.dirty[dst] {
+        return 0;
+    }
+    let local = cpu_stats(sc, dst, pct);
+    let mut busiest: Option<(usize, Stats)> = None;
+    for &c in span {
+        if c == dst || sc.dirty[c] {
+            continue;
+        }
+        let s = cpu_stats(sc, c, pct);
+        let better = match &busiest {
+            None => true,
+            Some((_, b)) => (s.kind, s.load) > (b.kind, b.load),
+        };
+        if better {
+            busiest = Some((c, s));
+        }
+    }
+    let Some((src, b)) = busiest else {
+        return 0;
+    };
+    let avg = span.iter().map(|&c| sc.cpu_load[c]).sum::<f64>() / span.len() as f64;
+    let failed = h.lb_failed[dst][level];
+    let mut moved = 0;
+    let balanced;
+    if b.kind != GroupType::Overloaded {
+        balanced = true;
+    } else if local.kind == GroupType::HasSpare {
+        // An idle-ish CPU pulls one thread that waits all the time on an
+        // overloaded CPU, busiest first (migrate_task: even out the threads
+        // that always want to run); when none can come, that is balance,
+        // not a failure.
+        balanced = true;
+        let mut over: Vec<(usize, Stats)> = span
+            .iter()
+            .filter(|&&c| c != dst && !sc.dirty[c])
+            .map(|&c| (c, cpu_stats(sc, c, pct)))
+            .filter(|(_, s)| {
+                s.kind == GroupType::Overloaded
+                    && s.nr_busy >= 2
+                    && s.nr_busy as i64 - local.nr_busy as i64 >= 2
+            })
+            .collect();
+        over.sort_by(|a, b| b.1.load.total_cmp(&a.1.load));
+        'cpus: for (c, _) in over {
+            for i in candidates(h, sc, c, dst, false, rng) {
+                let t = &h.tasks[i];
+                if t.runnable > 0.999 && migrate(h, i, dst) {
+                    moved += 1;
+                    sc.dirty[c] = true;
+                    break 'cpus;
+                }
+            }
+        }
+    } else if (local.kind == GroupType::Overloaded && 100.0 * b.load <= pct * local.load)
+        || local.load >= avg
+        || b.load <= local.load
+    {
+        balanced = true;
+    } else {
+        let imb = (b.load - avg).min(avg - local.load);
+        let cands = candidates(h, sc, src, dst, false, rng);
+        balanced = cands.is_empty();
+        moved += pull_load(h, sc, &cands, dst, imb, failed, |_, _| true);
+    }
+    finish(h, sc, rng, (src, dst, dst), level, balanced, moved)
+}
+
+/// migrate_load: moves threads whose load (task_h_load) fits the imbalance,
+/// a test each failed attempt halves (nr_balance_failed), until it is spent.
+fn pull_load(
+    h: &mut Host,
+    sc: &Scratch,
+    cands: &[usize],
+    dst: usize,
+    mut imb: f64,
+    failed: u32,
+    ok: impl Fn(&Host, usize) -> bool,
+) -> usize {
+    let mut moved = 0;
+    for &i in cands {
+        let load = h_load(h, sc, i);
+        if load / 2f64.powi(failed.min(30) as i32) > imb + 1e-9 || !ok(h, i) {
+            continue;
+        }
+        if migrate(h, i, dst) {
+            moved += 1;
+            imb -= load;
+            if imb <= 1e-9 {
+                break;
+            }
+        }
+    }
+    moved
+}
+
+/// Updates the failure count (kept on `fail_cpu`) and does the active
+/// balance when it is due.
+fn finish(
+    h: &mut Host,
+    sc: &mut Scratch,
+    rng: &mut Rng,
+    (src, dst, fail_cpu): (usize, usize, usize),
+    level: usize,
+    balanced: bool,
+    mut moved: usize,
+) -> usize {
+    let cache_nice_tries = if level == 0 { 1 } else { 2 };
+    let failed = &mut h.lb_failed[fail_cpu][level];
+    if balanced || moved > 0 {
+        *failed = 0;
+    } else {
+        *failed += 1;
+        if *failed > cache_nice_tries + 2 {
+            *failed = cache_nice_tries + 1;
+            if let Some(i) = candidates(h, sc, src, dst, true, rng).first().copied() {
+                if migrate(h, i, dst) {
+                    moved += 1;
+                }
+            }
+        }
+    }
+    if moved > 0 {
+        sc.dirty[src] = true;
+        sc.dirty[dst] = true;
+    }
+    moved
+}
+
+fn balance_numa(
+    h: &mut Host,
+    sc: &mut Scratch,
+    rng: &mut Rng,
+    pct: f64,
+    local_node: usize,
+) -> usize {
+    let nodes = h.nodes.clone();
+    let local = node_stats(sc, &nodes[local_node], pct);
+    let mut busiest: Option<(usize, Stats)> = None;
+    for (n, cpus) in nodes.iter().enumerate() {
+        if n == local_node {
+            continue;
+        }
+        let s = node_stats(sc, cpus, pct);
+        let key = (s.kind, s.load / s.cap);
+        if busiest
+            .as_ref()
+            .is_none_or(|(_, b)| key > (b.kind, b.load / b.cap))
+        {
+            busiest = Some((n, s));
+        }
+    }
+    let Some((bn, b)) = busiest else {
+        return 0;
+    };
+    // The CPU that balances for the node: its least loaded one.
+    let dst = *nodes[local_node]
+        .iter()
+        .min_by(|a, c| sc.cpu_load[**a].total_cmp(&sc.cpu_load[**c]))
+        .expect("nodes have CPUs");
+    let lead = nodes[local_node][0];
+    let failed = h.lb_failed[lead][1];
+    // Source: the busiest CPU of the busiest node that has a thread to give.
+    let src = nodes[bn]
+        .iter()
+        .copied()
+        .filter(|&c| sc.cpu_nr[c] >= 1)
+        .max_by(|a, c| {
+            (sc.cpu_nr[*a] >= 2, sc.cpu_load[*a])
+                .partial_cmp(&(sc.cpu_nr[*c] >= 2, sc.cpu_load[*c]))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    let Some(src) = src else {
+        h.lb_failed[lead][1] = 0;
+        return 0;
+    };
+    let cands = candidates(h, sc, src, dst, false, rng);
+    if cands.is_empty() {
+        return finish(h, sc, rng, (src, dst, lead), 1, true, 0);
+    }
+    let locality_ok = |h: &Host, i: usize| !h.numa_balancing || failed > 2 || !prefers(h, i, bn);
+    let mut moved = 0;
+    let mut balanced = false;
+    let avg_all: f64 = {
+        let tl: f64 = (0..h.ncpu).map(|c| sc.cpu_load[c]).sum();
+        tl / h.ncpu as f64
+    };
+    if b.kind != GroupType::Overloaded {
+        // Allow a small imbalance between nodes (adjust_numa_imbalance).
+        let diff = b.nr_busy as i64 - local.nr_busy as i64;
+        if local.kind == GroupType::HasSpare && diff > 2 {
+            for i in cands.clone().into_iter().take((diff / 2) as usize) {
+                if locality_ok(h, i) && migrate(h, i, dst) {
+                    moved += 1;
+                }
+            }
+        } else {
+            balanced = true;
+        }
+    } else if local.kind == GroupType::HasSpare {
+        // migrate_util: fill the local node's spare capacity.
+        let mut room = local.cap - local.util;
+        for i in cands.clone() {
+            let u = h.tasks[i].util_avg;
+            if u <= room && locality_ok(h, i) && migrate(h, i, dst) {
+                moved += 1;
+                room -= u;
+            }
+        }
+        if moved == 0 && room < 0.5 {
+            balanced = true;
+        }
+    } else {
+        let (la, ba) = (local.load / local.cap, b.load / b.cap);
+        if (local.kind == GroupType::Overloaded && 100.0 * ba <= pct * la)
+            || la >= avg_all
+            || ba <= la
+        {
+            balanced = true;
+        } else {
+            let imb = ((ba - avg_all) * b.cap).min((avg_all - la) * local.cap);
+            moved += pull_load(h, sc, &cands, dst, imb, failed, locality_ok);
+        }
+    }
+    finish(h, sc, rng, (src, dst, lead), 1, balanced, moved)
+}
+
+/// Wake-up placement (select_idle_sibling): a thread that sleeps and wakes
+/// up behind others moves to an allowed CPU of its node that idles enough
+/// to hold it.
+pub fn wake_idle(h: &mut Host, sc: &mut Scratch) -> usize {
+    let mut moved = 0;
+    // Last tick's idle shares, updated as threads move (run_tick redoes them).
+    let mut idle = std::mem::take(&mut sc.idle);
+    if idle.len() != h.ncpu || !idle.iter().any(|x| *x > 1e-6) {
+        sc.idle = idle;
+        return 0;
+    }
+    for c in 0..h.ncpu {
+        if sc.cpu_nr[c] < 2 {
+            continue;
+        }
+        for k in sc.start[c]..sc.start[c + 1] {
+            let i = sc.by_cpu[k];
+            let t = &h.tasks[i];
+            if t.wants <= 0.0 || t.wants >= 1.0 || t.wait <= 1e-9 {
+                continue;
+            }
+            let node = h.node_of[c];
+            let best = h.nodes[node]
+                .iter()
+                .copied()
+                .filter(|&d| d != c && t.allowed.contains(d))
+                .max_by(|a, b| idle[*a].total_cmp(&idle[*b]).then(b.cmp(a)));
+            if let Some(d) = best {
+                if idle[d] > t.wants && idle[d] > idle[c] + t.wants {
+                    let w = t.wants;
+                    if migrate(h, i, d) {
+                        idle[d] -= w;
+                        idle[c] += w;
+                        moved += 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    sc.idle = idle;
+    if moved > 0 {
+        index(h, sc);
+    }
+    moved
+}

@@ -1,0 +1,433 @@
+//! Runs one host through time. Each tick: VMs start and stop, the policy
+//! makes its pass when due, NUMA balancing and memory moves advance, the
+//! load balancer and wake-up placement move threads, then the scheduler
+//! shares out the CPUs. When a tick changed nothing (no thread moved, the
+//! averages settled, every balancer content), every following tick is the
+//! same until the next event (a demand change, a VM coming or going, a
+//! policy pass, a NUMA scan), so those ticks are summed at once instead of
+//! being simulated one by one: exact for the model, and what makes a fleet
+//! of hosts cheap.
+
+use crate::balance::{balance, fork_cpu, random_cpu, wake_idle};
+use crate::cpuset::CpuSet;
+use crate::demand::Demand;
+use crate::host::Host;
+use crate::numa::{self, Overhead};
+use crate::policy::Policy;
+use crate::scenario::{Case, MemNode, NumaSpec, SchedSpec, StartPlacement, VmDef};
+use crate::sched::{index, run_tick, set_wants, Scratch};
+use serde::Serialize;
+use stealscope_placement::synthetic::Rng;
+
+/// A tick is the same as the last when no thread's run or wait share moved
+/// by more than this (0.01 percentage points).
+const SETTLED: f64 = 1e-4;
+
+/// Ticks per stationarity window, and how close two windows' per-VM
+/// averages (run and wait, share of a CPU) must be.
+pub const WINDOW: usize = 20;
+pub const STATIONARY: f64 = 0.05;
+
+/// Per-thread sums of run, wait, idle wait and work over the current and
+/// the previous window of simulated ticks.
+#[derive(Default)]
+struct Windows {
+    cur: Vec<[f64; 4]>,
+    prev: Vec<[f64; 4]>,
+    len: usize,
+    have_prev: bool,
+}
+
+impl Windows {
+    fn reset(&mut self) {
+        self.len = 0;
+        self.have_prev = false;
+        self.cur.iter_mut().for_each(|x| *x = [0.0; 4]);
+    }
+
+    /// Adds this tick; true when the window just closed with the same
+    /// averages as the one before.
+    fn push(&mut self, h: &Host, _tick: u64) -> bool {
+        if self.cur.len() < h.tasks.len() {
+            self.cur.resize(h.tasks.len(), [0.0; 4]);
+            self.prev.resize(h.tasks.len(), [0.0; 4]);
+            self.have_prev = false;
+        }
+        for (i, t) in h.tasks.iter().enumerate() {
+            if t.alive {
+                let c = &mut self.cur[i];
+                c[0] += t.run;
+                c[1] += t.wait;
+                c[2] += t.idle_wait;
+                c[3] += t.work;
+            }
+        }
+        self.len += 1;
+        if self.len < WINDOW {
+            return false;
+        }
+        let w = WINDOW as f64;
+        // Compared per VM (threads of a VM trade places when the balancer
+        // pushes them around; the VM's share is what settles).
+        let same = self.have_prev
+            && h.vms.iter().filter(|v| v.alive).all(|v| {
+                let (mut d_run, mut d_wait) = (0.0, 0.0);
+                for &i in &v.tasks {
+                    d_run += self.cur[i][0] - self.prev[i][0];
+                    d_wait += self.cur[i][1] - self.prev[i][1];
+                }
+                let n = w * v.tasks.len().max(1) as f64;
+                (d_run / n).abs() < STATIONARY && (d_wait / n).abs() < STATIONARY
+            });
+        if same {
+            // Keep both windows' sums in `prev` for the averages.
+            for i in 0..self.cur.len() {
+                for k in 0..4 {
+                    self.prev[i][k] = (self.prev[i][k] + self.cur[i][k]) / 2.0;
+                }
+            }
+        } else {
+            std::mem::swap(&mut self.cur, &mut self.prev);
+        }
+        self.have_prev = true;
+        self.len = 0;
+        self.cur.iter_mut().for_each(|x| *x = [0.0; 4]);
+        same
+    }
+
+    /// Per-tick averages of thread `i` (run, wait, idle wait, work).
+    fn mean(&self, i: usize) -> [f64; 4] {
+        let w = WINDOW as f64;
+        let p = self.prev.get(i).copied().unwrap_or([0.0; 4]);
+        [p[0] / w, p[1] / w, p[2] / w, p[3] / w]
+    }
+}
+
+/// The host a run simulates.
+#[derive(Debug, Clone)]
+pub struct HostShape {
+    pub cpus: usize,
+    pub nodes: usize,
+    pub smt: bool,
+    pub mem_per_node_gib: f64,
+    /// Other host work: (pinned CPU or any, demand).
+    pub background: Vec<(Option<usize>, Demand)>,
+}
+
+/// Time accounted to one thread, seconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Acc {
+    pub secs: f64,
+    /// What its pattern asked for (share of a CPU x seconds).
+    pub wanted: f64,
+    pub run: f64,
+    pub wait: f64,
+    pub idle_wait: f64,
+    pub work: f64,
+}
+
+impl Acc {
+    fn add(&mut self, t: &crate::host::Task, level: f64, secs: f64) {
+        self.secs += secs;
+        self.wanted += level * secs;
+        self.run += t.run * secs;
+        self.wait += t.wait * secs;
+        self.idle_wait += t.idle_wait * secs;
+        self.work += t.work * secs;
+    }
+
+    /// `secs` at per-tick averages `m` (run, wait, idle wait, work).
+    fn add_avg(&mut self, m: [f64; 4], level: f64, secs: f64) {
+        self.secs += secs;
+        self.wanted += level * secs;
+        self.run += m[0] * secs;
+        self.wait += m[1] * secs;
+        self.idle_wait += m[2] * secs;
+        self.work += m[3] * secs;
+    }
+
+    pub fn merge(&mut self, o: &Acc) {
+        self.secs += o.secs;
+        self.wanted += o.wanted;
+        self.run += o.run;
+        self.wait += o.wait;
+        self.idle_wait += o.idle_wait;
+        self.work += o.work;
+    }
+
+    /// Percent of wall time.
+    pub fn pct(&self, x: f64) -> f64 {
+        if self.secs > 0.0 {
+            (100.0 * x / self.secs).clamp(0.0, 100.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct VmOutcome {
+    pub name: String,
+    /// Per vCPU, by index.
+    pub vcpus: Vec<Acc>,
+    pub alive_s: f64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOutcome {
+    pub vms: Vec<VmOutcome>,
+    pub warnings: Vec<String>,
+    pub policy_actions: usize,
+    pub policy_passes: usize,
+    /// Threads moved by the load balancer and wake-up placement, and by NUMA balancing.
+    pub balancer_moves: usize,
+    pub numa_moves: usize,
+    pub ticks_simulated: u64,
+    pub ticks_total: u64,
+    /// Host CPU idle (share of all CPUs x seconds), and the counted seconds.
+    pub idle_cpu_s: f64,
+    pub secs: f64,
+}
+
+pub struct RunSpec<'a> {
+    pub shape: &'a HostShape,
+    pub sched: &'a SchedSpec,
+    pub numa: &'a NumaSpec,
+    pub case: &'a Case,
+    pub vms: &'a [VmDef],
+    pub duration_s: f64,
+    pub tick_s: f64,
+    pub warmup_s: f64,
+    pub seed: u64,
+    /// No summing of steady stretches (to check that summing is exact).
+    pub every_tick: bool,
+}
+
+/// Runs one case with one seed.
+pub fn run(spec: &RunSpec) -> RunOutcome {
+    let mut rng = Rng(spec.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
+    let shape = spec.shape;
+    let mut h = Host::new(
+        shape.cpus,
+        shape.nodes,
+        shape.smt,
+        shape.mem_per_node_gib,
+        spec.case.cgroups,
+    );
+    h.numa_balancing = spec.case.numa_balancing;
+    for (cpu, d) in &shape.background {
+        let allowed = cpu.map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
+        let at = fork_cpu(&h, &allowed, &mut rng);
+        h.add_background(at, allowed, d.clone());
+    }
+    let mut cfg = spec.case.planner.clone();
+    cfg.dedicated.extend(
+        spec.vms
+            .iter()
+            .filter(|v| v.dedicated)
+            .map(|v| v.name.clone()),
+    );
+    let mut policy = Policy::new(spec.case.policy, cfg);
+    let mut sc = Scratch::default();
+    let mut over = Overhead::default();
+    // VM index in `spec.vms` -> VM id on the host.
+    let mut started: Vec<Option<usize>> = vec![None; spec.vms.len()];
+    let mut stopped = vec![false; spec.vms.len()];
+    let mut accs: Vec<Acc> = Vec::new();
+    let mut prev: Vec<(f64, f64)> = Vec::new();
+    let mut win = Windows::default();
+    let mut out = RunOutcome::default();
+    let dt = spec.tick_s;
+    let total_ticks = (spec.duration_s / dt).round().max(1.0) as u64;
+    let mut tick: u64 = 0;
+    let all = CpuSet::all(shape.cpus);
+    while tick < total_ticks {
+        let t = tick as f64 * dt;
+        // VMs come and go.
+        let mut changed = false;
+        for (k, v) in spec.vms.iter().enumerate() {
+            if started[k].is_none() && v.start_s <= t + 1e-9 && v.stop_s.is_none_or(|s| s > t) {
+                let allowed = v
+                    .cpus
+                    .as_ref()
+                    .map_or(all.clone(), |c| CpuSet::from_cpus(c));
+                let mem = match v.mem_node {
+                    MemNode::Spread => vec![v.mem_gib / shape.nodes as f64; shape.nodes],
+                    MemNode::Node(n) => {
+                        let mut m = vec![0.0; shape.nodes];
+                        m[n as usize] = v.mem_gib;
+                        m
+                    }
+                };
+                let start = spec.sched.start;
+                let key = spec.seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let id = h.add_vm(
+                    v.name.clone(),
+                    v.vcpus,
+                    v.demand.clone(),
+                    key,
+                    mem,
+                    allowed,
+                    v.weight,
+                    v.dedicated,
+                    t,
+                    &mut |h, allowed| match start {
+                        StartPlacement::Idlest => fork_cpu(h, allowed, &mut rng),
+                        StartPlacement::Random => random_cpu(h, allowed, &mut rng),
+                    },
+                );
+                if h.numa_balancing {
+                    numa::start_scans(&mut h, id, spec.numa, t, &mut rng);
+                }
+                started[k] = Some(id);
+                changed = true;
+            }
+            if let (Some(id), false, Some(stop)) = (started[k], stopped[k], v.stop_s) {
+                if stop <= t + 1e-9 {
+                    h.remove_vm(id);
+                    stopped[k] = true;
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            policy.host_changed();
+        }
+        let changes = policy.pass(&mut h, t);
+        let (numa_moves, _moving) = numa::tick(&mut h, spec.numa, t, dt, &mut rng, &mut over);
+        out.numa_moves += numa_moves;
+        set_wants(&mut h, t);
+        index(&h, &mut sc);
+        let mut moves = 0;
+        let mut lb_steady = true;
+        if spec.sched.balance {
+            let (m, s) = balance(
+                &mut h,
+                &mut sc,
+                &mut rng,
+                spec.sched.imbalance_pct.0,
+                (tick, dt),
+            );
+            moves += m;
+            lb_steady = s;
+            moves += wake_idle(&mut h, &mut sc);
+        }
+        out.balancer_moves += moves;
+        let numa_spec = spec.numa;
+        let over_ref = &over;
+        run_tick(&mut h, &mut sc, dt, &|h, i| {
+            numa::speed(h, numa_spec, over_ref, i)
+        });
+        // Whether this tick is the same as the last (the model has settled).
+        if prev.len() < h.tasks.len() {
+            prev.resize(h.tasks.len(), (f64::NAN, f64::NAN));
+        }
+        let mut same = true;
+        for (i, task) in h.tasks.iter().enumerate() {
+            if task.alive {
+                let p = prev[i];
+                if !((p.0 - task.run).abs() < SETTLED && (p.1 - task.wait).abs() < SETTLED) {
+                    same = false;
+                }
+                prev[i] = (task.run, task.wait);
+            }
+        }
+        let external = changed || changes > 0 || numa_moves > 0;
+        let steady = same && !external && moves == 0 && lb_steady && !spec.every_tick;
+        // Threads moving back and forth (the balancer's active pushes, NUMA
+        // balancing) never settle tick by tick, but their averages do: two
+        // windows in a row with the same averages make the stretch up to
+        // the next event stationary, summed at those averages.
+        let stationary = if external {
+            win.reset();
+            false
+        } else {
+            !steady && !spec.every_tick && win.push(&h, tick)
+        };
+        // How many ticks this state lasts.
+        let mut n: u64 = 1;
+        if steady || stationary {
+            let mut next = total_ticks as f64 * dt;
+            for task in h.tasks.iter().filter(|t| t.alive && t.vm.is_none()) {
+                next = next.min(task.own_demand.next_change(t));
+            }
+            for v in h.vms.iter().filter(|v| v.alive) {
+                next = next.min(v.demand.next_change(t));
+                if h.numa_balancing && h.nodes.len() > 1 {
+                    next = next.min(v.next_scan_s);
+                }
+            }
+            for (k, v) in spec.vms.iter().enumerate() {
+                if started[k].is_none() {
+                    next = next.min(v.start_s);
+                } else if !stopped[k] {
+                    if let Some(s) = v.stop_s {
+                        next = next.min(s);
+                    }
+                }
+            }
+            next = next.min(policy.due());
+            next = next.min(numa::moves_done(&h, spec.numa, t + dt));
+            // Ticks strictly before the one at which `next` happens.
+            let until = ((next - 1e-9) / dt).ceil().max(tick as f64 + 1.0) as u64;
+            n = until.min(total_ticks) - tick;
+        }
+        out.ticks_simulated += 1;
+        // Statistics, for the part after the warm-up.
+        let warm_ticks = (spec.warmup_s / dt).round() as u64;
+        let counted = (tick + n).saturating_sub(tick.max(warm_ticks));
+        if accs.len() < h.tasks.len() {
+            accs.resize(h.tasks.len(), Acc::default());
+        }
+        if counted > 0 {
+            let secs = counted as f64 * dt;
+            // The ticks summed at once use the window's averages when stationary.
+            let summed = if stationary {
+                counted.saturating_sub(1)
+            } else {
+                0
+            };
+            for (i, task) in h.tasks.iter().enumerate() {
+                if task.alive {
+                    let level = match task.vm {
+                        Some(v) => h.vms[v].demand.level(t, h.vms[v].key),
+                        None => task.own_demand.level(t, task.tid as u64),
+                    };
+                    let one = if summed > 0 { dt } else { secs };
+                    accs[i].add(task, level, one);
+                    if summed > 0 {
+                        accs[i].add_avg(win.mean(i), level, summed as f64 * dt);
+                    }
+                }
+            }
+            out.idle_cpu_s += sc.idle.iter().sum::<f64>() / shape.cpus as f64 * secs;
+            out.secs += secs;
+        }
+        policy.observe(&h, n as f64 * dt);
+        if n > 1 {
+            numa::advance_moves(&mut h, (n - 1) as f64 * dt, spec.numa);
+            win.reset();
+        }
+        tick += n;
+    }
+    out.ticks_total = total_ticks;
+    out.policy_actions = policy.actions;
+    out.policy_passes = policy.passes;
+    out.warnings = policy.warnings;
+    for (k, v) in spec.vms.iter().enumerate() {
+        let Some(id) = started[k] else { continue };
+        let vm = &h.vms[id];
+        let vcpus: Vec<Acc> = vm
+            .tasks
+            .iter()
+            .map(|&i| accs.get(i).copied().unwrap_or_default())
+            .collect();
+        let alive_s = vcpus.first().map_or(0.0, |a| a.secs);
+        out.vms.push(VmOutcome {
+            name: v.name.clone(),
+            vcpus,
+            alive_s,
+        });
+    }
+    out
+}

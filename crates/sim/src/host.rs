@@ -1,0 +1,301 @@
+//! The simulated host: CPUs and nodes, cpu groups, VMs with their vCPU
+//! threads and memory, and other work. What the scheduler model, the load
+//! balancer, NUMA balancing and the policies read and change.
+
+use crate::cpuset::CpuSet;
+use crate::demand::Demand;
+use crate::scenario::Cgroups;
+
+/// Loads and weights are in units of a nice-0 task (the kernel's 1024).
+pub const NICE_0: f64 = 1.0;
+/// The kernel's MIN_SHARES (2 of 1024).
+pub const MIN_SHARES: f64 = 2.0 / 1024.0;
+
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// Path as the planner sees it (cpu controller mount + group).
+    pub dir: String,
+    /// tg->shares in nice-0 units (cpu.shares / 1024).
+    pub shares: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// Owning VM (index into `Host::vms`), None for other host work.
+    pub vm: Option<usize>,
+    pub vcpu: u32,
+    pub tid: u32,
+    /// cpu group, None: the top level.
+    pub group: Option<usize>,
+    pub cpu: usize,
+    pub allowed: CpuSet,
+    /// Demand of other host work (VM threads use their VM's demand).
+    pub own_demand: Demand,
+    /// PELT-like averages in [0, 1]: runnable (load_avg / weight) and running (util_avg).
+    pub load_avg: f64,
+    pub util_avg: f64,
+    /// Work left over from earlier ticks, in ticks of CPU.
+    pub backlog: f64,
+    /// This tick: wanted, ran, waited (shares of the tick), runnable share.
+    pub wants: f64,
+    pub run: f64,
+    pub wait: f64,
+    pub idle_wait: f64,
+    pub runnable: f64,
+    /// Useful work: run less the NUMA penalties.
+    pub work: f64,
+    pub alive: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Vm {
+    pub name: String,
+    pub pid: u32,
+    pub vcpus: u32,
+    pub demand: Demand,
+    /// Seed of its random demand.
+    pub key: u64,
+    /// Task indices of its vCPUs, by vCPU index.
+    pub tasks: Vec<usize>,
+    /// GiB of memory per node.
+    pub mem: Vec<f64>,
+    /// Memory being moved: (target node, GiB left).
+    pub moving: Option<(usize, f64)>,
+    pub group: Option<usize>,
+    pub dedicated: bool,
+    pub alive: bool,
+    pub started_s: f64,
+    /// NUMA balancing: next scan, and the current scan period (it backs off
+    /// while the VM is well placed).
+    pub next_scan_s: f64,
+    pub scan_period_s: f64,
+}
+
+impl Vm {
+    pub fn mem_total(&self) -> f64 {
+        self.mem.iter().sum()
+    }
+
+    /// Share of its memory on `node`.
+    pub fn mem_share(&self, node: usize) -> f64 {
+        let t = self.mem_total();
+        if t <= 0.0 {
+            1.0
+        } else {
+            self.mem[node] / t
+        }
+    }
+
+    pub fn home_node(&self) -> usize {
+        let mut best = 0;
+        for (n, m) in self.mem.iter().enumerate() {
+            if *m > self.mem[best] + 1e-12 {
+                best = n;
+            }
+        }
+        best
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub ncpu: usize,
+    pub node_of: Vec<usize>,
+    /// CPUs of each node.
+    pub nodes: std::sync::Arc<Vec<Vec<usize>>>,
+    pub smt: bool,
+    pub mem_per_node_gib: f64,
+    pub numa_balancing: bool,
+    pub cgroups: Cgroups,
+    pub groups: Vec<Group>,
+    pub tasks: Vec<Task>,
+    pub vms: Vec<Vm>,
+    /// High-priority kernel work (page migration, hinting faults of other
+    /// threads) per CPU this tick, share of the CPU.
+    pub kernel: Vec<f64>,
+    /// Load balancer: failed attempts per (CPU, level) (the kernel's nr_balance_failed).
+    pub lb_failed: Vec<[u32; 2]>,
+}
+
+pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup/cpu";
+
+impl Host {
+    pub fn new(
+        cpus: usize,
+        nodes: usize,
+        smt: bool,
+        mem_per_node_gib: f64,
+        cgroups: Cgroups,
+    ) -> Host {
+        let per = cpus / nodes.max(1);
+        let node_of: Vec<usize> = (0..cpus).map(|c| (c / per.max(1)).min(nodes - 1)).collect();
+        let node_cpus = (0..nodes)
+            .map(|n| (0..cpus).filter(|c| node_of[*c] == n).collect())
+            .collect();
+        let mut h = Host {
+            ncpu: cpus,
+            node_of,
+            nodes: std::sync::Arc::new(node_cpus),
+            smt,
+            mem_per_node_gib,
+            numa_balancing: false,
+            cgroups,
+            groups: Vec::new(),
+            tasks: Vec::new(),
+            vms: Vec::new(),
+            kernel: vec![0.0; cpus],
+            lb_failed: vec![[0, 0]; cpus],
+        };
+        if cgroups == Cgroups::PerHost {
+            h.groups.push(Group {
+                dir: format!("{CGROUP_MOUNT}/machine"),
+                shares: NICE_0,
+            });
+        }
+        h
+    }
+
+    /// The group with this directory, created with `shares` if new.
+    pub fn group_named(&mut self, dir: &str, shares: f64) -> usize {
+        if let Some(i) = self.groups.iter().position(|g| g.dir == dir) {
+            return i;
+        }
+        self.groups.push(Group {
+            dir: dir.to_string(),
+            shares,
+        });
+        self.groups.len() - 1
+    }
+
+    pub fn live_tasks(&self) -> impl Iterator<Item = (usize, &Task)> {
+        self.tasks.iter().enumerate().filter(|(_, t)| t.alive)
+    }
+
+    /// Total vCPUs of live VMs.
+    pub fn live_vcpus(&self) -> u32 {
+        self.vms.iter().filter(|v| v.alive).map(|v| v.vcpus).sum()
+    }
+
+    /// Keeps the per-host group's weight at its vCPUs (x the default), as
+    /// the talk's modified libvirt and stealscope's shared group do.
+    pub fn refresh_per_host_weight(&mut self) {
+        if self.cgroups == Cgroups::PerHost {
+            let n: u32 = self
+                .vms
+                .iter()
+                .filter(|v| v.alive && v.group == Some(0))
+                .map(|v| v.vcpus)
+                .sum();
+            self.groups[0].shares = (n.max(1) as f64).min(256.0);
+        }
+    }
+
+    /// Adds a VM: its group per the layout, its vCPU threads started where
+    /// the kernel puts new threads (`place`), memory per `mem`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_vm(
+        &mut self,
+        name: String,
+        vcpus: u32,
+        demand: Demand,
+        key: u64,
+        mem: Vec<f64>,
+        allowed: CpuSet,
+        weight: Option<u64>,
+        dedicated: bool,
+        now_s: f64,
+        place: &mut dyn FnMut(&Host, &CpuSet) -> usize,
+    ) -> usize {
+        let id = self.vms.len();
+        let pid = 1000 + id as u32;
+        let group = match self.cgroups {
+            Cgroups::None => None,
+            Cgroups::PerHost => Some(0),
+            Cgroups::PerVm | Cgroups::Proportional => {
+                let shares = match (weight, self.cgroups) {
+                    (Some(w), _) => w as f64 / 1024.0,
+                    (None, Cgroups::Proportional) => (vcpus as f64).min(256.0),
+                    _ => NICE_0,
+                };
+                let dir = format!("{CGROUP_MOUNT}/machine/{name}");
+                let g = self.group_named(&dir, shares);
+                self.groups[g].shares = shares;
+                Some(g)
+            }
+        };
+        let mut tasks = Vec::new();
+        for i in 0..vcpus {
+            let cpu = place(self, &allowed);
+            self.tasks.push(Task {
+                vm: Some(id),
+                vcpu: i,
+                tid: pid * 1000 + 1 + i,
+                group,
+                cpu,
+                allowed: allowed.clone(),
+                own_demand: Demand::Level(0.0),
+                load_avg: 1.0,
+                util_avg: 0.5,
+                backlog: 0.0,
+                wants: 1.0,
+                run: 0.0,
+                wait: 0.0,
+                idle_wait: 0.0,
+                runnable: 1.0,
+                work: 0.0,
+                alive: true,
+            });
+            tasks.push(self.tasks.len() - 1);
+        }
+        self.vms.push(Vm {
+            name,
+            pid,
+            vcpus,
+            demand,
+            key,
+            tasks,
+            mem,
+            moving: None,
+            group,
+            dedicated,
+            alive: true,
+            started_s: now_s,
+            next_scan_s: f64::INFINITY,
+            scan_period_s: 1.0,
+        });
+        self.refresh_per_host_weight();
+        id
+    }
+
+    pub fn remove_vm(&mut self, id: usize) {
+        self.vms[id].alive = false;
+        for t in self.vms[id].tasks.clone() {
+            self.tasks[t].alive = false;
+        }
+        self.refresh_per_host_weight();
+    }
+
+    /// Other host work at the top level, starting on `cpu`.
+    pub fn add_background(&mut self, cpu: usize, allowed: CpuSet, demand: Demand) {
+        let now = demand.level(0.0, 0);
+        self.tasks.push(Task {
+            vm: None,
+            vcpu: 0,
+            tid: 1 + self.tasks.len() as u32,
+            group: None,
+            cpu,
+            allowed,
+            own_demand: demand,
+            load_avg: 1.0,
+            util_avg: now,
+            backlog: 0.0,
+            wants: now,
+            run: 0.0,
+            wait: 0.0,
+            idle_wait: 0.0,
+            runnable: now,
+            work: 0.0,
+            alive: true,
+        });
+    }
+}

@@ -1,0 +1,723 @@
+//! Scenario files (TOML): the host, its VMs and their demand, the cgroup
+//! layout, the scheduler and NUMA cost model, the cases to compare and an
+//! optional fleet. Unknown keys are errors, and every error names the file,
+//! the line and the key (values are checked while they are read, so the
+//! TOML parser can point at them).
+
+use crate::demand::Demand;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use stealscope_placement::config::toml_error;
+use stealscope_placement::Config;
+use toml::Spanned;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {msg}")]
+    Invalid { path: PathBuf, msg: String },
+}
+
+/// A number > 0.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct Positive(pub f64);
+
+impl TryFrom<f64> for Positive {
+    type Error = String;
+    fn try_from(v: f64) -> Result<Self, String> {
+        if v.is_finite() && v > 0.0 {
+            Ok(Positive(v))
+        } else {
+            Err(format!("must be a number above 0, got {v}"))
+        }
+    }
+}
+
+/// A number >= 0.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct NonNeg(pub f64);
+
+impl TryFrom<f64> for NonNeg {
+    type Error = String;
+    fn try_from(v: f64) -> Result<Self, String> {
+        if v.is_finite() && v >= 0.0 {
+            Ok(NonNeg(v))
+        } else {
+            Err(format!("must be 0 or more, got {v}"))
+        }
+    }
+}
+
+/// A share of a CPU or a probability, within [0, 1].
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct Fraction(pub f64);
+
+impl TryFrom<f64> for Fraction {
+    type Error = String;
+    fn try_from(v: f64) -> Result<Self, String> {
+        if (0.0..=1.0).contains(&v) {
+            Ok(Fraction(v))
+        } else {
+            Err(format!("must be within [0, 1], got {v}"))
+        }
+    }
+}
+
+/// A whole number >= 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "i64")]
+pub struct Count(pub u32);
+
+impl TryFrom<i64> for Count {
+    type Error = String;
+    fn try_from(v: i64) -> Result<Self, String> {
+        if (1..=1 << 20).contains(&v) {
+            Ok(Count(v as u32))
+        } else {
+            Err(format!(
+                "must be a whole number from 1 to {}, got {v}",
+                1 << 20
+            ))
+        }
+    }
+}
+
+/// A cpu cgroup weight in cgroup v1 units (cpu.shares, [2, 262144]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "i64")]
+pub struct Weight(pub u64);
+
+impl TryFrom<i64> for Weight {
+    type Error = String;
+    fn try_from(v: i64) -> Result<Self, String> {
+        if (2..=262_144).contains(&v) {
+            Ok(Weight(v as u64))
+        } else {
+            Err(format!(
+                "must be a cpu.shares value within [2, 262144], got {v}"
+            ))
+        }
+    }
+}
+
+/// How VMs' vCPU threads are grouped for the cpu controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cgroups {
+    /// One group per VM, default weight 1024 each (libvirt's default).
+    PerVm,
+    /// One group per VM, weight 1024 x vCPUs.
+    Proportional,
+    /// Every VM in one group (the talk's per-host group).
+    PerHost,
+    /// No cpu groups: every vCPU thread at the top level.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// Nothing is pinned or regrouped: the kernel alone.
+    None,
+    /// numad's rule: each VM bound to one node, biggest first.
+    Numad,
+    /// stealscope's planner (the code of `place`), every `interval_s`.
+    Stealscope,
+}
+
+impl PolicyKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::None => "none",
+            PolicyKind::Numad => "numad",
+            PolicyKind::Stealscope => "stealscope",
+        }
+    }
+}
+
+fn d_nodes() -> Count {
+    Count(1)
+}
+fn d_mem_node() -> Positive {
+    Positive(64.0)
+}
+fn d_cgroups() -> Cgroups {
+    Cgroups::PerVm
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// CPUs in all, split evenly over the nodes.
+    pub cpus: Count,
+    #[serde(default = "d_nodes")]
+    pub nodes: Count,
+    /// CPUs come in SMT pairs (the planner keeps siblings together).
+    #[serde(default)]
+    pub smt: bool,
+    #[serde(default = "d_mem_node")]
+    pub mem_gib_per_node: Positive,
+    /// kernel.numa_balancing (only matters with more than one node).
+    #[serde(default)]
+    pub numa_balancing: bool,
+    #[serde(default = "d_cgroups")]
+    pub cgroups: Cgroups,
+    /// Other work on the host, outside the VMs' groups.
+    #[serde(default)]
+    pub background: Vec<Background>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Background {
+    /// Pinned to this CPU (default: any CPU, moved by the load balancer).
+    pub cpu: Option<Spanned<u32>>,
+    /// What it wants (as a VM's demand: "busy", a share, a pattern).
+    pub demand: Demand,
+}
+
+fn d_imb() -> Positive {
+    Positive(117.0)
+}
+fn d_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedSpec {
+    /// The load balancer's imbalance_pct (kernel default 117 for cache
+    /// domains): the busiest CPU must be this many percent above the local one.
+    #[serde(default = "d_imb")]
+    pub imbalance_pct: Positive,
+    /// Periodic load balancing on (off: threads stay where they started).
+    #[serde(default = "d_true")]
+    pub balance: bool,
+    /// Where new threads start: "idlest" (the kernel's fork placement, ties
+    /// broken at random) or "random".
+    #[serde(default)]
+    pub start: StartPlacement,
+}
+
+impl Default for SchedSpec {
+    fn default() -> Self {
+        SchedSpec {
+            imbalance_pct: d_imb(),
+            balance: true,
+            start: StartPlacement::Idlest,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StartPlacement {
+    #[default]
+    Idlest,
+    Random,
+}
+
+fn d_remote() -> Fraction {
+    Fraction(0.3)
+}
+fn d_scan_period() -> Positive {
+    Positive(1.0)
+}
+fn d_scan_mib() -> Positive {
+    Positive(256.0)
+}
+fn d_fault_ms() -> NonNeg {
+    NonNeg(100.0)
+}
+fn d_mig_rate() -> Positive {
+    Positive(128.0)
+}
+fn d_mig_ms() -> NonNeg {
+    NonNeg(500.0)
+}
+
+/// The NUMA cost model. The defaults are order-of-magnitude assumptions
+/// (documented in scenarios/README.md), not measurements.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaSpec {
+    /// Throughput lost by a vCPU whose memory is all remote (fraction).
+    #[serde(default = "d_remote")]
+    pub remote_penalty: Fraction,
+    /// Automatic NUMA balancing: seconds between scans of a misplaced VM.
+    #[serde(default = "d_scan_period")]
+    pub scan_period_s: Positive,
+    /// MiB of the VM's memory scanned per scan.
+    #[serde(default = "d_scan_mib")]
+    pub scan_mib: Positive,
+    /// CPU time of the hinting faults per GiB scanned, ms.
+    #[serde(default = "d_fault_ms")]
+    pub fault_ms_per_gib: NonNeg,
+    /// Page migration rate limit, MiB/s per VM.
+    #[serde(default = "d_mig_rate")]
+    pub migrate_mib_per_s: Positive,
+    /// CPU time (migration threads) per GiB moved, ms.
+    #[serde(default = "d_mig_ms")]
+    pub migrate_ms_per_gib: NonNeg,
+}
+
+impl Default for NumaSpec {
+    fn default() -> Self {
+        NumaSpec {
+            remote_penalty: d_remote(),
+            scan_period_s: d_scan_period(),
+            scan_mib: d_scan_mib(),
+            fault_ms_per_gib: d_fault_ms(),
+            migrate_mib_per_s: d_mig_rate(),
+            migrate_ms_per_gib: d_mig_ms(),
+        }
+    }
+}
+
+/// Where a VM's memory starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemNode {
+    /// Spread evenly over the nodes (the default without a policy).
+    Spread,
+    Node(u32),
+}
+
+impl<'de> Deserialize<'de> for MemNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = MemNode;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a node number or \"spread\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<MemNode, E> {
+                u32::try_from(v)
+                    .map(MemNode::Node)
+                    .map_err(|_| E::custom(format!("node {v} is not a node number")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<MemNode, E> {
+                if v == "spread" {
+                    Ok(MemNode::Spread)
+                } else {
+                    Err(E::custom(format!(
+                        "{v:?}: expected a node number or \"spread\""
+                    )))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn d_count() -> Count {
+    Count(1)
+}
+fn d_mem() -> Positive {
+    Positive(2.0)
+}
+fn d_spread() -> MemNode {
+    MemNode::Spread
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSpec {
+    pub name: Spanned<String>,
+    /// This many VMs (named NAME-1, NAME-2, ... when more than one).
+    #[serde(default = "d_count")]
+    pub count: Count,
+    pub vcpus: Count,
+    #[serde(default = "d_mem")]
+    pub mem_gib: Positive,
+    #[serde(default = "d_spread")]
+    pub mem_node: MemNode,
+    #[serde(default)]
+    pub demand: Demand,
+    /// Initial affinity of its vCPU threads (kernel list format; default all).
+    pub cpus: Option<Spanned<String>>,
+    /// Explicit weight of its own cpu group (overrides the layout's).
+    pub weight: Option<Weight>,
+    /// For the stealscope policy: give it dedicated cores.
+    #[serde(default)]
+    pub dedicated: bool,
+    /// Starts this many seconds into the run.
+    #[serde(default)]
+    pub start_s: NonNeg,
+    /// Exits this many seconds into the run.
+    pub stop_s: Option<Positive>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseSpec {
+    pub name: Spanned<String>,
+    #[serde(default = "d_policy")]
+    pub policy: PolicyKind,
+    /// Overrides [host] cgroups.
+    pub cgroups: Option<Cgroups>,
+    /// Overrides [host] numa_balancing.
+    pub numa_balancing: Option<bool>,
+    /// For policy = "stealscope": the place.toml keys (defaults otherwise).
+    pub planner: Option<Spanned<toml::Table>>,
+}
+
+fn d_policy() -> PolicyKind {
+    PolicyKind::None
+}
+
+fn d_arrivals() -> NonNeg {
+    NonNeg(1.0)
+}
+fn d_lifetime() -> Positive {
+    Positive(4.0)
+}
+
+/// Many hosts like [host], each filled with VMs drawn from `mix`, with VMs
+/// arriving (Poisson) and leaving (exponential lifetimes).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSpec {
+    pub hosts: Count,
+    /// VMs on each host at the start.
+    pub initial_vms: Count,
+    #[serde(default = "d_arrivals")]
+    pub arrivals_per_host_hour: NonNeg,
+    #[serde(default = "d_lifetime")]
+    pub mean_lifetime_h: Positive,
+    /// A host admits a new VM only while its vCPUs stay within this many per CPU.
+    #[serde(default = "d_overcommit")]
+    pub max_vcpus_per_cpu: Positive,
+    pub mix: Vec<MixSpec>,
+}
+
+fn d_overcommit() -> Positive {
+    Positive(2.0)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixSpec {
+    pub vcpus: Count,
+    /// Relative frequency of this kind.
+    #[serde(default = "d_share")]
+    pub share: Positive,
+    #[serde(default = "d_mem")]
+    pub mem_gib: Positive,
+    #[serde(default)]
+    pub demand: Demand,
+}
+
+fn d_share() -> Positive {
+    Positive(1.0)
+}
+
+fn d_duration() -> Positive {
+    Positive(60.0)
+}
+fn d_tick() -> Positive {
+    Positive(100.0)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    pub description: Option<String>,
+    #[serde(default = "d_duration")]
+    pub duration_s: Positive,
+    /// Resolution of the simulation.
+    #[serde(default = "d_tick")]
+    pub tick_ms: Positive,
+    /// Left out of the statistics (the kernel settling).
+    #[serde(default)]
+    pub warmup_s: NonNeg,
+    /// Seeds to run by default (repeated runs).
+    #[serde(default = "d_count")]
+    pub seeds: Count,
+    pub host: HostSpec,
+    #[serde(default)]
+    pub scheduler: SchedSpec,
+    #[serde(default)]
+    pub numa: NumaSpec,
+    #[serde(default, rename = "vm")]
+    pub vms: Vec<VmSpec>,
+    #[serde(default, rename = "case")]
+    pub cases: Vec<CaseSpec>,
+    pub fleet: Option<FleetSpec>,
+}
+
+/// A case, resolved: what to run and how.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    pub policy: PolicyKind,
+    pub cgroups: Cgroups,
+    pub numa_balancing: bool,
+    pub planner: Config,
+}
+
+/// A VM, resolved.
+#[derive(Debug, Clone)]
+pub struct VmDef {
+    pub name: String,
+    pub vcpus: u32,
+    pub mem_gib: f64,
+    pub mem_node: MemNode,
+    pub demand: Demand,
+    /// None: all CPUs.
+    pub cpus: Option<Vec<u32>>,
+    pub weight: Option<u64>,
+    pub dedicated: bool,
+    pub start_s: f64,
+    pub stop_s: Option<f64>,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub path: PathBuf,
+    pub file: ScenarioFile,
+    pub vms: Vec<VmDef>,
+    pub cases: Vec<Case>,
+}
+
+impl Scenario {
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        Scenario::parse(&text, path)
+    }
+
+    /// Parses `text`; trace files are found relative to `path`'s directory.
+    pub fn parse(text: &str, path: &Path) -> Result<Scenario, ScenarioError> {
+        let invalid = |msg: String| ScenarioError::Invalid {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let file: ScenarioFile = toml::from_str(text).map_err(|e| invalid(toml_error(text, &e)))?;
+        let at = |span: std::ops::Range<usize>, msg: String| {
+            let line = text[..span.start.min(text.len())].matches('\n').count();
+            let src = text.lines().nth(line).unwrap_or("").trim();
+            invalid(format!("line {} (`{src}`): {msg}", line + 1))
+        };
+        let host = &file.host;
+        if !host.cpus.0.is_multiple_of(host.nodes.0) {
+            return Err(invalid(format!(
+                "host: cpus = {} does not split evenly over nodes = {}",
+                host.cpus.0, host.nodes.0
+            )));
+        }
+        if host.smt && !(host.cpus.0 / host.nodes.0).is_multiple_of(2) {
+            return Err(invalid(format!(
+                "host: smt = true needs an even number of CPUs per node, got {}",
+                host.cpus.0 / host.nodes.0
+            )));
+        }
+        if host.cpus.0 > 1024 {
+            return Err(invalid(format!(
+                "host: cpus = {} is above the simulator's limit of 1024",
+                host.cpus.0
+            )));
+        }
+        for cpu in host.background.iter().filter_map(|b| b.cpu.as_ref()) {
+            if *cpu.get_ref() >= host.cpus.0 {
+                return Err(at(
+                    cpu.span(),
+                    format!(
+                        "background cpu {} is not one of the host's CPUs 0-{}",
+                        cpu.get_ref(),
+                        host.cpus.0 - 1
+                    ),
+                ));
+            }
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        for (i, b) in host.background.iter().enumerate() {
+            b.demand
+                .resolve(base)
+                .map_err(|e| invalid(format!("host.background[{i}]: demand: {e}")))?;
+        }
+        if file.warmup_s.0 >= file.duration_s.0 {
+            return Err(invalid(format!(
+                "warmup_s = {} leaves nothing of duration_s = {}",
+                file.warmup_s.0, file.duration_s.0
+            )));
+        }
+        if file.tick_ms.0 < 1.0 || file.tick_ms.0 > 10_000.0 {
+            return Err(invalid(format!(
+                "tick_ms must be within [1, 10000], got {}",
+                file.tick_ms.0
+            )));
+        }
+        if file.scheduler.imbalance_pct.0 < 100.0 {
+            return Err(invalid(format!(
+                "scheduler: imbalance_pct must be at least 100, got {}",
+                file.scheduler.imbalance_pct.0
+            )));
+        }
+        let mut vms = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
+        for v in &file.vms {
+            let name = v.name.get_ref().trim().to_string();
+            let bad = |msg: String| at(v.name.span(), format!("vm `{name}`: {msg}"));
+            if name.is_empty() || name.contains(char::is_whitespace) {
+                return Err(bad("name must be one word".into()));
+            }
+            let cpus = match &v.cpus {
+                None => None,
+                Some(s) => {
+                    let list = stealscope_readers::cpulist::parse(s.get_ref(), "cpus")
+                        .map_err(|e| at(s.span(), format!("vm `{name}`: cpus: {e}")))?;
+                    if list.is_empty() || list.iter().any(|c| *c >= host.cpus.0) {
+                        return Err(at(
+                            s.span(),
+                            format!(
+                                "vm `{name}`: cpus {:?} must name some of the host's CPUs 0-{}",
+                                s.get_ref(),
+                                host.cpus.0 - 1
+                            ),
+                        ));
+                    }
+                    Some(list)
+                }
+            };
+            if let MemNode::Node(n) = v.mem_node {
+                if n >= host.nodes.0 {
+                    return Err(bad(format!(
+                        "mem_node = {n} but the host has nodes 0-{}",
+                        host.nodes.0 - 1
+                    )));
+                }
+            }
+            if let Some(stop) = v.stop_s {
+                if stop.0 <= v.start_s.0 {
+                    return Err(bad(format!(
+                        "stop_s = {} is not after start_s = {}",
+                        stop.0, v.start_s.0
+                    )));
+                }
+            }
+            let demand = v
+                .demand
+                .resolve(base)
+                .map_err(|e| bad(format!("demand: {e}")))?;
+            for i in 1..=v.count.0 {
+                let full = if v.count.0 == 1 {
+                    name.clone()
+                } else {
+                    format!("{name}-{i}")
+                };
+                if !names.insert(full.clone()) {
+                    return Err(bad(format!("two VMs are named `{full}`")));
+                }
+                vms.push(VmDef {
+                    name: full,
+                    vcpus: v.vcpus.0,
+                    mem_gib: v.mem_gib.0,
+                    mem_node: v.mem_node,
+                    demand: demand.clone(),
+                    cpus: cpus.clone(),
+                    weight: v.weight.map(|w| w.0),
+                    dedicated: v.dedicated,
+                    start_s: v.start_s.0,
+                    stop_s: v.stop_s.map(|s| s.0),
+                });
+            }
+        }
+        if vms.is_empty() && file.fleet.is_none() {
+            return Err(invalid(
+                "no [[vm]] and no [fleet]: nothing to simulate".into(),
+            ));
+        }
+        if let Some(f) = &file.fleet {
+            if f.mix.is_empty() {
+                return Err(invalid(
+                    "fleet: mix needs at least one [[fleet.mix]]".into(),
+                ));
+            }
+            for (i, m) in f.mix.iter().enumerate() {
+                m.demand
+                    .resolve(base)
+                    .map_err(|e| invalid(format!("fleet.mix[{i}]: demand: {e}")))?;
+            }
+        }
+        let mut cases = Vec::new();
+        let mut case_names = std::collections::BTreeSet::new();
+        for c in &file.cases {
+            let name = c.name.get_ref().clone();
+            if !case_names.insert(name.clone()) {
+                return Err(at(c.name.span(), format!("two cases are named `{name}`")));
+            }
+            let planner = match &c.planner {
+                None => Config::default(),
+                Some(t) => {
+                    if c.policy != PolicyKind::Stealscope {
+                        return Err(at(
+                            t.span(),
+                            format!("case `{name}`: planner settings need policy = \"stealscope\""),
+                        ));
+                    }
+                    let cfg: Config =
+                        t.get_ref()
+                            .clone()
+                            .try_into()
+                            .map_err(|e: toml::de::Error| {
+                                at(
+                                    t.span(),
+                                    format!("case `{name}`: planner: {}", e.message().trim()),
+                                )
+                            })?;
+                    cfg.validate()
+                        .map_err(|e| at(t.span(), format!("case `{name}`: planner: {e}")))?;
+                    cfg
+                }
+            };
+            cases.push(Case {
+                name,
+                policy: c.policy,
+                cgroups: c.cgroups.unwrap_or(host.cgroups),
+                numa_balancing: c.numa_balancing.unwrap_or(host.numa_balancing),
+                planner,
+            });
+        }
+        if cases.is_empty() {
+            for p in [PolicyKind::None, PolicyKind::Numad, PolicyKind::Stealscope] {
+                cases.push(Case {
+                    name: p.name().into(),
+                    policy: p,
+                    cgroups: host.cgroups,
+                    numa_balancing: host.numa_balancing,
+                    planner: Config::default(),
+                });
+            }
+        }
+        Ok(Scenario {
+            path: path.to_path_buf(),
+            file,
+            vms,
+            cases,
+        })
+    }
+
+    pub fn name(&self) -> String {
+        self.path
+            .file_stem()
+            .map_or("scenario".into(), |s| s.to_string_lossy().into_owned())
+    }
+}
+
+/// Reads the table form of a demand through serde (used by `Demand`'s
+/// hand-written Deserialize, which also takes "busy", "idle" and numbers).
+pub(crate) fn map_to<'de, T: Deserialize<'de>, A: MapAccess<'de>>(map: A) -> Result<T, A::Error> {
+    T::deserialize(de::value::MapAccessDeserializer::new(map))
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Issue 8: the simulator against the real two-CPU cgroup experiment.
+# Runs `stealscope sim scenarios/calibration-2cpu.toml` with SEEDS seeds (the
+# repeated runs) and sets its per-vCPU steal beside the real rounds measured by
+# scripts/bench-fairness.sh (RESULTS files, given as arguments; each starts
+# with a comment line holding the date and the load average during the run).
+# Where the real outcome is stable (every vCPU within 5 pp over the rounds) the
+# simulated mean must be within 5 pp of the real mean, per vCPU; where it is
+# not, the simulated range of the spread must cover the real one. Rounds taken
+# while the 1-minute load average was above 6 (other work on the 2 CPUs) are
+# shown but not judged.
+# Prints a Markdown section on stdout.
+#
+#   SEEDS=20 scripts/bench-sim.sh /path/to/fairness-results.txt ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SEEDS=${SEEDS:-20}
+BIN=${BIN:-target/release/stealscope}
+[[ -x $BIN ]] || cargo build --release -q
+sim=$(mktemp)
+trap 'rm -f "$sim"' EXIT
+"$BIN" sim scenarios/calibration-2cpu.toml --seeds "$SEEDS" --json > "$sim"
+python3 - "$sim" "$SEEDS" "$@" <<'PY'
+import json, sys
+sim = json.load(open(sys.argv[1]))
+seeds = sys.argv[2]
+runs = []  # (header, {mech: [(spread, [a0, a1, b0, c0])]})
+for path in sys.argv[3:]:
+    head, rounds = "", {}
+    for line in open(path):
+        if line.startswith("#"):
+            head = line[1:].strip()
+            continue
+        f = line.split()
+        if len(f) in (7, 8):
+            load = float(f[7]) if len(f) == 8 else None
+            rounds.setdefault(f[0], []).append((float(f[2]), [float(x) for x in f[3:7]], load))
+    runs.append((head, rounds))
+names = ["A0", "A1", "B0", "C0"]
+# The 4 busy vCPU threads alone make a load average of about 4; well above
+# that, other work shares the 2 CPUs and the round says little about the VMs.
+LOADED = 6.0
+earlier = {"equal": "33-35", "weights": "5, then 27", "shared-group": "0-2"}
+print("## Issue 8: simulator against the real two-CPU experiment")
+print()
+print(f"Command: `SEEDS={seeds} scripts/bench-sim.sh RESULTS...`: `stealscope sim scenarios/calibration-2cpu.toml --seeds {seeds}`")
+print("(2 CPUs; VM A with 2 busy vCPUs, B and C with 1; per-VM cpu groups; `weights` and `shared-group` applied by the")
+print("planner, as `place apply` does in the real experiment; 20 s windows) beside the rounds of `scripts/bench-fairness.sh`.")
+print("Steal per vCPU in %; the simulated figures are the mean and, in brackets, the range over the seeds.")
+print()
+real_by = {}
+for head, rounds in runs:
+    for mech, rs in rounds.items():
+        real_by.setdefault(mech, []).extend(rs)
+print("| mechanism | | " + " | ".join(names) + " | spread pp |")
+print("|---|---|" + "---|" * (len(names) + 1))
+verdicts = []
+for case in sim["cases"]:
+    mech = case["name"]
+    v = [x for vm in case["vms"] for x in vm["vcpus"]]
+    cells = [f"{x['steal_pct']['mean']:.1f} ({x['steal_pct']['min']:.1f}-{x['steal_pct']['max']:.1f})" for x in v]
+    sp = case["spread_pp"]
+    print(f"| {mech} | sim, {seeds} seeds | " + " | ".join(cells) + f" | {sp['mean']:.1f} ({sp['min']:.1f}-{sp['max']:.1f}) |")
+    rs = real_by.get(mech, [])
+    for i, (spread, vals, load) in enumerate(rs):
+        note = "" if load is None else f", load {load:.1f}" + (" (busy machine: not judged)" if load > LOADED else "")
+        print(f"| {mech} | real, round {i + 1}{note} | " + " | ".join(f"{x:.1f}" for x in vals) + f" | {spread:.1f} |")
+    print(f"| {mech} | real, earlier (SPEC) | | | | | {earlier.get(mech, '')} |")
+    rs = [r for r in rs if r[2] is None or r[2] <= LOADED]
+    if not rs:
+        verdicts.append(f"- {mech}: no real round on a quiet machine.")
+        continue
+    per = list(zip(*[vals for _, vals, _ in rs]))
+    stable = all(max(p) - min(p) <= 5.0 for p in per)
+    spreads = [s for s, _, _ in rs]
+    if stable:
+        diffs = [abs(sum(p) / len(p) - x["steal_pct"]["mean"]) for p, x in zip(per, v)]
+        ok = max(diffs) <= 5.0
+        verdicts.append(f"- {mech}: real outcome stable over {len(rs)} rounds; simulated mean per vCPU within {max(diffs):.1f} pp of the real mean: **{'met' if ok else 'not met'}** (target 5 pp).")
+    else:
+        lo, hi = sp["min"] - 5.0, sp["max"] + 5.0
+        ok = lo <= min(spreads) and max(spreads) <= hi
+        verdicts.append(f"- {mech}: real outcome varies (spread {min(spreads):.1f}-{max(spreads):.1f} pp over {len(rs)} rounds); simulated spread range {sp['min']:.1f}-{sp['max']:.1f} pp (5 pp tolerance) {'covers' if ok else 'does not cover'} it: **{'met' if ok else 'not met'}**.")
+print()
+for head, _ in runs:
+    print(f"Real rounds: {head}.")
+print()
+for v in verdicts:
+    print(v)
+if any("not met" in v for v in verdicts):
+    print()
+    print("What the model gets and misses: it is the kernel's rules as written (group weight split by load per CPU,")
+    print("the balancer's imbalance tests). With equal per-VM weights it settles in the one layout that balancer keeps")
+    print("(A's vCPUs on different CPUs, each carrying half of A's weight): A's vCPUs robbed 2/3, B's and C's 1/3, the")
+    print("33 pp spread of the earlier measurements. With proportional weights or one group every layout it keeps is")
+    print("fair. The real rounds keep layouts this balancer would correct within a few balance intervals (a lone A vCPU")
+    print("on one CPU and the other three on the other; A's two vCPUs together) and change winner from round to round.")
+    print("Not modelled, and the likely reasons: QEMU TCG vCPU threads blocking on QEMU's global lock and waking where")
+    print("their waker runs, the balancer skipping cache-hot threads, lags in the kernel's load averages.")
+PY
