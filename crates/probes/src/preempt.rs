@@ -387,14 +387,7 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
                         gate.arrive_and_wait();
                         return None;
                     }
-                    let (fifo, fifo_error) = if want_fifo {
-                        match FifoGuard::new(opts.priority) {
-                            Ok(g) => (Some(g), None),
-                            Err(e) => (None, Some(e)),
-                        }
-                    } else {
-                        (None, None)
-                    };
+                    let (fifo, fifo_error) = FifoGuard::request(want_fifo.then_some(opts.priority));
                     let policy = sys::current_policy();
                     let (start, end, gaps, dropped) = spin(duration, threshold, stop, gate)?;
                     drop(fifo);

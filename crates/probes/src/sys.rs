@@ -118,6 +118,16 @@ impl FifoGuard {
         set_policy(libc::SCHED_FIFO, priority as libc::c_int)?;
         Ok(FifoGuard(()))
     }
+
+    /// SCHED_FIFO at `priority` when one is asked for. A refusal is handed
+    /// back beside no guard: the probe then runs SCHED_OTHER and reports why.
+    pub fn request(priority: Option<u8>) -> (Option<FifoGuard>, Option<nix::Error>) {
+        match priority.map(FifoGuard::new) {
+            Some(Ok(g)) => (Some(g), None),
+            Some(Err(e)) => (None, Some(e)),
+            None => (None, None),
+        }
+    }
 }
 
 impl Drop for FifoGuard {

@@ -166,14 +166,7 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
                         gate.arrive_and_wait();
                         return None;
                     }
-                    let (fifo, fifo_error) = if want_fifo {
-                        match FifoGuard::new(opts.priority) {
-                            Ok(g) => (Some(g), None),
-                            Err(e) => (None, Some(e)),
-                        }
-                    } else {
-                        (None, None)
-                    };
+                    let (fifo, fifo_error) = FifoGuard::request(want_fifo.then_some(opts.priority));
                     let policy = sys::current_policy();
                     // One dry pass through the loop's calls, so their code is
                     // mapped (and locked) before the first real deadline.
