@@ -18,3 +18,4 @@ pub use observation::{collect, Observation};
 pub mod capture;
 pub mod host;
 pub mod running;
+pub mod timeline;

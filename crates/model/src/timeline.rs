@@ -1,0 +1,66 @@
+//! The series a recording holds beyond what a snapshot holds: per-CPU
+//! interrupt windows, per-vCPU run-queue wait windows (host) and probe
+//! latency windows. A snapshot's own series (the /proc/stat samples and the
+//! hardware counter windows) stay in [`crate::MachineModel`]; `report`
+//! draws from both, so a snapshot and a recording go through the same model
+//! code and a snapshot simply has an empty `Timeline`.
+
+use crate::irq_rates::CpuIrqRates;
+use serde::Serialize;
+
+/// Interrupts per CPU over one window (rates per second, highest source
+/// first), from two /proc/interrupts readings ([`crate::irq_rates::rates`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IrqWindow {
+    /// Offset from the first /proc/stat sample, seconds.
+    pub start_s: f64,
+    pub wall_s: f64,
+    pub cpus: Vec<CpuIrqRates>,
+}
+
+/// One vCPU thread over one window: how long it ran and how long it waited
+/// runnable on a host run queue (schedstat), i.e. host-side steal.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VcpuWindow {
+    pub start_s: f64,
+    pub wall_s: f64,
+    /// VM name as discovery reports it.
+    pub vm: String,
+    pub vcpu: u32,
+    pub run_s: f64,
+    pub wait_s: f64,
+}
+
+/// Latency distribution of one probe over one window (e.g. a second of the
+/// wakeup probe on one CPU).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeWindow {
+    pub start_s: f64,
+    pub wall_s: f64,
+    /// "wakeup", "preempt", ...
+    pub probe: String,
+    /// None: all CPUs together.
+    pub cpu: Option<u32>,
+    pub samples: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// Non-empty buckets (upper bound in µs, count), for histograms.
+    pub buckets: Vec<(f64, u64)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Timeline {
+    pub irq: Vec<IrqWindow>,
+    pub vcpu: Vec<VcpuWindow>,
+    pub probes: Vec<ProbeWindow>,
+    /// What the source said about itself (e.g. "recording cut off after
+    /// 1234 records; read up to the last complete one").
+    pub notes: Vec<String>,
+}
+
+impl Timeline {
+    pub fn is_empty(&self) -> bool {
+        self.irq.is_empty() && self.vcpu.is_empty() && self.probes.is_empty()
+    }
+}
