@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter; do
+for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter \
+  chromium-headless-shell sysstat tmux; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
