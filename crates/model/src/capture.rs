@@ -69,19 +69,22 @@ fn is_live_root(root: &std::path::Path) -> bool {
     root == std::path::Path::new("/")
 }
 
-/// Opens the counter groups on the online CPUs (the stat rows if sysfs
-/// does not say).
-fn open_counters(root: &std::path::Path, t0: &MemFs) -> Option<HwSampler> {
+/// Opens the counter groups on the online CPUs as `cpus_from` lists them
+/// (the stat rows if sysfs does not say); None unless `root` is "/".
+pub fn open_counters(
+    root: &std::path::Path,
+    cpus_from: &dyn stealscope_readers::Source,
+) -> Option<HwSampler> {
     if !is_live_root(root) {
         return None;
     }
     let live = RootFs::new(root);
-    let mut cpus = cpu_topology::read(t0)
+    let mut cpus = cpu_topology::read(cpus_from)
         .ok()
         .and_then(|c| c.online)
         .unwrap_or_default();
     if cpus.is_empty() {
-        cpus = stat::read(t0)
+        cpus = stat::read(cpus_from)
             .ok()
             .flatten()
             .map(|s| s.cpus.iter().filter_map(|r| r.cpu).collect())

@@ -18,4 +18,5 @@ pub use observation::{collect, Observation};
 pub mod capture;
 pub mod host;
 pub mod running;
+pub mod running_hw;
 pub mod timeline;

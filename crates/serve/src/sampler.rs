@@ -1,14 +1,17 @@
 //! The sampling thread: /proc/stat at the configured rate (one steal window
-//! per sample) through a kept-open file; on a host, every vCPU thread's
-//! schedstat once a second, rediscovering VMs when a VMM process starts.
+//! per sample) through a kept-open file, with the hardware counter groups
+//! read right after it (so their windows are the steal windows); on a host,
+//! every vCPU thread's schedstat once a second, rediscovering VMs when a VMM
+//! process starts.
 
 use crate::log;
 use crate::shared::{Shared, Stop};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use stealscope_model::capture::{clk_tck, monotonic_ns, StatSampler};
+use stealscope_model::capture::{clk_tck, monotonic_ns, open_counters, StatSampler};
 use stealscope_model::host::scanner::{HostScanner, ThreadSample};
 use stealscope_model::host::{vcpu_times, VmmWatch};
+use stealscope_model::hw::HwSampler;
 use stealscope_model::machine::DEFAULT_CLK_TCK;
 use stealscope_model::running::RunningCpuTimes;
 use stealscope_readers::snapshot::RawSample;
@@ -19,6 +22,8 @@ const HOST_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) struct Sampler {
     stat: StatSampler,
+    /// None off the live root or when no counter opened.
+    hw: Option<HwSampler>,
 }
 
 /// The host side: scanner of known VMs and the watch for new ones.
@@ -81,14 +86,30 @@ impl Host {
 
 impl Sampler {
     pub fn open(root: &Path) -> Result<Sampler, ReadError> {
+        let hw = open_counters(root, &RootFs::new(root));
         Ok(Sampler {
             stat: StatSampler::open(root)?,
+            hw,
         })
     }
 
     pub fn run(mut self, root: &Path, rate_hz: f64, shared: &Shared, stop: &Stop) {
         let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
-        shared.update(|s| s.cpu = RunningCpuTimes::new(clk));
+        shared.update(|s| {
+            s.cpu = RunningCpuTimes::new(clk);
+            s.hw_missing = self
+                .hw
+                .as_ref()
+                .map(|h| h.counters().missing().to_vec())
+                .unwrap_or_default();
+        });
+        if self
+            .hw
+            .as_ref()
+            .is_some_and(|h| h.counters().opened().is_empty())
+        {
+            self.hw = None;
+        }
         let mut host = Host::new(root);
         let period = Duration::from_secs_f64(1.0 / rate_hz);
         let mut next = Instant::now();
@@ -102,7 +123,13 @@ impl Sampler {
             });
             match read {
                 Ok((text, parsed)) => {
-                    shared.update(|s| s.cpu.push(t_ns, parsed));
+                    let counters = self.hw.as_mut().map(|h| h.sample());
+                    shared.update(|s| {
+                        s.cpu.push(t_ns, parsed);
+                        if let Some(c) = counters {
+                            s.hw.push(c);
+                        }
+                    });
                     shared.push_sample(RawSample { t_ns, stat: text });
                     last_error = None;
                 }
