@@ -394,7 +394,7 @@ fn hardware_counters_follow_what_doctor_finds() {
         assert!(
             second
                 .1
-                .starting(&format!("stealscope_cpu_hw_events_total{{"))
+                .starting("stealscope_cpu_hw_events_total{")
                 .iter()
                 .all(|(k, _)| !k.contains(&format!("event=\"{event}\""))),
             "{event} is missing yet exported"
