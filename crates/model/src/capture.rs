@@ -119,12 +119,32 @@ impl IntervalCapture {
         sample_hz: f64,
         host: &HostLiveOptions,
     ) -> Result<Self, ReadError> {
+        Self::start_inner(root, sample_hz, host, true)
+    }
+
+    /// For a caller that reads the hardware counters itself with every
+    /// sample (serve's sampler) and hands them to [`Self::finish_with_counters`]:
+    /// opens no counter groups of its own.
+    pub fn start_without_counters(
+        root: &std::path::Path,
+        sample_hz: f64,
+        host: &HostLiveOptions,
+    ) -> Result<Self, ReadError> {
+        Self::start_inner(root, sample_hz, host, false)
+    }
+
+    fn start_inner(
+        root: &std::path::Path,
+        sample_hz: f64,
+        host: &HostLiveOptions,
+        counters: bool,
+    ) -> Result<Self, ReadError> {
         let taken_unix_s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .ok();
         let (mut t0, obs0) = record_side(root, "live t0", Side::Start)?;
-        let hw = open_counters(root, &t0);
+        let hw = counters.then(|| open_counters(root, &t0)).flatten();
         let live_root = is_live_root(root);
         let live_host = live_root && !obs0.host.vms.is_empty();
         // Given sockets are checked even with no VM, so a wrong name is said.
@@ -164,6 +184,17 @@ impl IntervalCapture {
                 self.counter_samples.push(h.sample());
             }
         }
+    }
+
+    /// [`Self::finish`] with counter readings taken by the caller.
+    pub fn finish_with_counters(
+        self,
+        samples: Vec<RawSample>,
+        counters: Option<CounterCapture>,
+    ) -> Result<Snapshot, ReadError> {
+        let mut snap = self.finish(samples)?;
+        snap.hardware.counters = counters;
+        Ok(snap)
     }
 
     pub fn finish(mut self, samples: Vec<RawSample>) -> Result<Snapshot, ReadError> {

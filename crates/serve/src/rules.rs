@@ -21,7 +21,8 @@ pub(crate) fn run(root: &Path, rate_hz: f64, every: Duration, shared: &Shared, s
             exit_sample: Duration::ZERO,
             ..Default::default()
         };
-        let interval = match IntervalCapture::start(root, rate_hz, &host) {
+        // The sampler reads the counters with every sample: no second set.
+        let interval = match IntervalCapture::start_without_counters(root, rate_hz, &host) {
             Ok(c) => c,
             Err(e) => {
                 log(&format!("rules: {e}"));
@@ -47,7 +48,9 @@ fn findings(
     interval: IntervalCapture,
     shared: &Shared,
 ) -> Result<Vec<(String, Severity)>, ReadError> {
-    let snap = interval.finish(shared.take_series())?;
+    let (samples, counters) = shared.take_series();
+    let counters = shared.counter_capture(counters);
+    let snap = interval.finish_with_counters(samples, counters)?;
     let model = MachineModel::build(&snap)?;
     let report = build(ReportInput {
         model: &model,

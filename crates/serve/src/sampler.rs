@@ -95,6 +95,10 @@ impl Sampler {
 
     pub fn run(mut self, root: &Path, rate_hz: f64, shared: &Shared, stop: &Stop) {
         let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
+        if let Some(h) = &self.hw {
+            let c = h.counters();
+            shared.set_counters(c.opened().to_vec(), c.missing().to_vec());
+        }
         shared.update(|s| {
             s.cpu = RunningCpuTimes::new(clk);
             s.hw_missing = self
@@ -126,11 +130,11 @@ impl Sampler {
                     let counters = self.hw.as_mut().map(|h| h.sample());
                     shared.update(|s| {
                         s.cpu.push(t_ns, parsed);
-                        if let Some(c) = counters {
-                            s.hw.push(c);
+                        if let Some(c) = &counters {
+                            s.hw.push(c.clone());
                         }
                     });
-                    shared.push_sample(RawSample { t_ns, stat: text });
+                    shared.push_sample(RawSample { t_ns, stat: text }, counters);
                     last_error = None;
                 }
                 Err(e) => {
