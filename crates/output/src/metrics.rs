@@ -46,7 +46,7 @@ pub const FAMILIES: [(&str, &str); 9] = [
     ("stealscope_vcpu_run_seconds_total", "counter"),
     ("stealscope_finding", "gauge"),
     ("stealscope_cpu_hw_events_total", "counter"),
-    ("stealscope_hw_counter_missing", "gauge"),
+    ("stealscope_hw_event_unavailable", "gauge"),
     ("stealscope_build_info", "gauge"),
 ];
 
@@ -225,7 +225,7 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
     )?;
     family(
         enc,
-        "stealscope_hw_counter_missing",
+        "stealscope_hw_event_unavailable",
         "1 for each hardware counter this machine does not expose, with the reason (e.g. no virtual PMU in the VM).",
         s.hw_missing.iter().map(|m| {
             (
@@ -405,7 +405,7 @@ mod tests {
         assert!(text.contains("stealscope_build_info{version=\"9.9.9\"} 1\n"));
         assert!(text.contains("stealscope_cpu_hw_events_total{cpu=\"0\",event=\"tsc\"} 250.0\n"));
         assert!(text.contains(
-            "stealscope_hw_counter_missing{event=\"cycles\",reason=\"perf_event_open: No such file or directory\"} 1\n"
+            "stealscope_hw_event_unavailable{event=\"cycles\",reason=\"perf_event_open: No such file or directory\"} 1\n"
         ));
         for (name, ty) in FAMILIES {
             assert!(text.contains(&format!("# TYPE {name} {ty}\n")), "{name}");

@@ -364,7 +364,7 @@ fn hardware_counters_follow_what_doctor_finds() {
 
     let exported_missing: BTreeSet<String> = second
         .1
-        .starting("stealscope_hw_counter_missing{")
+        .starting("stealscope_hw_event_unavailable{")
         .iter()
         .map(|(k, _)| {
             let e = k.split("event=\"").nth(1).unwrap();
