@@ -22,11 +22,7 @@ pub struct CaptureOptions {
     pub sample_hz: f64,
 }
 
-pub fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always available");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
-}
+pub use stealscope_readers::clock::monotonic_ns;
 
 /// The cpu rows of /proc/stat as text (what samples.jsonl stores), read
 /// through a kept-open file.

@@ -359,6 +359,7 @@ mod tests {
                 error: "No such file or directory".into(),
             },
             cpus: vec![],
+            device: None,
         });
         Arc::new(Mutex::new(s))
     }
