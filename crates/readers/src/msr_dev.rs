@@ -1,7 +1,7 @@
 //! The msr driver's character devices, `/dev/cpu/N/msr`: the fallback for
 //! TSC, APERF, MPERF and SMI_COUNT when the msr PMU is absent or does not
 //! list an event. A pread of 8 bytes at offset = MSR index returns that
-//! register read on CPU N (arch/x86/kernel/cpu/msr.c `msr_read`: rdmsr on
+//! register read on CPU N (arch/x86/kernel/msr.c `msr_read`: rdmsr on
 //! that CPU; EIO when the read faults, e.g. an MSR the hypervisor does not
 //! expose). Opening needs CAP_SYS_RAWIO. The directory is a parameter so
 //! tests use regular files, which pread the same way.
