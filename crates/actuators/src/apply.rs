@@ -4,6 +4,7 @@
 //! reverse actions of a batch) and crash recovery (settling actions begun
 //! and never marked).
 
+use crate::affinity;
 use crate::error::ApplyError;
 use crate::journal::{self, BatchKind, Outcome, Prev, Record, Writer};
 use crate::live_state::Live;
@@ -115,8 +116,12 @@ impl Applier<'_> {
                         )));
                     }
                 }
-                Action::CpuWeight { group, .. }
-                    if !created.contains(group.dir.as_str()) && !Path::new(&group.dir).is_dir() =>
+                // A group that went with its VM (libvirt removes a destroyed
+                // domain's) is not a vanished group: the VM's actions are gone.
+                Action::CpuWeight { group, pid, .. }
+                    if !created.contains(group.dir.as_str())
+                        && !Path::new(&group.dir).is_dir()
+                        && affinity::belongs(*pid, *pid) =>
                 {
                     return Err(ApplyError::Refused(format!(
                         "{}: the cgroup vanished since the plan was made; nothing was changed, plan again",
