@@ -7,7 +7,8 @@
 #        libvirt.sh create NAME VCPUS [--busy N] [--mem MB]
 #                                          `virsh create` a transient domain, wait for
 #                                          the guest's ready marker, print the qemu pid
-#        libvirt.sh destroy NAME           `virsh destroy` (not an error if not running)
+#        libvirt.sh destroy NAME           `virsh destroy`, and `undefine` if it was made
+#                                          persistent (not an error if not running)
 #        libvirt.sh stop                   destroy this run dir's domains, then stop the
 #                                          daemons this run dir started (never others)
 #
@@ -116,6 +117,12 @@ create() {
   </devices>
 </domain>
 EOF
+    # cgroup v1 cpusets keep no CPU that went offline, even once it is back
+    # (CPU hotplug tests): give libvirt's partition every online CPU again.
+    local part=/sys/fs/cgroup/cpuset/machine
+    if [ -f "$part/cpuset.cpus" ]; then
+        cat /sys/devices/system/cpu/online >"$part/cpuset.cpus" || die "cannot reset $part/cpuset.cpus"
+    fi
     vsh create "$dir/domain.xml" >/dev/null || die "virsh create $dir/domain.xml failed"
     local pidfile=/run/libvirt/qemu/$name.pid deadline=$(( $(date +%s) + TIMEOUT ))
     until grep -q STEALSCOPE-GUEST-READY "$dir/serial.log" 2>/dev/null; do
@@ -134,8 +141,12 @@ EOF
 
 destroy() {
     [ $# -eq 1 ] || die "destroy needs NAME"
-    if vsh domstate "$1" >/dev/null 2>&1; then
+    if [ "$(vsh domstate "$1" 2>/dev/null)" = running ]; then
         vsh destroy "$1" >/dev/null
+    fi
+    # A domain a test made persistent (virsh define) leaves no definition behind.
+    if vsh domstate "$1" >/dev/null 2>&1; then
+        vsh undefine "$1" >/dev/null
     fi
 }
 

@@ -4,16 +4,16 @@
 //! reverse actions of a batch) and crash recovery (settling actions begun
 //! and never marked).
 
-use crate::affinity;
 use crate::error::ApplyError;
 use crate::journal::{self, BatchKind, Outcome, Prev, Record, Writer};
 use crate::live_state::Live;
 use crate::memory::{self, MoveLimits};
+use crate::{affinity, cpuset};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use stealscope_placement::input::CpuController;
-use stealscope_placement::Action;
+use stealscope_placement::{Action, Knob};
 
 /// Env var naming a crash point for tests: `after-journal:N` kills the
 /// process with SIGKILL right after the N-th action's `begin` is on disk.
@@ -103,7 +103,7 @@ impl Applier<'_> {
         let created = groups_created(actions);
         for a in actions {
             match a {
-                Action::Affinity { cpus, .. } => {
+                Action::Affinity { cpus, pid, via, .. } => {
                     let off: Vec<u32> = cpus
                         .iter()
                         .copied()
@@ -114,6 +114,20 @@ impl Applier<'_> {
                             "{a}: CPU(s) {} went offline since the plan was made; nothing was changed, plan again",
                             stealscope_readers::cpulist::format(&off)
                         )));
+                    }
+                    if let (Knob::Libvirt { .. }, Some((dir, allowed))) =
+                        (via, cpuset::domain_cpus(*pid)?)
+                    {
+                        let out = cpuset::outside(cpus, &allowed);
+                        if !out.is_empty() {
+                            return Err(ApplyError::Refused(format!(
+                                "{a}: CPU(s) {} are not in the domain's cpuset {dir} ({}), so libvirt cannot pin there \
+                                 (on cgroup v1 a CPU that was offline stays out of every cpuset: write the online CPUs into \
+                                 the cpuset.cpus of libvirt's partition, then of the domain); nothing was changed",
+                                stealscope_readers::cpulist::format(&out),
+                                stealscope_readers::cpulist::format(&allowed)
+                            )));
+                        }
                     }
                 }
                 // A group that went with its VM (libvirt removes a destroyed

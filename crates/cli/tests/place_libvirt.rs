@@ -26,8 +26,11 @@ struct View {
     shares: u64,
     /// The live domain XML's <cputune>, entries that are absent filled
     /// with what libvirt applies then (the three above).
-    xml: (BTreeMap<u32, Vec<u32>>, Vec<u32>, u64),
+    xml: Tune,
 }
+
+/// vCPU pins, emulator pin, cpu_shares.
+type Tune = (BTreeMap<u32, Vec<u32>>, Vec<u32>, u64);
 
 fn view(lv: &Libvirt, dom: &str) -> View {
     let vcpus: BTreeMap<u32, Vec<u32>> = lv
@@ -51,32 +54,42 @@ fn view(lv: &Libvirt, dom: &str) -> View {
             (k.trim() == "cpu_shares").then(|| v.trim().parse().unwrap())
         })
         .expect("virsh schedinfo: cpu_shares");
-    let xml = lv.virsh(&["dumpxml", dom]);
+    let mut v = View {
+        vcpus,
+        emulator,
+        shares,
+        xml: Default::default(),
+    };
+    v.xml = cputune(&lv.virsh(&["dumpxml", dom]), &v);
+    v
+}
+
+/// <cputune> of a domain XML; what it leaves out is taken from `live`.
+fn cputune(xml: &str, live: &View) -> Tune {
     let attr = |l: &str, name: &str| {
         l.split(&format!("{name}='"))
             .nth(1)
             .and_then(|r| r.split('\'').next())
             .map(str::to_string)
     };
-    let mut x_vcpus = vcpus.clone();
-    let mut x_emu = emulator.clone();
-    let mut x_shares = shares;
+    let (mut vcpus, mut emulator, mut shares) =
+        (live.vcpus.clone(), live.emulator.clone(), live.shares);
     for l in xml.lines().map(str::trim) {
         if l.starts_with("<vcpupin ") {
             let i = attr(l, "vcpu").unwrap().parse().unwrap();
-            x_vcpus.insert(i, cpulist(&attr(l, "cpuset").unwrap()));
+            vcpus.insert(i, cpulist(&attr(l, "cpuset").unwrap()));
         } else if l.starts_with("<emulatorpin ") {
-            x_emu = cpulist(&attr(l, "cpuset").unwrap());
+            emulator = cpulist(&attr(l, "cpuset").unwrap());
         } else if let Some(v) = l.strip_prefix("<shares>") {
-            x_shares = v.trim_end_matches("</shares>").parse().unwrap();
+            shares = v.trim_end_matches("</shares>").parse().unwrap();
         }
     }
-    View {
-        vcpus,
-        emulator,
-        shares,
-        xml: (x_vcpus, x_emu, x_shares),
-    }
+    (vcpus, emulator, shares)
+}
+
+/// The persistent definition's <cputune> (`dumpxml --inactive`).
+fn inactive_cputune(lv: &Libvirt, dom: &str, live: &View) -> Tune {
+    cputune(&lv.virsh(&["dumpxml", dom, "--inactive"]), live)
 }
 
 /// vCPU index -> thread id, from libvirt's own monitor connection.
@@ -142,6 +155,7 @@ fn place_on_a_real_libvirt_domain() {
     };
     let dom = format!("lvPl{}", std::process::id());
     let pid = lv.create(&dom, 2, 2);
+    let xml = format!("{}/{dom}/domain.xml", testenv::run_dir());
     let online = online_cpus();
     let dir = tempfile::tempdir().unwrap();
     let (cfg, journal) = (dir.path().join("place.toml"), dir.path().join("journal"));
@@ -229,6 +243,46 @@ fn place_on_a_real_libvirt_domain() {
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
 
+    // 3b. The domain's cpuset without the planned CPUs, as a CPU hotplug
+    // leaves it on cgroup v1 (children first, the kernel wants subsets):
+    // refused with the reason, nothing changed, no batch.
+    let cs = format!(
+        "/sys/fs/cgroup/cpuset{}",
+        machine_group(pid).trim_start_matches("/sys/fs/cgroup/cpu")
+    );
+    let sub: Vec<String> = std::fs::read_dir(&cs)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path().join("cpuset.cpus")).filter(|p| p.exists()))
+        .map(|p| p.to_str().unwrap().to_string())
+        .collect();
+    let saved: Vec<(String, String)> = sub
+        .iter()
+        .chain([&format!("{cs}/cpuset.cpus")])
+        .map(|f| (f.clone(), std::fs::read_to_string(f).unwrap()))
+        .collect();
+    for (f, _) in &saved {
+        std::fs::write(f, online[0].to_string()).unwrap();
+    }
+    let shrunk = (masks(&[pid]), view(&lv, &dom));
+    let batches = journal_lines(&journal).len();
+    let out = place(&["apply", "--yes", "--plan", plan_file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("not in the domain's cpuset") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!((masks(&[pid]), view(&lv, &dom)), shrunk);
+    assert_eq!(
+        journal_lines(&journal).len(),
+        batches,
+        "no batch for a refused plan"
+    );
+    for (f, v) in saved.iter().rev() {
+        std::fs::write(f, v.trim()).unwrap();
+    }
+    assert_eq!(masks(&[pid]), masks_before);
+
     // 4. apply: the kernel's masks and libvirt's view both as planned.
     let r = json(&place(&[
         "apply",
@@ -246,7 +300,8 @@ fn place_on_a_real_libvirt_domain() {
     for ((p, tid), cpus) in &want {
         assert_eq!(mask(*p, *tid).as_ref(), Some(cpus), "thread {tid}");
     }
-    let v = view(&lv, &dom);
+    let applied = view(&lv, &dom);
+    let v = applied.clone();
     let planned_vcpus: BTreeMap<u32, Vec<u32>> = pv["vcpus"]
         .as_array()
         .unwrap()
@@ -269,14 +324,53 @@ fn place_on_a_real_libvirt_domain() {
     assert_eq!(view(&lv, &dom), view_before, "undo restores libvirt's view");
     assert_journal_consistent(&journal);
 
-    // 6. The domain destroyed and created again under its name between plan
+    // 6. The same domain made persistent (virsh define of its live XML): now
+    // the persistent XML changes with the live one (--config), so a restart
+    // keeps the placement; undo restores both.
+    let live_xml = dir.path().join("live.xml");
+    std::fs::write(&live_xml, lv.virsh(&["dumpxml", &dom])).unwrap();
+    lv.virsh(&["define", live_xml.to_str().unwrap()]);
+    assert!(lv.virsh(&["dominfo", &dom]).contains("Persistent:     yes"));
+    lv.virsh(&[
+        "vcpupin",
+        &dom,
+        "0",
+        &online[0].to_string(),
+        "--live",
+        "--config",
+    ]);
+    let before = (masks(&[pid]), view(&lv, &dom));
+    let r = json(&place(&[
+        "apply",
+        "--yes",
+        "--json",
+        "--plan",
+        plan_file.to_str().unwrap(),
+    ]));
+    assert!(results(&r).iter().any(|x| x["outcome"] == "done"), "{r}");
+    assert_eq!(view(&lv, &dom), applied, "live view as planned");
+    assert_eq!(
+        inactive_cputune(&lv, &dom, &applied),
+        applied.xml,
+        "persistent XML as planned"
+    );
+    json(&place(&["undo", "--yes", "--json"]));
+    let after = (masks(&[pid]), view(&lv, &dom));
+    assert_eq!(after, before, "undo restores a persistent domain too");
+    assert_eq!(
+        inactive_cputune(&lv, &dom, &after.1),
+        after.1.xml,
+        "persistent XML restored"
+    );
+    assert_journal_consistent(&journal);
+
+    // 7. The domain destroyed and created again under its name between plan
     // and apply: the plan's actions are gone (virsh would reach the new
     // domain by name), nothing changes, the journal stays consistent.
     let plan = place(&["plan", "--json", "--interval", "1s"]);
     std::fs::write(&plan_file, &plan.stdout).unwrap();
     assert!(!json(&plan)["actions"].as_array().unwrap().is_empty());
     lv.destroy(&dom);
-    let xml = format!("{}/{dom}/domain.xml", testenv::run_dir());
     lv.virsh(&["create", &xml]);
     let pid2: u64 = std::fs::read_to_string(format!("/run/libvirt/qemu/{dom}.pid"))
         .unwrap()
