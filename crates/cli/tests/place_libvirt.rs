@@ -100,17 +100,7 @@ fn libvirt_vcpu_tids(lv: &Libvirt, dom: &str) -> BTreeMap<u64, u64> {
         r#"{"execute":"query-cpus-fast"}"#,
     ]))
     .unwrap();
-    r["return"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["cpu-index"].as_u64().unwrap(),
-                c["thread-id"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    testenv::vcpu_threads(&r["return"]).into_iter().collect()
 }
 
 fn online_cpus() -> Vec<u32> {
@@ -242,6 +232,11 @@ fn place_on_a_real_libvirt_domain() {
     let pv = &plan["vms"][0];
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
+    let apply_plan = |more: &[&str]| {
+        let mut a = vec!["apply", "--yes", "--plan", plan_file.to_str().unwrap()];
+        a.extend_from_slice(more);
+        place(&a)
+    };
 
     // 3b. The domain's cpuset without the planned CPUs, as a CPU hotplug
     // leaves it on cgroup v1 (children first, the kernel wants subsets):
@@ -265,7 +260,7 @@ fn place_on_a_real_libvirt_domain() {
     }
     let shrunk = (masks(&[pid]), view(&lv, &dom));
     let batches = journal_lines(&journal).len();
-    let out = place(&["apply", "--yes", "--plan", plan_file.to_str().unwrap()]);
+    let out = apply_plan(&[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -284,13 +279,7 @@ fn place_on_a_real_libvirt_domain() {
     assert_eq!(masks(&[pid]), masks_before);
 
     // 4. apply: the kernel's masks and libvirt's view both as planned.
-    let r = json(&place(&[
-        "apply",
-        "--yes",
-        "--json",
-        "--plan",
-        plan_file.to_str().unwrap(),
-    ]));
+    let r = json(&apply_plan(&["--json"]));
     assert!(
         results(&r)
             .iter()
@@ -340,13 +329,7 @@ fn place_on_a_real_libvirt_domain() {
         "--config",
     ]);
     let before = (masks(&[pid]), view(&lv, &dom));
-    let r = json(&place(&[
-        "apply",
-        "--yes",
-        "--json",
-        "--plan",
-        plan_file.to_str().unwrap(),
-    ]));
+    let r = json(&apply_plan(&["--json"]));
     assert!(results(&r).iter().any(|x| x["outcome"] == "done"), "{r}");
     assert_eq!(view(&lv, &dom), applied, "live view as planned");
     assert_eq!(
@@ -379,7 +362,7 @@ fn place_on_a_real_libvirt_domain() {
         .unwrap();
     assert_ne!(pid2, pid);
     let fresh = (masks(&[pid2]), view(&lv, &dom));
-    let out = place(&["apply", "--yes", "--plan", plan_file.to_str().unwrap()]);
+    let out = apply_plan(&[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
