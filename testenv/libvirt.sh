@@ -156,6 +156,7 @@ stop() {
         for xml in "$RUN"/*/domain.xml; do
             [ -f "$xml" ] || continue
             destroy "$(basename "$(dirname "$xml")")" || true
+            rm -f "$(dirname "$xml")/vmlinuz" "$(dirname "$xml")/initramfs.cpio.gz"  # 15 MB of tmpfs each
         done
     fi
     local f pid
