@@ -121,6 +121,14 @@ fn machine_group(pid: u64) -> String {
     format!("/sys/fs/cgroup/cpu{p}")
 }
 
+/// The same group in the v1 cpuset hierarchy.
+fn cpuset_group(pid: u64) -> String {
+    format!(
+        "/sys/fs/cgroup/cpuset{}",
+        machine_group(pid).trim_start_matches("/sys/fs/cgroup/cpu")
+    )
+}
+
 fn results(r: &Value) -> &Vec<Value> {
     r["results"].as_array().unwrap()
 }
@@ -146,6 +154,12 @@ fn place_on_a_real_libvirt_domain() {
     let dom = format!("lvPl{}", std::process::id());
     let pid = lv.create(&dom, 2, 2);
     let xml = format!("{}/{dom}/domain.xml", testenv::run_dir());
+    let serial =
+        std::fs::read_to_string(format!("{}/{dom}/serial.log", testenv::run_dir())).unwrap();
+    assert!(
+        serial.contains("stealscope-guest: 2 cpus, busy=2"),
+        "the guest runs both vCPUs: {serial}"
+    );
     let online = online_cpus();
     let dir = tempfile::tempdir().unwrap();
     let (cfg, journal) = (dir.path().join("place.toml"), dir.path().join("journal"));
@@ -198,9 +212,18 @@ fn place_on_a_real_libvirt_domain() {
         assert!(cg.contains(&format!(".libvirt-qemu/vcpu{i}\n")), "{cg}");
     }
 
-    // 2. A pin of libvirt's own before the plan, so undo has something exact
-    // to restore.
+    // 2. A known placement set through libvirt, with a pin of vCPU 0 so
+    // undo has something exact to restore. A CPU hotplug elsewhere on the
+    // machine (other tests) shrinks v1 cpusets for good: the partition and
+    // the domain's group get every online CPU back first.
+    let all = stealscope_readers::cpulist::format(&online);
+    let cs = cpuset_group(pid);
+    for g in ["/sys/fs/cgroup/cpuset/machine", cs.as_str()] {
+        std::fs::write(format!("{g}/cpuset.cpus"), &all).unwrap();
+    }
     lv.virsh(&["vcpupin", &dom, "0", &online[0].to_string(), "--live"]);
+    lv.virsh(&["vcpupin", &dom, "1", &all, "--live"]);
+    lv.virsh(&["emulatorpin", &dom, &all, "--live"]);
     let masks_before = masks(&[pid]);
     let view_before = view(&lv, &dom);
     assert_eq!(view_before.vcpus[&0], vec![online[0]]);
@@ -241,10 +264,6 @@ fn place_on_a_real_libvirt_domain() {
     // 3b. The domain's cpuset without the planned CPUs, as a CPU hotplug
     // leaves it on cgroup v1 (children first, the kernel wants subsets):
     // refused with the reason, nothing changed, no batch.
-    let cs = format!(
-        "/sys/fs/cgroup/cpuset{}",
-        machine_group(pid).trim_start_matches("/sys/fs/cgroup/cpu")
-    );
     let sub: Vec<String> = std::fs::read_dir(&cs)
         .unwrap()
         .filter_map(|e| Some(e.ok()?.path().join("cpuset.cpus")).filter(|p| p.exists()))
