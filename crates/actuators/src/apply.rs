@@ -234,7 +234,7 @@ impl Applier<'_> {
                     a,
                     "gone",
                     None,
-                    Some("its VM exited during this batch".into()),
+                    Some("its VM is no longer running".into()),
                 ));
                 continue;
             }
