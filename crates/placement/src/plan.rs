@@ -393,7 +393,7 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
             let pool = spanning_pool(nodes, demand, ctx);
             reasons.push(if pool.1 {
                 format!(
-                    "shared, spans nodes {}: no single node fits it ({}); memory is left where it is",
+                    "shared, spans nodes (the pool CPUs {} of every node): no single node fits it ({}); memory is left where it is",
                     cpulist(&pool.0),
                     rejected.join("; ")
                 )
