@@ -77,6 +77,12 @@ def main():
     a = ap.parse_args()
     out_json, trace = a.json, a.trace
     vms = dict(x.split("=") for x in a.vms)
+    # Threads by process from the schedstat file (the VMs may be gone by now).
+    if a.schedstat:
+        for line in open(a.schedstat[0]).read().split("\n")[1:]:
+            if line.strip():
+                pid, tid = line.split()[:2]
+                TGID[int(tid)] = int(pid)
     pid_vm = {int(p): n for n, p in vms.items()}
     threads = {}
     first = last = None
@@ -182,6 +188,7 @@ def main():
             }
         )
     report["layouts"] = layouts(trace, threads, pid_vm)
+    report["wakeups"] = wakeups(trace, threads, pid_vm)
     if a.schedstat:
         report["schedstat"] = schedstat(*a.schedstat, threads)
     if a.sched_debug:
@@ -195,12 +202,15 @@ def ms(x):
     return None if x is None else 1000 * x
 
 
+TGID = {}
+
+
 def ensure(threads, tid, comm, pid_vm):
     if tid in threads:
         return
     # A thread belongs to a VM when its tid is the VM's pid or it was named
     # by QEMU (debug-threads=on: "CPU n/TCG"); the process is found through /proc.
-    vm = pid_vm.get(tid)
+    vm = pid_vm.get(tid, pid_vm.get(TGID.get(tid)))
     if vm is None:
         try:
             tgid = int(
@@ -223,6 +233,56 @@ def names_of(threads, pid_vm):
         elif "/TCG" in t.comm or "/KVM" in t.comm:
             out[t.comm] = "vcpu"
     return out
+
+
+def wakeups(trace, threads, pid_vm):
+    """Each wake-up of a VM thread, by who woke it (a hard interrupt: its
+    timer; a thread of its own VM: a kick; anything else) and whether the
+    waker ran on the thread's previous CPU: how long until it ran (per
+    what ran on its CPU at the wake-up) and whether it moved."""
+    vm = {t.tid: t.vm for t in threads.values() if t.vm is not None}
+    mains = {t.tid for t in threads.values() if t.vm is not None and t.tid in pid_vm}
+    cur, last_cpu, pending, out = {}, {}, {}, {}
+    for line in open(trace, errors="replace"):
+        m = LINE.match(line)
+        if not m:
+            continue
+        ts, ev, rest, cpu = float(m["ts"]), m["ev"], m["rest"], int(m["cpu"])
+        if ev == "sched_switch":
+            s = SWITCH.match(rest)
+            if not s:
+                continue
+            nxt = int(s["np"])
+            cur[cpu] = nxt
+            last_cpu[int(s["pp"])] = last_cpu[nxt] = cpu
+            if nxt in pending:
+                key, t0 = pending.pop(nxt)
+                out.setdefault(key, {"n": 0, "moved": 0, "wait": []})["wait"].append(ts - t0)
+        elif ev == "sched_waking":
+            w = WAKE.match(rest)
+            p = w and int(w["p"])
+            if p in vm:
+                waker = int(m["pid"])
+                kind = "timer" if "h" in m["flags"][2:3] else "kick" if vm.get(waker) == vm[p] else "other"
+                pending[p] = ((kind, cpu == last_cpu.get(p)), last_cpu.get(p))
+        elif ev == "sched_wakeup":
+            w = WAKE.match(rest)
+            p = w and int(w["p"])
+            if p in pending and isinstance(pending[p][1], (int, type(None))):
+                (kind, same), prev = pending[p]
+                target = int(w["t"])
+                running = cur.get(target)
+                what = "idle" if not running else "own VM" if vm.get(running) == vm[p] else "other VM" if running in vm else "other work"
+                key = f"{'main loop' if p in mains else 'vCPU'} / {kind} from {'its' if same else 'another'} CPU / {what} running"
+                o = out.setdefault(key, {"n": 0, "moved": 0, "wait": []})
+                o["n"] += 1
+                o["moved"] += target != prev
+                pending[p] = (key, ts)
+    return {
+        k: {"n": v["n"], "moved": v["moved"], "wait_ms_mean": ms(statistics.mean(v["wait"])) if v["wait"] else None,
+            "wait_ms_p50": ms(pct(v["wait"], 0.5)), "wait_ms_p90": ms(pct(v["wait"], 0.9))}
+        for k, v in sorted(out.items())
+    }
 
 
 def layouts(trace, threads, pid_vm):
@@ -405,6 +465,11 @@ def print_report(r):
         f"dwell p50 {f(lay['dwell_ms_p50'])} ms, p90 {f(lay['dwell_ms_p90'])} ms; time share: "
         + ", ".join(f"{k} {v:.1f}%" for k, v in list(lay["share_pct"].items())[:8])
     )
+    print()
+    print("| wake-up (thread / waker / what ran there) | count | moved | wait ms mean | p50 | p90 |")
+    print("|---|---|---|---|---|---|")
+    for k, v in r["wakeups"].items():
+        print(f"| {k} | {v['n']} | {v['moved']} | {f(v['wait_ms_mean'])} | {f(v['wait_ms_p50'])} | {f(v['wait_ms_p90'])} |")
     if "schedstat" in r:
         print()
         print("schedstat over the window (run % / wait %): " + ", ".join(
