@@ -113,15 +113,17 @@ pub fn delayed_dequeue_s(tm: &Timing, k: f64) -> f64 {
 }
 
 /// Draws, for each thread that sleeps, whether it is queued now (its
-/// runnable share of the last tick); threads that do not sleep are queued
-/// whenever they want CPU.
+/// runnable and delayed share of the last tick); without kernel timing such
+/// a thread counts when it was queued most of that tick. Threads that do
+/// not sleep are queued whenever they want CPU.
 pub fn sample_queued(h: &mut Host, tm: Option<&Timing>, rng: &mut Rng) {
     for t in h.tasks.iter_mut().filter(|t| t.alive) {
+        let sleeps = t.wakeups_per_s > 0.0 && t.wants < 1.0;
+        // cfs_rq->load counts delayed-dequeue threads: still enqueued.
+        let share = t.runnable + t.delayed;
         t.queued = match tm {
-            // cfs_rq->load counts delayed-dequeue threads: still enqueued.
-            Some(_) if t.wakeups_per_s > 0.0 && t.wants < 1.0 => {
-                rng.unit() < t.runnable + t.delayed
-            }
+            Some(_) if sleeps => rng.unit() < share,
+            None if sleeps => share >= 0.5,
             _ => t.wants > 0.0,
         };
     }
