@@ -242,7 +242,7 @@ def wakeups(trace, threads, pid_vm):
     what ran on its CPU at the wake-up) and whether it moved."""
     vm = {t.tid: t.vm for t in threads.values() if t.vm is not None}
     mains = {t.tid for t in threads.values() if t.vm is not None and t.tid in pid_vm}
-    cur, last_cpu, pending, out = {}, {}, {}, {}
+    cur, last_cpu, waking, waiting, out = {}, {}, {}, {}, {}
     for line in open(trace, errors="replace"):
         m = LINE.match(line)
         if not m:
@@ -255,29 +255,29 @@ def wakeups(trace, threads, pid_vm):
             nxt = int(s["np"])
             cur[cpu] = nxt
             last_cpu[int(s["pp"])] = last_cpu[nxt] = cpu
-            if nxt in pending:
-                key, t0 = pending.pop(nxt)
-                out.setdefault(key, {"n": 0, "moved": 0, "wait": []})["wait"].append(ts - t0)
+            if nxt in waiting:
+                key, t0 = waiting.pop(nxt)
+                out[key]["wait"].append(ts - t0)
         elif ev == "sched_waking":
             w = WAKE.match(rest)
             p = w and int(w["p"])
             if p in vm:
                 waker = int(m["pid"])
                 kind = "timer" if "h" in m["flags"][2:3] else "kick" if vm.get(waker) == vm[p] else "other"
-                pending[p] = ((kind, cpu == last_cpu.get(p)), last_cpu.get(p))
+                waking[p] = (kind, cpu == last_cpu.get(p), last_cpu.get(p))
         elif ev == "sched_wakeup":
             w = WAKE.match(rest)
             p = w and int(w["p"])
-            if p in pending and isinstance(pending[p][1], (int, type(None))):
-                (kind, same), prev = pending[p]
+            if p in waking:
+                kind, same, prev = waking.pop(p)
                 target = int(w["t"])
                 running = cur.get(target)
                 what = "idle" if not running else "own VM" if vm.get(running) == vm[p] else "other VM" if running in vm else "other work"
                 key = f"{'main loop' if p in mains else 'vCPU'} / {kind} from {'its' if same else 'another'} CPU / {what} running"
                 o = out.setdefault(key, {"n": 0, "moved": 0, "wait": []})
                 o["n"] += 1
-                o["moved"] += target != prev
-                pending[p] = (key, ts)
+                o["moved"] += prev is not None and target != prev
+                waiting[p] = (key, ts)
     return {
         k: {"n": v["n"], "moved": v["moved"], "wait_ms_mean": ms(statistics.mean(v["wait"])) if v["wait"] else None,
             "wait_ms_p50": ms(pct(v["wait"], 0.5)), "wait_ms_p90": ms(pct(v["wait"], 0.9))}
