@@ -43,7 +43,7 @@ pub fn render(b: &Bars) -> Markup {
     let slot = svg::plot_w() / n as f64;
     let base = TOP + HEIGHT;
     let label_every = ((n as f64 * 42.0 / svg::plot_w()).ceil() as usize).max(1);
-    let ticks: Vec<f64> = if b.log_y {
+    let mut ticks: Vec<f64> = if b.log_y {
         (0..)
             .map(|k| 10f64.powi(k))
             .take_while(|t| *t <= max.max(1.0))
@@ -55,6 +55,11 @@ pub fn render(b: &Bars) -> Markup {
             .take_while(|t| *t <= max)
             .collect()
     };
+    // The top of the axis says how tall the tallest bar is, unless a tick
+    // is already close to it.
+    if ticks.last().is_some_and(|t| share(*t, max, b.log_y) < 0.9) {
+        ticks.push(max);
+    }
     let y = |v: f64| base - HEIGHT * share(v, max, b.log_y);
     let body = html! {
         g class="axis y-axis" {

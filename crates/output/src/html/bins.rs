@@ -67,25 +67,21 @@ impl TimeBins {
     /// falls in it (shares sum to 1 inside the bins' span). Spreading by
     /// overlap keeps jittery windows from leaving empty columns beside
     /// doubled ones.
-    pub fn spread(&self, start: f64, wall: f64) -> Vec<(usize, f64)> {
-        let mut out = Vec::new();
-        if !(start.is_finite() && wall.is_finite() && wall > 0.0 && self.width > 0.0) {
-            return out;
-        }
+    pub fn spread(&self, start: f64, wall: f64) -> impl Iterator<Item = (usize, f64)> + '_ {
+        let ok = start.is_finite() && wall.is_finite() && wall > 0.0 && self.width > 0.0;
+        let first = if ok {
+            ((start - self.t0) / self.width).floor().max(0.0) as usize
+        } else {
+            self.n
+        };
         let end = start + wall;
-        let first = ((start - self.t0) / self.width).floor().max(0.0) as usize;
-        for i in first..self.n {
-            let (lo, hi) = (self.start_of(i), self.start_of(i + 1));
-            if lo >= end {
-                break;
-            }
-            let overlap = hi.min(end) - lo.max(start);
+        (first..self.n)
+            .map_while(move |i| {
+                let lo = self.start_of(i);
+                (lo < end).then(|| (i, (self.start_of(i + 1).min(end) - lo.max(start)) / wall))
+            })
             // Float slivers at bin edges are not overlap.
-            if overlap > 1e-9 * wall {
-                out.push((i, overlap / wall));
-            }
-        }
-        out
+            .filter(|&(_, share)| share > 1e-9)
     }
 
     pub fn start_of(&self, i: usize) -> f64 {
@@ -184,7 +180,7 @@ mod tests {
         let b = TimeBins::over(w.iter().copied(), MAX_BINS).unwrap();
         assert_eq!(b.n, 50);
         for (i, (s, l)) in w.iter().enumerate() {
-            let sp = b.spread(*s, *l);
+            let sp: Vec<_> = b.spread(*s, *l).collect();
             assert_eq!(sp.len(), 1);
             assert_eq!(sp[0].0, i);
             assert!((sp[0].1 - 1.0).abs() < 1e-6);
@@ -215,7 +211,7 @@ mod tests {
         let w = [(0.0, 0.9), (0.9, 1.2), (2.1, 0.9)];
         let b = TimeBins::over(w, 10).unwrap();
         assert_eq!(b.n, 3);
-        let sp = b.spread(0.9, 1.2);
+        let sp: Vec<_> = b.spread(0.9, 1.2).collect();
         let want = [(0, 0.1 / 1.2), (1, 1.0 / 1.2), (2, 0.1 / 1.2)];
         assert_eq!(sp.len(), want.len());
         for ((i, share), (wi, ws)) in sp.iter().zip(want) {

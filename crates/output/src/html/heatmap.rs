@@ -75,7 +75,8 @@ pub fn render(h: &HeatMap) -> Markup {
 
 /// Ten swatches from 0 to vmax, labelled at both ends.
 fn legend(h: &HeatMap, y: f64, value: &dyn Fn(f64) -> String) -> Markup {
-    let x0 = svg::WIDTH - svg::RIGHT - 10.0 * 14.0 - 60.0;
+    // Room on the right for "100 % or more".
+    let x0 = svg::WIDTH - svg::RIGHT - 10.0 * 14.0 - 100.0;
     html! {
         g class="legend" {
             text x=(n1(x0 - 6.0)) y=(n1(y + 11.0)) text-anchor="end" { (h.what) " " (value(0.0)) }
@@ -85,7 +86,11 @@ fn legend(h: &HeatMap, y: f64, value: &dyn Fn(f64) -> String) -> Markup {
                     title { (value(f * h.vmax)) }
                 }
             }
-            text x=(n1(x0 + 146.0)) y=(n1(y + 11.0)) { (value(h.vmax)) " or more" }
+            text x=(n1(x0 + 146.0)) y=(n1(y + 11.0)) {
+                (value(h.vmax))
+                // Nothing is above 100 % of a window.
+                @if !(h.unit == " %" && h.vmax >= 100.0) { " or more" }
+            }
         }
     }
 }

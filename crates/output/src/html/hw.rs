@@ -15,18 +15,17 @@ const TITLE: &str = "IPC and cache miss rate next to steal";
 type Rows = Vec<(String, Vec<Option<f64>>)>;
 
 /// (IPC rows, miss-rate % rows), only CPUs with values.
-pub fn rows(s: &Series, m: &MachineModel, bins: &super::bins::TimeBins) -> (Rows, Rows) {
+pub fn rows(m: &MachineModel, bins: &super::bins::TimeBins) -> (Rows, Rows) {
     let mut ipc = Grid::new(bins);
     let mut miss = Grid::new(bins);
-    // StealHw keeps the start only; the mean window length places it.
-    let wall = bins.span_s() / bins.windows as f64;
-    for p in m.hardware.with_steal(&s.windows) {
-        let cpu = p.hw.cpu;
-        if let (Some(ins), Some(cyc)) = (p.hw.instructions, p.hw.cycles) {
-            ipc.add_window(bins, cpu, p.start_s, wall, ins, cyc);
-        }
-        if let (Some(mi), Some(re)) = (p.hw.cache_misses, p.hw.cache_references) {
-            miss.add_window(bins, cpu, p.start_s, wall, mi, re);
+    for w in m.hardware.windows() {
+        for c in &w.cpus {
+            if let (Some(ins), Some(cyc)) = (c.instructions, c.cycles) {
+                ipc.add_window(bins, c.cpu, w.start_s, w.wall_s, ins, cyc);
+            }
+            if let (Some(mi), Some(re)) = (c.cache_misses, c.cache_references) {
+                miss.add_window(bins, c.cpu, w.start_s, w.wall_s, mi, re);
+            }
         }
     }
     let label = |g: Grid<u32>, scale| {
@@ -49,7 +48,7 @@ pub fn render(s: &Series, m: &MachineModel) -> Markup {
     let Some(bins) = steal::bins(s) else {
         return svg::no_data(ID, TITLE, "no /proc/stat window of positive length");
     };
-    let (ipc, miss) = rows(s, m, &bins);
+    let (ipc, miss) = rows(m, &bins);
     if ipc.is_empty() && miss.is_empty() {
         let why = if counters.windows.is_empty() {
             "no counter windows were read".to_string()
@@ -77,7 +76,7 @@ pub fn render(s: &Series, m: &MachineModel) -> Markup {
         }
     };
     let caption = format!(
-        "Counter windows joined with the /proc/stat window they cover, per CPU; {}.",
+        "Counter windows per CPU in the columns of the steal map (both start at the first sample); {}.",
         bins.describe()
     );
     svg::figure(ID, TITLE, &caption, body)

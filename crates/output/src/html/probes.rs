@@ -69,7 +69,7 @@ fn one(probe: &str, m: &Merged) -> Markup {
         div class="probe" data-probe=(probe) {
             h3 { (probe) }
             p class="caption" {
-                (m.samples) " samples in " (m.windows) " windows; worst window p99 " (fmt_us(m.worst_p99_us))
+                (m.samples) " samples in " (m.windows) @if m.windows == 1 { " window" } @else { " windows" } "; worst window p99 " (fmt_us(m.worst_p99_us))
                 ", max " (fmt_us(m.max_us)) "."
             }
             (bars::render(&Bars {

@@ -25,8 +25,11 @@ pub fn render(s: &Series) -> Markup {
     for k in 0..PARTS.len() {
         g.row(k);
     }
+    // One buffer for all windows: an hour at 1000 Hz is millions of them.
+    let mut spread = Vec::new();
     for (t, d) in s.windows.iter() {
-        let spread = bins.spread(*t, d.wall_s);
+        spread.clear();
+        spread.extend(bins.spread(*t, d.wall_s));
         for c in &d.cpus {
             let parts = [c.secs.steal, c.secs.util(), c.secs.idle_all()];
             for (k, v) in parts.into_iter().enumerate() {

@@ -18,8 +18,11 @@ pub fn bins(s: &Series) -> Option<TimeBins> {
 /// Steal % of wall time per CPU and bin.
 pub fn rows(s: &Series, bins: &TimeBins) -> Vec<(String, Vec<Option<f64>>)> {
     let mut g = Grid::new(bins);
+    // One buffer for all windows: an hour at 1000 Hz is millions of them.
+    let mut spread = Vec::new();
     for (t, d) in s.windows.iter() {
-        let spread = bins.spread(*t, d.wall_s);
+        spread.clear();
+        spread.extend(bins.spread(*t, d.wall_s));
         for c in d.cpus.iter().filter(|c| c.has_steal) {
             g.row(c.cpu);
             for &(i, share) in &spread {
@@ -70,10 +73,11 @@ pub fn render(s: &Series) -> Markup {
     }
     let vmax = vmax(&rows);
     let caption = format!(
-        "Share of wall time each CPU lost to the hypervisor; {}{}. Darkest = {} % or more; grey = no data (CPU offline).",
+        "Share of wall time each CPU lost to the hypervisor; {}{}. Darkest = {} %{}; grey = no data (CPU offline).",
         bins.describe(),
         s.caveat(),
-        svg::fmt_num(vmax, 1)
+        svg::fmt_num(vmax, 1),
+        if vmax < 100.0 { " or more" } else { "" }
     );
     svg::figure(
         ID,
