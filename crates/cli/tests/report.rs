@@ -130,6 +130,15 @@ fn colours(png_path: &Path) -> (usize, f64, Vec<[u8; 3]>) {
     )
 }
 
+fn report(input: &Path, page: &Path) -> Output {
+    run(&[
+        "report",
+        input.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ])
+}
+
 /// CPUs and windows of a snapshot's samples.jsonl, read here.
 fn cpus_and_windows(snap: &Path) -> (usize, usize) {
     let text = std::fs::read_to_string(snap.join("samples.jsonl")).unwrap();
@@ -164,12 +173,7 @@ fn report_of_this_machine_in_chromium() {
         String::from_utf8_lossy(&out.stderr)
     );
     let html = dir.path().join("report.html");
-    let out = run(&[
-        "report",
-        snap.to_str().unwrap(),
-        "-o",
-        html.to_str().unwrap(),
-    ]);
+    let out = report(&snap, &html);
     assert!(
         out.status.success(),
         "{}",
@@ -301,12 +305,7 @@ fn bad_input_exits_2_with_one_line() {
     inputs.push(garbage);
     inputs.push(dir.path().join("missing"));
     for input in &inputs {
-        let out = run(&[
-            "report",
-            input.to_str().unwrap(),
-            "-o",
-            out_html.to_str().unwrap(),
-        ]);
+        let out = report(input, &out_html);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{}: {err}", input.display());
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -318,12 +317,7 @@ fn bad_input_exits_2_with_one_line() {
     // An output that cannot be written names itself.
     let good = repo().join("fixtures/snapshots/6.x-healthy");
     let nowhere = dir.path().join("no/such/dir/r.html");
-    let out = run(&[
-        "report",
-        good.to_str().unwrap(),
-        "-o",
-        nowhere.to_str().unwrap(),
-    ]);
+    let out = report(&good, &nowhere);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("no/such/dir/r.html"), "{err}");
