@@ -2,7 +2,7 @@
 //! `rect.bar` with a `<title>` giving its label and count. Counts of
 //! histograms span decades, so the y axis can be logarithmic.
 
-use super::svg::{self, fmt_num, n1, nice_step, LEFT, TOP};
+use super::svg::{self, fmt_num, n1, nice_step, LEFT, MAX_TICKS, TOP};
 use maud::{html, Markup};
 
 pub struct Bars<'a> {
@@ -27,7 +27,7 @@ const ALARM: &str = "#c0392b";
 
 /// Bar height as a share of the plot for `v` when the tallest is `max`.
 fn share(v: f64, max: f64, log: bool) -> f64 {
-    if !(v > 0.0 && max > 0.0) {
+    if !(v > 0.0 && v.is_finite() && max > 0.0) {
         return 0.0;
     }
     if log {
@@ -39,7 +39,12 @@ fn share(v: f64, max: f64, log: bool) -> f64 {
 
 pub fn render(b: &Bars) -> Markup {
     let n = b.values.len().max(1);
-    let max = b.values.iter().copied().fold(0.0, f64::max);
+    let max = b
+        .values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
     let slot = svg::plot_w() / n as f64;
     let base = TOP + HEIGHT;
     let label_every = ((n as f64 * 42.0 / svg::plot_w()).ceil() as usize).max(1);
@@ -47,12 +52,14 @@ pub fn render(b: &Bars) -> Markup {
         (0..)
             .map(|k| 10f64.powi(k))
             .take_while(|t| *t <= max.max(1.0))
+            .take(MAX_TICKS)
             .collect()
     } else {
         let step = nice_step(max, 4);
         (0..)
             .map(|k| k as f64 * step)
             .take_while(|t| *t <= max)
+            .take(MAX_TICKS)
             .collect()
     };
     // The top of the axis says how tall the tallest bar is, unless a tick

@@ -34,7 +34,8 @@ impl TimeBins {
             hi = hi.max(start + wall);
             windows += 1;
         }
-        if windows == 0 || hi <= lo {
+        // A span beyond f64 (hostile starts) cannot be drawn either.
+        if windows == 0 || !(hi > lo && (hi - lo).is_finite()) {
             return None;
         }
         let n = windows.min(max.max(1));
@@ -239,5 +240,29 @@ mod tests {
         let r = g.ratios(100.0);
         assert!((r[0].1[0].unwrap() - 40.0).abs() < 1e-9);
         assert_eq!(r[1].1, vec![None]);
+    }
+
+    proptest::proptest! {
+        /// Any series, however uneven or hostile: every window lands in
+        /// bins that exist, with shares in (0, 1] summing to at most 1.
+        #[test]
+        fn spreading_any_series_is_sound(
+            spans in proptest::collection::vec((-1e6f64..1e6, -1.0f64..1e3), 0..50),
+            max in 1usize..300,
+        ) {
+            let Some(b) = TimeBins::over(spans.iter().copied(), max) else {
+                return Ok(());
+            };
+            proptest::prop_assert!(b.n >= 1 && b.n <= max);
+            for (s, l) in spans {
+                let mut sum = 0.0;
+                for (i, share) in b.spread(s, l) {
+                    proptest::prop_assert!(i < b.n);
+                    proptest::prop_assert!(share > 0.0 && share <= 1.0 + 1e-9);
+                    sum += share;
+                }
+                proptest::prop_assert!(sum <= 1.0 + 1e-6);
+            }
+        }
     }
 }

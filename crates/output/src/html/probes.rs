@@ -22,8 +22,11 @@ pub struct Merged {
     pub windows: usize,
 }
 
+/// Latencies above 2^MAX_EXP µs (about 12.7 days) share the last bucket.
+const MAX_EXP: i32 = 40;
+
 pub fn bucket_of(upper_us: f64) -> i32 {
-    upper_us.max(1.0).log2().ceil() as i32
+    (upper_us.max(1.0).log2().ceil() as i32).min(MAX_EXP)
 }
 
 pub fn merge(windows: &[ProbeWindow]) -> BTreeMap<&str, Merged> {
@@ -32,10 +35,11 @@ pub fn merge(windows: &[ProbeWindow]) -> BTreeMap<&str, Merged> {
         let m = out.entry(w.probe.as_str()).or_default();
         for &(upper, count) in &w.buckets {
             if upper.is_finite() {
-                *m.buckets.entry(bucket_of(upper)).or_default() += count;
+                let b = m.buckets.entry(bucket_of(upper)).or_default();
+                *b = b.saturating_add(count);
             }
         }
-        m.samples += w.samples;
+        m.samples = m.samples.saturating_add(w.samples);
         m.worst_p99_us = m.worst_p99_us.max(w.p99_us);
         m.max_us = m.max_us.max(w.max_us);
         m.windows += 1;

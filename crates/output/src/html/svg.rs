@@ -49,6 +49,9 @@ fn trim(s: String) -> String {
     }
 }
 
+/// Ticks on an axis at most, whatever the numbers (a bound for loops).
+pub const MAX_TICKS: usize = 32;
+
 /// A step of 1, 2 or 5 times a power of ten giving about `target` ticks
 /// over `range`.
 pub fn nice_step(range: f64, target: usize) -> f64 {
@@ -93,6 +96,7 @@ pub fn time_axis(bins: &TimeBins, y: f64) -> Markup {
     let ticks: Vec<f64> = (0..)
         .map(|i| first + i as f64 * step)
         .take_while(|t| *t <= bins.t0 + span + 1e-9)
+        .take(MAX_TICKS)
         .collect();
     let x = |t: f64| LEFT + plot_w() * (t - bins.t0) / span;
     html! {

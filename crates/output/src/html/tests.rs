@@ -427,3 +427,36 @@ fn a_single_interrupt_window_is_bars_per_cpu() {
     let s = section(&html, irq::ID);
     assert_eq!(s.matches("<rect class=\"bar\"").count(), l.model.irq.len());
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Whatever a recording holds (NaN, infinities, negative lengths, one
+    /// row repeated), the page renders with every plot.
+    #[test]
+    fn any_timeline_renders(
+        irq in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u32..4, proptest::num::f64::ANY), 0..20),
+        vcpu in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u32..3, proptest::num::f64::ANY), 0..20),
+        probes in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u64..1000), 0..20),
+    ) {
+        let l = load("6.x-healthy");
+        let t = Timeline {
+            irq: irq.into_iter().map(|(start_s, wall_s, cpu, rate)| IrqWindow {
+                start_s,
+                wall_s,
+                cpus: vec![CpuIrqRates { cpu, total_per_s: rate, sources: vec![] }],
+            }).collect(),
+            vcpu: vcpu.into_iter().map(|(start_s, wall_s, vcpu, wait_s)| VcpuWindow {
+                start_s, wall_s, vm: "vm".into(), vcpu, run_s: 0.0, wait_s,
+            }).collect(),
+            probes: probes.into_iter().map(|(upper, max, n)| ProbeWindow {
+                start_s: 0.0, wall_s: 1.0, probe: "wakeup".into(), cpu: None, samples: n,
+                p50_us: upper, p99_us: upper, max_us: max, buckets: vec![(upper, n)],
+            }).collect(),
+            notes: vec![],
+        };
+        let html = page(&l, &t);
+        for id in [steal::ID, stacked::ID, bursts::ID, hw::ID, irq::ID, vcpu::ID, probes::ID] {
+            proptest::prop_assert!(html.contains(&format!("id=\"{id}\"")), "{}", id);
+        }
+    }
+}
