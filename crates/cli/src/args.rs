@@ -92,6 +92,16 @@ pub enum Command {
                             and stealscope's planner (the code of `place`). Scenario format: scenarios/README.md."
     )]
     Sim(crate::sim_cmd::SimArgs),
+    /// Write one self-contained HTML page with the plots and findings of a snapshot
+    #[command(
+        after_help = "Examples:\n  stealscope snapshot -o vm1.tar.gz --interval 60s && stealscope report vm1.tar.gz -o vm1.html\n\n\
+                            The page has no script and loads nothing (a Content-Security-Policy forbids every fetch): \
+                            per-CPU steal heat map, busy/idle/steal over time, a histogram of steal per short window \
+                            (bursts), IPC next to steal when counters were read, interrupts per CPU, the findings in \
+                            the doctor's order with their evidence, and the notes. Long series are binned to at most \
+                            200 columns."
+    )]
+    Report(crate::report_cmd::ReportArgs),
     /// Print shell completions to stdout
     #[command(
         after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \

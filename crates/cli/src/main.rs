@@ -6,6 +6,7 @@ mod doctor_probe;
 mod host_args;
 mod place_cmd;
 mod probe_cmd;
+mod report_cmd;
 mod serve_cmd;
 mod sim_cmd;
 
@@ -59,12 +60,20 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
         }
     };
     let model = MachineModel::build(&snap)?;
-    Ok(stealscope_analysis::build(ReportInput {
-        model: &model,
+    Ok(doctor_report(&snap, &model))
+}
+
+/// The doctor's report of a snapshot's model (also what `report` draws).
+pub(crate) fn doctor_report(
+    snap: &Snapshot,
+    model: &MachineModel,
+) -> stealscope_analysis::DoctorReport {
+    stealscope_analysis::build(ReportInput {
+        model,
         interval_s: snap.meta.interval_s,
         hostname: snap.meta.hostname.clone(),
         kernel: snap.meta.kernel.clone(),
-    }))
+    })
 }
 
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
@@ -127,6 +136,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Place(a) => place_cmd::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Sim(a) => sim_cmd::run(&a),
+        Command::Report(a) => report_cmd::run(&a),
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             clap_mangen::generate_to(Cli::command(), &dir)
