@@ -12,7 +12,7 @@ type Error = Box<dyn std::error::Error>;
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// Snapshot (directory or .tar.gz) to draw
+    /// Snapshot (directory or .tar.gz) or `sim --json` output to draw
     #[arg(value_name = "FILE")]
     pub input: PathBuf,
     /// HTML file to write
@@ -27,7 +27,42 @@ pub fn load(path: &Path) -> Result<(Snapshot, Timeline), Error> {
     Ok((snapshot::open(path)?, Timeline::default()))
 }
 
+/// `sim --json` output, if that is what `path` holds (a file starting with
+/// a JSON object naming the simulator's schema).
+fn sim_page(path: &Path) -> Result<Option<html::sim::SimPage>, Error> {
+    use std::io::Read;
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !html::sim::looks_like(&head[..n]) {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    html::sim::parse(&text)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+fn write_page(out: &Path, page: &str) -> Result<(), Error> {
+    std::fs::write(out, page).map_err(|e| format!("{}: {e}", out.display()).into())
+}
+
 pub fn run(a: &ReportArgs) -> Result<(), Error> {
+    if let Some(sim) = sim_page(&a.input)? {
+        let page = html::sim::render(&sim, &a.input.display().to_string());
+        write_page(&a.output, &page)?;
+        eprintln!(
+            "wrote {} ({} KiB, {} simulated cases)",
+            a.output.display(),
+            page.len().div_ceil(1024),
+            sim.cases.len()
+        );
+        return Ok(());
+    }
     let (snap, mut timeline) = load(&a.input)?;
     let model = MachineModel::build(&snap)?;
     let report = crate::doctor_report(&snap, &model);
@@ -46,7 +81,7 @@ pub fn run(a: &ReportArgs) -> Result<(), Error> {
         meta: &snap.meta,
         source: &a.input.display().to_string(),
     });
-    std::fs::write(&a.output, &page).map_err(|e| format!("{}: {e}", a.output.display()))?;
+    write_page(&a.output, &page)?;
     eprintln!(
         "wrote {} ({} KiB, {} findings)",
         a.output.display(),

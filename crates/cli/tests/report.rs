@@ -290,6 +290,99 @@ fn report_of_this_machine_in_chromium() {
     );
 }
 
+/// `report` of `sim --json` output (issue 8's plot): in Chromium, one
+/// figure per simulated case with one bar per vCPU of that case, each bar's
+/// hover text carrying the JSON's mean for that vCPU, a comparison row per
+/// case, and no request leaving the page.
+#[test]
+fn report_of_a_simulation_in_chromium() {
+    let Some(chromium_bin) = chromium_path() else {
+        require(
+            false,
+            "chromium-headless-shell (scripts/test.sh installs it)",
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = repo().join("scenarios/talk-cgroups.toml");
+    let out = run(&["sim", scenario.to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sim: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sim_path = dir.path().join("sim.json");
+    std::fs::write(&sim_path, &out.stdout).unwrap();
+    let html = dir.path().join("sim.html");
+    let out = report(&sim_path, &html);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let url = file_url(&html);
+    let net = dir.path().join("net.json");
+    let dom = chromium(
+        &chromium_bin,
+        &url,
+        &[
+            "--dump-dom".into(),
+            format!("--log-net-log={}", net.display()),
+        ],
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let cases = sim["cases"].as_array().unwrap();
+    assert!(cases.len() >= 2);
+    assert_eq!(dom.matches("<tr class=\"sim-case\"").count(), cases.len());
+    for (i, case) in cases.iter().enumerate() {
+        let section = dom
+            .split(&format!("id=\"sim-case-{i}\""))
+            .nth(1)
+            .and_then(|s| s.split("</section>").next())
+            .unwrap_or_else(|| panic!("case {i} not in DOM"));
+        let vcpus: Vec<&Value> = case["vms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|vm| vm["vcpus"].as_array().unwrap())
+            .collect();
+        let bars: Vec<&str> = section.split("<rect class=\"bar\"").skip(1).collect();
+        assert_eq!(bars.len(), vcpus.len(), "case {i}: one bar per vCPU");
+        for (bar, v) in bars.iter().zip(&vcpus) {
+            let mean = v["steal_pct"]["mean"].as_f64().unwrap();
+            let hover = bar.split("<title>").nth(1).unwrap();
+            let shown: f64 = hover
+                .split("steal ")
+                .nth(1)
+                .and_then(|s| s.split(' ').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("no steal value in {hover}"));
+            assert!(
+                (shown - mean).abs() <= 0.05,
+                "case {i}: bar says {shown}, JSON {mean}"
+            );
+        }
+    }
+    let (urls, events) = net_activity(&net);
+    assert!(urls.iter().all(|u| *u == url), "requests: {urls:?}");
+    assert!(events.is_empty(), "network events: {events:?}");
+
+    // A file naming the schema but not holding a simulation: one line, exit 2.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"schema":"stealscope/sim/1","cases":7}"#).unwrap();
+    let out = report(&bad, &dir.path().join("bad.html"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("bad.json") && err.contains("not simulator JSON"),
+        "{err}"
+    );
+    assert!(!dir.path().join("bad.html").exists());
+}
+
 #[test]
 fn bad_input_exits_2_with_one_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@ pub mod heatmap;
 pub mod hw;
 pub mod irq;
 pub mod probes;
+pub mod sim;
 pub mod stacked;
 pub mod steal;
 pub mod svg;
@@ -73,7 +74,7 @@ impl<'a> Series<'a> {
     }
 }
 
-const STYLE: &str = r#"
+pub(crate) const STYLE: &str = r#"
 body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1000px; padding: 0 16px 40px; color: #222; background: #fff; }
 h1 { font-size: 22px; margin: 18px 0 4px; }
 h2 { font-size: 18px; margin: 28px 0 6px; border-bottom: 1px solid #ddd; }
