@@ -6,6 +6,7 @@ mod doctor_probe;
 mod host_args;
 mod place_cmd;
 mod probe_cmd;
+mod record_cmd;
 mod serve_cmd;
 mod sim_cmd;
 
@@ -47,8 +48,13 @@ fn color(c: ColorChoice) -> bool {
 
 /// Captures (or opens) a snapshot and builds the full report from it.
 fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
+    let mut source_notes = Vec::new();
     let snap: Snapshot = match &a.snapshot {
-        Some(p) => snapshot::open(p)?,
+        Some(p) => {
+            let (s, notes) = stealscope_model::recording::open_snapshot(p)?;
+            source_notes = notes;
+            s
+        }
         None => {
             check_root(&a.sample)?;
             let s = capture_with(&capture_opts(&a.sample), &a.host.live())?;
@@ -59,12 +65,14 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
         }
     };
     let model = MachineModel::build(&snap)?;
-    Ok(stealscope_analysis::build(ReportInput {
+    let mut r = stealscope_analysis::build(ReportInput {
         model: &model,
         interval_s: snap.meta.interval_s,
         hostname: snap.meta.hostname.clone(),
         kernel: snap.meta.kernel.clone(),
-    }))
+    });
+    r.notes.extend(source_notes);
+    Ok(r)
 }
 
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
@@ -124,6 +132,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Probe(a) => probe_cmd::run(&a),
+        Command::Record(a) => record_cmd::run(&a),
         Command::Place(a) => place_cmd::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Sim(a) => sim_cmd::run(&a),

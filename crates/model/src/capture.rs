@@ -49,7 +49,7 @@ impl StatSampler {
 }
 
 /// Reads a side through a recorder and keeps the bytes as a snapshot side.
-fn record_side(
+pub(crate) fn record_side(
     root: &std::path::Path,
     name: &str,
     side: Side,
@@ -65,13 +65,13 @@ fn record_side(
 
 /// CPUID and perf counters describe the machine we run on, not a directory:
 /// they are captured only when the root is the live "/".
-fn is_live_root(root: &std::path::Path) -> bool {
+pub(crate) fn is_live_root(root: &std::path::Path) -> bool {
     root == std::path::Path::new("/")
 }
 
 /// Opens the counter groups on the online CPUs (the stat rows if sysfs
 /// does not say).
-fn open_counters(root: &std::path::Path, t0: &MemFs) -> Option<HwSampler> {
+pub(crate) fn open_counters(root: &std::path::Path, t0: &MemFs) -> Option<HwSampler> {
     if !is_live_root(root) {
         return None;
     }
