@@ -178,15 +178,16 @@ fn write_probes(
     Ok(())
 }
 
-/// When a periodic task is due next: `period` after `prev`, or a period
-/// from now after a stall (missed turns are skipped, not caught up).
+/// When a periodic task is due next: `period` after `prev`, on the same
+/// grid; deadlines already past (a stall, a loaded machine) are skipped,
+/// not caught up with back-to-back reads.
 fn next_due(prev: Instant, period: Duration, now: Instant) -> Instant {
     let n = prev + period;
-    if n < now {
-        now + period
-    } else {
-        n
+    if n > now {
+        return n;
     }
+    let behind = (now - n).as_nanos() / period.as_nanos().max(1) + 1;
+    n + period * behind.min(u32::MAX as u128) as u32
 }
 
 /// Records into `file` (named `path` in errors) until the duration is over
@@ -215,7 +216,10 @@ pub fn record(
         host_scan_s: Some(opts.host_scan.as_secs_f64()),
         checkpoint_s: opts.checkpoint.as_secs_f64(),
         hostname: side0.read_value("/proc/sys/kernel/hostname").ok().flatten(),
-        kernel: side0.read_value("/proc/sys/kernel/osrelease").ok().flatten(),
+        kernel: side0
+            .read_value("/proc/sys/kernel/osrelease")
+            .ok()
+            .flatten(),
         clk_tck: clk_tck(),
         start_unix_s,
         start_mono_ns,
@@ -267,6 +271,7 @@ pub fn record(
     let start = Instant::now();
     let end = opts.duration.map(|d| start + d);
     let (mut next, mut next_irq, mut next_host) = (start, start, start);
+    // The first checkpoint and flush are a period after the start.
     let mut next_flush = start + FLUSH_EVERY;
     let mut next_checkpoint = start + opts.checkpoint;
     let mut windows = Vec::new();
@@ -349,4 +354,19 @@ pub fn record(
     };
     sum.bytes = w.finish(&end)?;
     Ok(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missed_deadlines_are_skipped_on_the_grid() {
+        let t = Instant::now();
+        let p = Duration::from_millis(10);
+        assert_eq!(next_due(t, p, t + Duration::from_millis(3)), t + p);
+        // 25 ms late: the deadlines at 10 and 20 ms are gone, 30 ms is next.
+        assert_eq!(next_due(t, p, t + Duration::from_millis(25)), t + 3 * p);
+        assert_eq!(next_due(t, p, t + p), t + 2 * p);
+    }
 }

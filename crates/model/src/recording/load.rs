@@ -191,7 +191,12 @@ fn synthetic_t1(t0: &Files, t0_ns: u64, last: &StatSample) -> Files {
     files
 }
 
-fn build(name: &str, header: Header, mut raw: Raw, mut notes: Vec<String>) -> Result<Recording, ReadError> {
+fn build(
+    name: &str,
+    header: Header,
+    mut raw: Raw,
+    mut notes: Vec<String>,
+) -> Result<Recording, ReadError> {
     let (t0_ns, t0) = raw
         .first
         .take()

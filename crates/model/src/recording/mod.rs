@@ -6,3 +6,6 @@ pub mod live;
 pub mod load;
 
 pub use load::{open, open_snapshot, Recording};
+
+#[cfg(test)]
+mod tests;
