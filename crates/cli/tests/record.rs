@@ -37,6 +37,11 @@ fn proc_stat() -> stat::ProcStat {
     .unwrap()
 }
 
+fn proc_interrupts() -> stealscope_readers::interrupts::Interrupts {
+    let t = std::fs::read_to_string("/proc/interrupts").unwrap();
+    stealscope_readers::interrupts::parse(&t, "/proc/interrupts").unwrap()
+}
+
 fn online_cpus() -> Vec<u32> {
     let s = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     stealscope_readers::cpulist::parse(s.trim(), "online").unwrap()
@@ -64,6 +69,7 @@ fn finish(child: Child) -> String {
 /// Everything in a recording, read with the raw reader.
 struct Read {
     stat: Vec<StatSample>,
+    irq: Vec<stealscope_readers::recording::IrqSample>,
     vcpu: Vec<VcpuSample>,
     counters: usize,
     end: Option<String>,
@@ -74,6 +80,7 @@ fn read(path: &Path) -> Read {
     let mut r = RecordingReader::open(path).unwrap();
     let mut out = Read {
         stat: Vec::new(),
+        irq: Vec::new(),
         vcpu: Vec::new(),
         counters: 0,
         end: None,
@@ -83,6 +90,7 @@ fn read(path: &Path) -> Read {
         match rec {
             Record::Stat(s) => out.stat.extend(s),
             Record::Vcpu(v) => out.vcpu.extend(v),
+            Record::Irq(i) => out.irq.extend(i),
             Record::Counters(c) => out.counters += c.len(),
             Record::End(e) => out.end = Some(e.reason),
             _ => {}
@@ -151,12 +159,17 @@ fn live_recording_matches_proc_stat_read_around_it() {
     let _l = live();
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("live.ssr");
+    let irq_before = proc_interrupts();
     let (before, t_before) = (proc_stat(), mono_ns());
-    let child = start_record(&p, &["--rate", "100", "--duration", "3s"]);
+    let child = start_record(
+        &p,
+        &["--rate", "100", "--duration", "3s", "--irq-rate", "5"],
+    );
     let reference = Reference::start(100.0);
     let msg = finish(child);
     let (hit, ran_s) = reference.stop();
     let (after, t_after) = (proc_stat(), mono_ns());
+    let irq_after = proc_interrupts();
     assert!(msg.contains("ended by duration"), "{msg}");
     let r = read(&p);
     assert_eq!(r.end.as_deref(), Some("duration"));
@@ -216,6 +229,44 @@ fn live_recording_matches_proc_stat_read_around_it() {
             "cpu{cpu}: {rec_total} ticks in {span_s:.3} s"
         );
     }
+    // Interrupts at 5 Hz: each CPU's count of each source grows inside the
+    // test's own before/after readings.
+    let span_irq = (r.irq.last().unwrap().t_ns - r.irq[0].t_ns) as f64 / 1e9;
+    assert!(
+        r.irq.len() as f64 <= span_irq * 5.0 + 2.0 && r.irq.len() >= 10,
+        "{} irq samples",
+        r.irq.len()
+    );
+    let (i0, i1) = (&r.irq[0].irq, &r.irq.last().unwrap().irq);
+    assert_eq!(i1.cpus, online_cpus());
+    let mut compared = 0;
+    for row in &i1.rows {
+        let find = |t: &stealscope_readers::interrupts::Interrupts| {
+            t.rows
+                .iter()
+                .find(|x| x.name == row.name)
+                .map(|x| x.counts.clone())
+        };
+        let (Some(a), Some(b), Some(tb), Some(ta)) =
+            (find(i0), find(i1), find(&irq_before), find(&irq_after))
+        else {
+            continue;
+        };
+        for c in 0..b.len().min(ta.len()) {
+            assert!(
+                tb[c] <= a[c] && a[c] <= b[c] && b[c] <= ta[c],
+                "{} column {c}: {tb:?} {a:?} {b:?} {ta:?}",
+                row.name
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared > 0);
+    let loc = |t: &stealscope_readers::interrupts::Interrupts| {
+        t.rows.iter().find(|x| x.name == "LOC").map(|x| x.counts[0])
+    };
+    assert!(loc(i1) > loc(i0), "the local timer ticks on cpu0");
+
     // Counters are read with every sample when one opens (msr/tsc here).
     let d = doctor_json(&p);
     let opened = d["hardware"]["counters"]["opened"]
@@ -482,4 +533,50 @@ fn vcpu_windows_of_a_real_qemu_vm_match_its_schedstat() {
         .find(|v| v["name"] == "recA" && v["pid"].as_u64() == Some(pid))
         .unwrap_or_else(|| panic!("recA not in {h}"));
     assert_eq!(report_vcpu_tids(vm), tids);
+}
+
+#[test]
+fn probe_wakeup_windows_per_cpu_per_second() {
+    let _l = live();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("probe.ssr");
+    finish(start_record(
+        &p,
+        &["--duration", "3500ms", "--probe", "wakeup"],
+    ));
+    let rec = stealscope_model::recording::open(&p).unwrap();
+    assert_eq!(rec.header.probes, vec!["wakeup".to_string()]);
+    let online = online_cpus();
+    for &cpu in &online {
+        let w: Vec<_> = rec
+            .timeline
+            .probes
+            .iter()
+            .filter(|w| w.cpu == Some(cpu))
+            .collect();
+        assert!(w.len() >= 2, "cpu{cpu}: {} windows", w.len());
+        for x in &w {
+            assert_eq!(x.probe, "wakeup");
+            // A deadline every 5 ms over the window, less the ones overrun.
+            let most = x.wall_s / 0.005 + 1.0;
+            assert!(x.samples as f64 <= most && x.samples > 0, "{x:?}");
+            assert!(x.p50_us <= x.p99_us && x.p99_us <= x.max_us, "{x:?}");
+            let in_buckets: u64 = x.buckets.iter().map(|b| b.1).sum();
+            assert_eq!(in_buckets, x.samples);
+        }
+        let full: Vec<_> = w.iter().filter(|x| x.wall_s > 0.9).collect();
+        assert!(
+            !full.is_empty() && full.iter().all(|x| x.wall_s < 1.5),
+            "one-second windows"
+        );
+    }
+    // Windows follow each other through the recording.
+    let starts: Vec<f64> = rec
+        .timeline
+        .probes
+        .iter()
+        .filter(|w| w.cpu == Some(online[0]))
+        .map(|w| w.start_s)
+        .collect();
+    assert!(starts.windows(2).all(|s| s[1] > s[0]));
 }
