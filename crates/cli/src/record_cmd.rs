@@ -72,6 +72,9 @@ fn parse_irq_rate(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// A window's records per CPU and the probe's notes, or why it stopped.
+type WindowResult = Result<(Vec<ProbeRecord>, Vec<String>), String>;
+
 /// One window per CPU of a wakeup run.
 fn windows_of(rep: &wakeup::WakeupReport, start_ns: u64, wall_ns: u64) -> Vec<ProbeRecord> {
     rep.cpus
@@ -98,8 +101,7 @@ fn windows_of(rep: &wakeup::WakeupReport, start_ns: u64, wall_ns: u64) -> Vec<Pr
 /// The wakeup probe in its own thread, one run per window.
 struct WakeupWindows {
     stop: Arc<AtomicBool>,
-    /// Each window's records and the probe's notes, or why it stopped.
-    rx: Receiver<Result<(Vec<ProbeRecord>, Vec<String>), String>>,
+    rx: Receiver<WindowResult>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Notes already passed on (the same ones come with every window).
     noted: Vec<String>,

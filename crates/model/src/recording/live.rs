@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use stealscope_readers::kvm_exits::ExitSample;
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::recording::{
-    CounterInfo, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry, FORMAT,
-    VERSION,
+    CounterInfo, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry,
 };
 use stealscope_readers::stat::ProcStat;
 use stealscope_readers::{cpuid, interrupts, stat, MemFs, ReadError, Source};
@@ -208,10 +207,6 @@ pub fn record(
     let (t0, side0) = checkpoint(root, Side::Start)?;
     let mut hw = open_counters(root, &side0);
     let header = Header {
-        format: FORMAT.to_string(),
-        version: VERSION,
-        min_reader_version: 1,
-        rate_hz: opts.rate_hz,
         irq_rate_hz: (opts.irq_rate_hz > 0.0).then_some(opts.irq_rate_hz),
         host_scan_s: Some(opts.host_scan.as_secs_f64()),
         checkpoint_s: opts.checkpoint.as_secs_f64(),
@@ -221,8 +216,6 @@ pub fn record(
             .ok()
             .flatten(),
         clk_tck: clk_tck(),
-        start_unix_s,
-        start_mono_ns,
         stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
         cpuid: is_live_root(root).then(cpuid::read_live),
         counters: hw.as_ref().map(|h| CounterInfo {
@@ -230,6 +223,7 @@ pub fn record(
             missing: h.counters().missing().to_vec(),
         }),
         probes: opts.probes.clone(),
+        ..Header::new(opts.rate_hz, start_unix_s, start_mono_ns)
     };
     if hw
         .as_ref()

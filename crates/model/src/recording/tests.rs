@@ -13,22 +13,11 @@ const MS: u64 = 1_000_000;
 
 fn header() -> Header {
     Header {
-        format: FORMAT.into(),
-        version: VERSION,
-        min_reader_version: 1,
-        rate_hz: 100.0,
-        irq_rate_hz: Some(1.0),
-        host_scan_s: Some(1.0),
-        checkpoint_s: 60.0,
         hostname: Some("rec-host".into()),
         kernel: Some("6.1.0".into()),
         clk_tck: Some(100),
-        start_unix_s: 1_700_000_000.0,
-        start_mono_ns: START,
-        stealscope_version: None,
-        cpuid: None,
-        counters: None,
         probes: vec!["wakeup".into()],
+        ..Header::new(100.0, 1_700_000_000.0, START)
     }
 }
 

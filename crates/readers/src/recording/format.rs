@@ -128,6 +128,30 @@ pub struct Header {
     pub probes: Vec<String>,
 }
 
+impl Header {
+    /// A version-1 header; the optional facts are left for the writer to fill in.
+    pub fn new(rate_hz: f64, start_unix_s: f64, start_mono_ns: u64) -> Header {
+        Header {
+            format: FORMAT.to_string(),
+            version: VERSION,
+            min_reader_version: 1,
+            rate_hz,
+            irq_rate_hz: None,
+            host_scan_s: None,
+            checkpoint_s: 60.0,
+            hostname: None,
+            kernel: None,
+            clk_tck: None,
+            start_unix_s,
+            start_mono_ns,
+            stealscope_version: None,
+            cpuid: None,
+            counters: None,
+            probes: Vec::new(),
+        }
+    }
+}
+
 /// The last frame of a recording that ended cleanly (JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EndInfo {

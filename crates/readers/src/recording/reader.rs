@@ -55,7 +55,7 @@ impl<R: Read> RecordingReader<R> {
             name: name.to_string(),
             len,
             offset: 0,
-            header: placeholder_header(),
+            header: Header::new(1.0, 0.0, 0),
             stat: StatDecoder::new(0),
             irq: IrqDecoder::new(0),
             vcpu: VcpuDecoder::new(0),
@@ -266,27 +266,6 @@ impl<R: Read> RecordingReader<R> {
             }
             Kind::End => Record::End(serde_json::from_slice(p).map_err(json_err)?),
         }))
-    }
-}
-
-fn placeholder_header() -> Header {
-    Header {
-        format: String::new(),
-        version: 0,
-        min_reader_version: 0,
-        rate_hz: 0.0,
-        irq_rate_hz: None,
-        host_scan_s: None,
-        checkpoint_s: 0.0,
-        hostname: None,
-        kernel: None,
-        clk_tck: None,
-        start_unix_s: 0.0,
-        start_mono_ns: 0,
-        stealscope_version: None,
-        cpuid: None,
-        counters: None,
-        probes: Vec::new(),
     }
 }
 

@@ -13,20 +13,10 @@ const START: u64 = 1_000_000_000;
 
 fn header() -> Header {
     Header {
-        format: FORMAT.into(),
-        version: VERSION,
-        min_reader_version: 1,
-        rate_hz: 100.0,
         irq_rate_hz: Some(1.0),
         host_scan_s: Some(1.0),
-        checkpoint_s: 60.0,
         hostname: Some("h".into()),
-        kernel: Some("6.1".into()),
         clk_tck: Some(100),
-        start_unix_s: 1.7e9,
-        start_mono_ns: START,
-        stealscope_version: Some("0".into()),
-        cpuid: None,
         counters: Some(CounterInfo {
             opened: vec![Counter::Cycles, Counter::Instructions],
             missing: vec![Missing {
@@ -38,6 +28,7 @@ fn header() -> Header {
             }],
         }),
         probes: vec!["wakeup".into()],
+        ..Header::new(100.0, 1.7e9, START)
     }
 }
 
