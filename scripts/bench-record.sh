@@ -69,6 +69,7 @@ SPID=$!
 pids+=("$SPID")
 rss_r=()
 rss_s=()
+sleep 5 # the first figure after start-up (first checkpoint read, buffers sized)
 for ((m = 0; m <= MINUTES; m++)); do
   ((m > 0)) && sleep 60
   rss_r+=("$(rss_kb "$RPID")")
@@ -113,7 +114,7 @@ per-CPU times and interrupts included) recording the same $MINUTES minutes. CPU 
 | samples | $samples (${cpus} CPUs, ${secs} s) | ${sa_samples} |
 | CPU s over ${SECS} s | $r_stat ($r_sched) | $s_stat ($s_sched) |
 | **share of one CPU** | **$(pct "$r_stat") %** ($(pct "$r_sched") %) | $(pct "$s_stat") % ($(pct "$s_sched") %) |
-| RSS kB first / last / max (each minute) | $(stats "${rss_r[@]}") | $(stats "${rss_s[@]}") |
+| RSS kB first (+5 s) / last / max (each minute) | $(stats "${rss_r[@]}") | $(stats "${rss_s[@]}") |
 | bytes on disk | $rec_bytes | $sa_bytes |
 | **bytes per CPU-sample** | **$(per "$rec_bytes" "$samples" "$ncpu")** | $(per "$sa_bytes" "$sa_samples" "$ncpu") |
 

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use stealscope_readers::kvm_exits::ExitSample;
+use stealscope_readers::perf::Counter;
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::recording::{
     CounterInfo, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry,
@@ -231,6 +232,12 @@ pub fn record(
     {
         hw = None;
     }
+    // A lone TSC gives a constant TSC MHz: once a second is enough (at 100 Hz
+    // its reads would be most of the file). Any other counter is read with
+    // every sample, so its windows line up with the steal windows.
+    let per_sample_counters = hw
+        .as_ref()
+        .is_some_and(|h| h.counters().opened().iter().any(|&c| c != Counter::Tsc));
     let mut w = RecordingWriter::create(file, path, &header)?;
     w.checkpoint(t0, &side0.files)?;
     drop(side0);
@@ -279,11 +286,13 @@ pub fn record(
             sum.cpus = src.parsed.cpus.len();
         }
         notes.report(&mut w, "stat", read)?;
-        if let Some(h) = hw.as_mut() {
-            w.counters(&h.sample());
-            sum.counter_samples += 1;
-        }
         let now = Instant::now();
+        if let Some(h) = hw.as_mut() {
+            if per_sample_counters || now >= next_flush {
+                w.counters(&h.sample());
+                sum.counter_samples += 1;
+            }
+        }
         if src.irq.is_some() && now >= next_irq {
             let t = monotonic_ns();
             match src.read_irq() {
