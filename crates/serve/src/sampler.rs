@@ -47,7 +47,7 @@ impl Host {
     }
 
     fn scan(&mut self, root: &Path, shared: &Shared) {
-        let r = self.tracker.scan(root);
+        let r = self.tracker.scan(root, true);
         self.note(r);
         let vcpus = vcpu_times(self.tracker.vms(), self.tracker.samples());
         shared.update(|s| s.vcpus = vcpus);

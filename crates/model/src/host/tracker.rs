@@ -32,13 +32,14 @@ impl HostTracker {
         Ok(())
     }
 
-    /// One scan of every known thread (after a rediscovery if a VMM
-    /// started). The scan happens even when the returned check failed.
-    pub fn scan(&mut self, root: &Path) -> Result<(), ReadError> {
-        let checked = match self.watch.check(&RootFs::new(root)) {
-            Ok(true) => self.rediscover(root),
-            Ok(false) => Ok(()),
-            Err(e) => Err(e),
+    /// One scan of every known thread, after a rediscovery if `look_for_new`
+    /// and a VMM started (that check lists /proc: on a VM guest it costs
+    /// more than the scan). The scan happens even when the check failed.
+    pub fn scan(&mut self, root: &Path, look_for_new: bool) -> Result<(), ReadError> {
+        let checked = match look_for_new.then(|| self.watch.check(&RootFs::new(root))) {
+            Some(Ok(true)) => self.rediscover(root),
+            Some(Ok(false)) | None => Ok(()),
+            Some(Err(e)) => Err(e),
         };
         match self.scanner.as_mut() {
             Some(sc) => sc.scan(&mut self.samples),

@@ -27,6 +27,10 @@ use stealscope_readers::{cpuid, interrupts, stat, MemFs, ReadError, Source};
 
 /// Batches are written this often: what SIGKILL can lose at most.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// How often to look for VMs started since (a listing of /proc, ~1 ms on
+/// a VM guest: once a second it would be a tenth of the recorder's cost).
+/// Known vCPU threads are read every host scan.
+pub const VMM_WATCH_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
@@ -139,8 +143,8 @@ impl Sources {
     }
 
     /// The vCPU threads of the last host scan, named as exporters name them.
-    fn scan_host(&mut self, root: &Path) -> Result<(), ReadError> {
-        let r = self.host.scan(root);
+    fn scan_host(&mut self, root: &Path, look_for_new: bool) -> Result<(), ReadError> {
+        let r = self.host.scan(root, look_for_new);
         let labels = vm_labels(self.host.vms());
         self.threads.clear();
         for s in self.host.samples() {
@@ -274,6 +278,7 @@ pub fn record(
     let (mut next, mut next_irq, mut next_host) = (start, start, start);
     // The first checkpoint and flush are a period after the start.
     let mut next_flush = start + FLUSH_EVERY;
+    let mut next_watch = start + VMM_WATCH_EVERY;
     let mut next_checkpoint = start + opts.checkpoint;
     let mut windows = Vec::new();
     let mut probe_notes = Vec::new();
@@ -308,7 +313,10 @@ pub fn record(
         }
         if now >= next_host {
             let t = monotonic_ns();
-            let r = src.scan_host(root);
+            let r = src.scan_host(root, now >= next_watch);
+            if now >= next_watch {
+                next_watch = next_due(next_watch, VMM_WATCH_EVERY, now);
+            }
             notes.report(&mut w, "host scan", r)?;
             w.vcpu(t, &src.threads)?;
             sum.host_scans += 1;
