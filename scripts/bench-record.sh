@@ -137,7 +137,7 @@ second by default ($(awk -v u="$irq_us" 'BEGIN { printf "%.3f", u / 1e4 }') %). 
 doctor reads, deflated, unchanged files by reference). sadc records every activity once a
 second; stealscope records each CPU's ten /proc/stat columns 100 times a second.
 Result: $(awk -v r="$(pct "$r_sched")" -v f="$floor" 'BEGIN { if (r <= 0.2) print "met (" r " %)."; else printf "not met: %s %% of one CPU, %.2f points above the floor of %s %% that any 100 Hz sampler pays here; the target is below that floor on this machine.\n", r, r - f, f }')
-RSS: $(awk -v a="${rss_r[0]}" -v b="${rss_r[-1]}" 'BEGIN { printf "%+d kB from the first minute to the last", b - a }').
+RSS: $(awk -v a="${rss_r[0]}" -v b="${rss_r[-1]}" 'BEGIN { printf "%+d kB from the first minute to the last", b - a }'); each minute (kB): ${rss_r[*]}.
 Machine load: load average $load0 at the start, $load1 at the end; steal over the run
 $(awk -v a="$steal0" -v b="$steal1" -v t="$tck" -v n="$ncpu" -v s="$SECS" 'BEGIN { printf "%.2f", 100 * (b - a) / t / n / s }') % of CPU time (other work on a machine lengthens the wake-ups of both).
 EOF
