@@ -31,6 +31,7 @@ tmp=$(mktemp)
   # Sections of scripts that need root and packages appear when they run cleanly.
   if probes=$(scripts/bench-probes.sh 2>/dev/null); then echo; echo "$probes"; fi
   if serve=$(scripts/bench-serve.sh 2>/dev/null); then echo; echo "$serve"; fi
+  if record=$(scripts/bench-record.sh 2>/dev/null); then echo; echo "$record"; fi
 } > "$tmp"
 mv "$tmp" "$out"
 cat "$out"

@@ -6,6 +6,7 @@ mod doctor_probe;
 mod host_args;
 mod place_cmd;
 mod probe_cmd;
+mod record_cmd;
 mod report_cmd;
 mod serve_cmd;
 mod sim_cmd;
@@ -48,8 +49,13 @@ fn color(c: ColorChoice) -> bool {
 
 /// Captures (or opens) a snapshot and builds the full report from it.
 fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
+    let mut source_notes = Vec::new();
     let snap: Snapshot = match &a.snapshot {
-        Some(p) => snapshot::open(p)?,
+        Some(p) => {
+            let (s, notes) = stealscope_model::recording::open_snapshot(p)?;
+            source_notes = notes;
+            s
+        }
         None => {
             check_root(&a.sample)?;
             let s = capture_with(&capture_opts(&a.sample), &a.host.live())?;
@@ -60,7 +66,9 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
         }
     };
     let model = MachineModel::build(&snap)?;
-    Ok(doctor_report(&snap, &model))
+    let mut r = doctor_report(&snap, &model);
+    r.notes.extend(source_notes);
+    Ok(r)
 }
 
 /// The doctor's report of a snapshot's model (also what `report` draws).
@@ -133,6 +141,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Probe(a) => probe_cmd::run(&a),
+        Command::Record(a) => record_cmd::run(&a),
         Command::Place(a) => place_cmd::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Sim(a) => sim_cmd::run(&a),

@@ -1,5 +1,6 @@
 //! `stealscope report FILE -o report.html`: the doctor's model of a snapshot
-//! (a recording later) drawn as one self-contained HTML page.
+//! or a recording drawn as one self-contained HTML page (or a simulation's
+//! results).
 
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ type Error = Box<dyn std::error::Error>;
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// Snapshot (directory or .tar.gz) or `sim --json` output to draw
+    /// Snapshot (directory or .tar.gz), recording (`record -o`) or `sim --json` output to draw
     #[arg(value_name = "FILE")]
     pub input: PathBuf,
     /// HTML file to write
@@ -24,6 +25,10 @@ pub struct ReportArgs {
 /// model is built from, and the series only a recording has (empty for a
 /// snapshot). The one place a new input kind is added.
 pub fn load(path: &Path) -> Result<(Snapshot, Timeline), Error> {
+    if stealscope_readers::recording::is_recording(path) {
+        let r = stealscope_model::recording::open(path)?;
+        return Ok((r.snapshot, r.timeline));
+    }
     Ok((snapshot::open(path)?, Timeline::default()))
 }
 

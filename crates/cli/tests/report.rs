@@ -383,6 +383,74 @@ fn report_of_a_simulation_in_chromium() {
     assert!(!dir.path().join("bad.html").exists());
 }
 
+/// `report` of a recording (`record --probe wakeup`): the series only a
+/// recording has are drawn (interrupt windows, probe latency) and the heat
+/// map has a cell per CPU and window of the recording as `doctor --snapshot
+/// --json` reads it (the same model).
+#[test]
+fn report_of_a_recording_draws_its_series() {
+    if !require(
+        is_root(),
+        "root (the wakeup probe's SCHED_FIFO and memory lock)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("r.ssr");
+    let out = run(&[
+        "record",
+        "-o",
+        rec.to_str().unwrap(),
+        "--rate",
+        "50",
+        "--duration",
+        "3s",
+        "--probe",
+        "wakeup",
+        "--irq-rate",
+        "5",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = dir.path().join("r.html");
+    let out = report(&rec, &html);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    for id in ["plot-irq-rate", "plot-probe-latency", "plot-steal-heatmap"] {
+        assert!(
+            page.contains(&format!("<section class=\"plot\" id=\"{id}\"")),
+            "{id} has no data"
+        );
+    }
+    let doctor = json(&run(&[
+        "doctor",
+        "--snapshot",
+        rec.to_str().unwrap(),
+        "--json",
+    ]));
+    let cpus = doctor["summary"]["cpus"].as_array().unwrap().len();
+    let heat = page
+        .split("<svg class=\"heatmap steal\"")
+        .nth(1)
+        .and_then(|s| s.split("</svg>").next())
+        .unwrap();
+    let cells = heat.matches("<rect class=\"cell").count();
+    assert_eq!(cells % cpus, 0, "{cells} cells for {cpus} CPUs");
+    // 3 s at 50 Hz: about 150 windows, whatever deadlines a loaded machine missed.
+    assert!(
+        cells / cpus >= 50 && cells / cpus <= MAX_BINS,
+        "{} columns",
+        cells / cpus
+    );
+}
+
 #[test]
 fn bad_input_exits_2_with_one_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -17,6 +17,7 @@ pub use machine::MachineModel;
 pub use observation::{collect, Observation};
 pub mod capture;
 pub mod host;
+pub mod recording;
 pub mod running;
 pub mod running_hw;
 pub mod timeline;

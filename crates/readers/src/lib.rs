@@ -30,6 +30,7 @@ pub mod pread;
 pub mod process;
 pub mod psi;
 pub mod qmp;
+pub mod recording;
 pub mod snapshot;
 pub mod source;
 pub mod stat;

@@ -9,8 +9,7 @@ use crate::shared::{Shared, Stop};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use stealscope_model::capture::{clk_tck, monotonic_ns, open_counters, StatSampler};
-use stealscope_model::host::scanner::{HostScanner, ThreadSample};
-use stealscope_model::host::{vcpu_times, VmmWatch};
+use stealscope_model::host::{vcpu_times, HostTracker};
 use stealscope_model::hw::HwSampler;
 use stealscope_model::machine::DEFAULT_CLK_TCK;
 use stealscope_model::running::RunningCpuTimes;
@@ -26,27 +25,21 @@ pub(crate) struct Sampler {
     hw: Option<HwSampler>,
 }
 
-/// The host side: scanner of known VMs and the watch for new ones.
+/// The host side, with each new error logged once.
 struct Host {
-    scanner: Option<HostScanner>,
-    watch: VmmWatch,
-    samples: Vec<ThreadSample>,
+    tracker: HostTracker,
     /// Last error printed, so a persistent one is logged once.
     last_error: Option<String>,
 }
 
 impl Host {
     fn new(root: &Path) -> Host {
+        let (tracker, err) = HostTracker::start(root);
         let mut h = Host {
-            scanner: None,
-            watch: VmmWatch::default(),
-            samples: Vec::new(),
+            tracker,
             last_error: None,
         };
-        // Prime the watch so that only VMMs started later trigger a rediscovery.
-        let primed = h.watch.check(&RootFs::new(root)).map(|_| ());
-        h.note(primed);
-        h.rediscover(root);
+        h.note(err.map_or(Ok(()), Err));
         h
     }
 
@@ -58,28 +51,10 @@ impl Host {
         self.last_error = msg;
     }
 
-    fn rediscover(&mut self, root: &Path) {
-        match HostScanner::discover(root) {
-            Ok(s) => {
-                self.scanner = Some(s);
-                self.note(Ok(()));
-            }
-            Err(e) => self.note(Err(e)),
-        }
-    }
-
     fn scan(&mut self, root: &Path, shared: &Shared) {
-        let started = self.watch.check(&RootFs::new(root));
-        match started {
-            Ok(true) => self.rediscover(root),
-            Ok(false) => {}
-            Err(e) => self.note(Err(e)),
-        }
-        let Some(sc) = self.scanner.as_mut() else {
-            return;
-        };
-        sc.scan(&mut self.samples);
-        let vcpus = vcpu_times(&sc.vms, &self.samples);
+        let r = self.tracker.scan(root, true);
+        self.note(r);
+        let vcpus = vcpu_times(self.tracker.vms(), self.tracker.samples());
         shared.update(|s| s.vcpus = vcpus);
     }
 }

@@ -6,11 +6,13 @@ pub mod kvm;
 pub mod live;
 pub mod observation;
 pub mod scanner;
+pub mod tracker;
 pub mod vcpu_times;
 pub mod watch;
 
 pub use derived::{host_model, HostModel, HypervisorSplit, VcpuSteal, VmSteal};
 pub use discovery::{ThreadRole, VmKind};
 pub use observation::{collect_host, HostObservation, VcpuSource, VmObs};
-pub use vcpu_times::{vcpu_times, VcpuTimes};
+pub use tracker::HostTracker;
+pub use vcpu_times::{vcpu_times, vm_labels, VcpuTimes};
 pub use watch::VmmWatch;
