@@ -25,6 +25,7 @@ fn header() -> Header {
                     path: "/sys/bus/event_source/devices/msr".into(),
                 },
                 cpus: vec![],
+                device: Some("/dev/cpu/0/msr: No such file or directory (os error 2)".into()),
             }],
         }),
         probes: vec!["wakeup".into()],
