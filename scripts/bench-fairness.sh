@@ -65,6 +65,8 @@ measure() {
 cfg() { printf 'manage = ["fair*"]\nfairness = "%s"\nshared_group = "/stealscope-bench.shared"\n' "$1" > "$work/place.toml"; }
 
 clk=$(getconf CLK_TCK)
+# 4 busy vCPUs on $(nproc) CPUs cannot all run more than CPUs/vCPUs of the time.
+least=$(awk -v c="$(nproc)" 'BEGIN{e=100*(1-c/4); if(e<0)e=0; print e}')
 # Busy ticks of the whole machine (every mode but idle and iowait).
 busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 # utime+stime ticks of the three QEMU processes (all their threads).
@@ -72,8 +74,10 @@ qemu_ticks() { local t=0 p; for p in "${PID[@]}"; do t=$((t + $(awk '{print $14+
 # "valid" or the reason the round is rejected, from a measure line and the
 # other load (% of one CPU) during it.
 judge() {
-  awk -v other="$2" -v max="$OTHER_MAX" '{x=0; for(i=2;i<=NF;i++) if($i>x)x=$i;
+  awk -v other="$2" -v max="$OTHER_MAX" -v least="$least" '{x=0; for(i=2;i<=NF;i++) if($i>x)x=$i;
+    m=0; for(i=2;i<=NF;i++) m+=$i; m/=(NF-1);
     if (x > 100) printf "rejected: a vCPU at %.1f %% (clock paused)\n", x;
+    else if (m < least - 5) printf "rejected: mean steal %.1f %% below the least possible %.1f %% (the clock jumped)\n", m, least;
     else if (other > max) printf "rejected: other work used %.1f %% of a CPU\n", other;
     else print "valid"}' <<< "$1"
 }
