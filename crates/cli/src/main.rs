@@ -13,9 +13,7 @@ use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use stealscope_analysis::ReportInput;
 use stealscope_model::capture::{capture, capture_with, CaptureOptions};
-use stealscope_model::MachineModel;
 use stealscope_readers::snapshot::{self, Snapshot};
 
 type Error = Box<dyn std::error::Error>;
@@ -58,13 +56,7 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
             s
         }
     };
-    let model = MachineModel::build(&snap)?;
-    Ok(stealscope_analysis::build(ReportInput {
-        model: &model,
-        interval_s: snap.meta.interval_s,
-        hostname: snap.meta.hostname.clone(),
-        kernel: snap.meta.kernel.clone(),
-    }))
+    Ok(stealscope_analysis::from_snapshot(&snap)?)
 }
 
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {

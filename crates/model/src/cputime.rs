@@ -167,6 +167,13 @@ impl CpuInterval {
     pub fn idle_pct(&self) -> f64 {
         self.pct(self.secs.idle_all())
     }
+    /// Adds another interval of the same CPU (or another CPU, for a total):
+    /// seconds and wall time add, steal is known only if known in both.
+    pub fn add(&mut self, o: &CpuInterval) {
+        self.secs.add(&o.secs);
+        self.wall_s += o.wall_s;
+        self.has_steal &= o.has_steal;
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

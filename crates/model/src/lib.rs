@@ -17,5 +17,6 @@ pub use machine::MachineModel;
 pub use observation::{collect, Observation};
 pub mod capture;
 pub mod host;
+pub mod recent;
 pub mod running;
 pub mod timeline;

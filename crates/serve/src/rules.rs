@@ -7,10 +7,9 @@ use crate::log;
 use crate::shared::{Shared, Stop};
 use std::path::Path;
 use std::time::Duration;
-use stealscope_analysis::{build, ReportInput, Severity};
+use stealscope_analysis::{from_snapshot, Severity};
 use stealscope_model::capture::IntervalCapture;
 use stealscope_model::host::live::HostLiveOptions;
-use stealscope_model::MachineModel;
 use stealscope_readers::ReadError;
 
 pub(crate) fn run(root: &Path, rate_hz: f64, every: Duration, shared: &Shared, stop: &Stop) {
@@ -47,14 +46,7 @@ fn findings(
     interval: IntervalCapture,
     shared: &Shared,
 ) -> Result<Vec<(String, Severity)>, ReadError> {
-    let snap = interval.finish(shared.take_series())?;
-    let model = MachineModel::build(&snap)?;
-    let report = build(ReportInput {
-        model: &model,
-        interval_s: snap.meta.interval_s,
-        hostname: snap.meta.hostname.clone(),
-        kernel: snap.meta.kernel.clone(),
-    });
+    let report = from_snapshot(&interval.finish(shared.take_series())?)?;
     let mut f: Vec<(String, Severity)> = report
         .findings
         .into_iter()

@@ -7,12 +7,11 @@ use crate::shared::{Shared, Stop};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use stealscope_model::capture::{clk_tck, monotonic_ns, StatSampler};
-use stealscope_model::host::scanner::{HostScanner, ThreadSample};
-use stealscope_model::host::{vcpu_times, VmmWatch};
+use stealscope_model::host::HostFollow;
 use stealscope_model::machine::DEFAULT_CLK_TCK;
 use stealscope_model::running::RunningCpuTimes;
 use stealscope_readers::snapshot::RawSample;
-use stealscope_readers::{stat, ReadError, RootFs};
+use stealscope_readers::{stat, ReadError};
 
 /// How often vCPU threads are read and new VMMs looked for.
 const HOST_EVERY: Duration = Duration::from_secs(1);
@@ -21,60 +20,21 @@ pub(crate) struct Sampler {
     stat: StatSampler,
 }
 
-/// The host side: scanner of known VMs and the watch for new ones.
+/// The host side ([`HostFollow`]), logging a persistent error once.
 struct Host {
-    scanner: Option<HostScanner>,
-    watch: VmmWatch,
-    samples: Vec<ThreadSample>,
+    follow: HostFollow,
     /// Last error printed, so a persistent one is logged once.
     last_error: Option<String>,
 }
 
 impl Host {
-    fn new(root: &Path) -> Host {
-        let mut h = Host {
-            scanner: None,
-            watch: VmmWatch::default(),
-            samples: Vec::new(),
-            last_error: None,
-        };
-        // Prime the watch so that only VMMs started later trigger a rediscovery.
-        let primed = h.watch.check(&RootFs::new(root)).map(|_| ());
-        h.note(primed);
-        h.rediscover(root);
-        h
-    }
-
-    fn note(&mut self, r: Result<(), ReadError>) {
-        let msg = r.err().map(|e| format!("host scan: {e}"));
+    fn scan(&mut self, shared: &Shared) {
+        let (vcpus, error) = self.follow.scan();
+        let msg = error.map(|e| format!("host scan: {e}"));
         if msg.is_some() && msg != self.last_error {
             log(msg.as_deref().unwrap_or_default());
         }
         self.last_error = msg;
-    }
-
-    fn rediscover(&mut self, root: &Path) {
-        match HostScanner::discover(root) {
-            Ok(s) => {
-                self.scanner = Some(s);
-                self.note(Ok(()));
-            }
-            Err(e) => self.note(Err(e)),
-        }
-    }
-
-    fn scan(&mut self, root: &Path, shared: &Shared) {
-        let started = self.watch.check(&RootFs::new(root));
-        match started {
-            Ok(true) => self.rediscover(root),
-            Ok(false) => {}
-            Err(e) => self.note(Err(e)),
-        }
-        let Some(sc) = self.scanner.as_mut() else {
-            return;
-        };
-        sc.scan(&mut self.samples);
-        let vcpus = vcpu_times(&sc.vms, &self.samples);
         shared.update(|s| s.vcpus = vcpus);
     }
 }
@@ -89,7 +49,10 @@ impl Sampler {
     pub fn run(mut self, root: &Path, rate_hz: f64, shared: &Shared, stop: &Stop) {
         let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
         shared.update(|s| s.cpu = RunningCpuTimes::new(clk));
-        let mut host = Host::new(root);
+        let mut host = Host {
+            follow: HostFollow::new(root),
+            last_error: None,
+        };
         let period = Duration::from_secs_f64(1.0 / rate_hz);
         let mut next = Instant::now();
         let mut next_host = next;
@@ -116,7 +79,7 @@ impl Sampler {
             }
             let now = Instant::now();
             if now >= next_host {
-                host.scan(root, shared);
+                host.scan(shared);
                 next_host = now + HOST_EVERY;
             }
             next += period;
