@@ -6,3 +6,4 @@ pub mod metrics;
 pub mod place;
 pub mod sim;
 pub mod text;
+pub mod tui;
