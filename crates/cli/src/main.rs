@@ -8,6 +8,7 @@ mod place_cmd;
 mod probe_cmd;
 mod serve_cmd;
 mod sim_cmd;
+mod top_cmd;
 
 use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
@@ -119,6 +120,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Place(a) => place_cmd::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Sim(a) => sim_cmd::run(&a),
+        Command::Top(a) => top_cmd::run(&a),
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             clap_mangen::generate_to(Cli::command(), &dir)

@@ -40,6 +40,12 @@ pub fn render(frame: &mut Frame, area: Rect, input: &TopInput) {
             Style::new().fg(Color::Magenta),
         ));
     }
+    if let Some(n) = input.notice {
+        spans.push(Span::styled(
+            format!("  {n}"),
+            Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ));
+    }
     spans.push(Span::styled(
         "  ? help  q quit",
         Style::new().fg(Color::DarkGray),
@@ -67,5 +73,14 @@ mod tests {
             "stealscope top  testhost  20 Hz (50 ms)  PAUSED  ? help  q quit"
         );
         assert_eq!(rate_text(0.5), "0.50 Hz (2.0 s)");
+        let i = TopInput {
+            notice: Some("/proc/stat: gone"),
+            ..input(&w, None, &[], &ui)
+        };
+        let rows = screen(100, 1, |f| render(f, f.area(), &i));
+        assert!(
+            rows[0].contains("PAUSED  /proc/stat: gone  ? help"),
+            "{rows:?}"
+        );
     }
 }

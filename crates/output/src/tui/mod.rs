@@ -62,6 +62,8 @@ pub struct TopInput<'a> {
     pub vms: Option<&'a [VmRate]>,
     pub findings: FindingsInput<'a>,
     pub ui: &'a UiState,
+    /// A problem to show in the header (a failed read), if any.
+    pub notice: Option<&'a str>,
 }
 
 /// Below this there is no room for any panel: one line says so.
@@ -167,6 +169,7 @@ pub(crate) mod testing {
                 error: None,
             },
             ui,
+            notice: None,
         }
     }
 }

@@ -105,7 +105,8 @@ pub fn render(frame: &mut Frame, area: Rect, windows: &RecentWindows) {
         .fold(MIN_SCALE_PCT, f64::max);
     let shown: Vec<_> = windows.windows().rev().take(n).collect();
     let span_s: f64 = shown.iter().map(|w| w.delta.wall_s).sum();
-    let window_ms = shown.first().map_or(0.0, |w| w.delta.wall_s * 1e3);
+    // The mean window: single windows jitter with the sampler's wake-ups.
+    let window_ms = 1e3 * span_s / shown.len().max(1) as f64;
     let title = Line::from(vec![
         Span::styled("steal", Style::new().add_modifier(Modifier::BOLD)),
         Span::raw(format!(
