@@ -1,7 +1,8 @@
 //! The recent past of a live view: a bounded ring of short windows, one per
 //! /proc/stat reading (deltas through [`crate::cputime::delta`], so hostile
 //! counters are clamped as everywhere else). `top` draws its per-CPU bars
-//! from the last second of it and its steal sparklines from single windows.
+//! from the last second of it and its steal sparklines from single windows,
+//! in shares of accounted time ([`CpuInterval::accounted_shares`]).
 //! CPUs come and go with hotplug: each window holds the CPUs online at both
 //! of its readings, and "now" is the CPU set of the newest window.
 
@@ -109,21 +110,22 @@ impl RecentWindows {
         out
     }
 
-    /// Steal % of `cpu` in each of the newest `n` windows, oldest first;
-    /// None where the CPU was offline or the kernel has no steal column.
+    /// Steal share (% of accounted time) of `cpu` in each of the newest `n`
+    /// windows, oldest first; None where the CPU was offline or the kernel
+    /// has no steal column.
     pub fn steal_series(&self, cpu: u32, n: usize) -> Vec<Option<f64>> {
         self.newest(n)
             .map(|w| {
                 w.delta
                     .cpus
                     .iter()
-                    .find(|c| c.cpu == cpu && c.has_steal)
-                    .map(CpuInterval::steal_pct)
+                    .find(|c| c.cpu == cpu)
+                    .and_then(|c| c.accounted_shares()?.steal)
             })
             .collect()
     }
 
-    /// Steal % of all CPUs together (stolen CPU-seconds over online
+    /// Steal share of all CPUs together (stolen CPU-seconds over accounted
     /// CPU-seconds) in each of the newest `n` windows, oldest first.
     pub fn total_steal_series(&self, n: usize) -> Vec<Option<f64>> {
         self.newest(n)

@@ -3,6 +3,7 @@
 
 pub mod perf_raw;
 pub mod testenv;
+pub mod tmux;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

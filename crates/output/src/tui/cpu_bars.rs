@@ -1,6 +1,7 @@
 //! Per-CPU busy / steal / idle over the last second: a stacked bar and the
-//! three numbers, one row per online CPU (hotplug: the rows follow the CPUs
-//! of the newest window).
+//! three numbers, shares of the time the kernel accounted (as top and
+//! mpstat), one row per online CPU (hotplug: the rows follow the CPUs of the
+//! newest window).
 
 use super::{heading_and_body, pct};
 use ratatui::layout::Rect;
@@ -57,18 +58,24 @@ pub fn render(frame: &mut Frame, area: Rect, windows: &RecentWindows) {
 
 /// One CPU: label, bar when there is room, the numbers (long or short form).
 pub fn row(c: &CpuInterval, label_w: usize, width: usize) -> Line<'static> {
-    let steal = c.has_steal.then(|| c.steal_pct());
+    let s = c.accounted_shares();
+    let (busy, steal, idle) = (
+        s.map(|s| s.busy),
+        s.and_then(|s| s.steal),
+        s.map(|s| s.idle),
+    );
     let long = format!(
         " busy {:>6} steal {:>6} idle {:>6}",
-        pct(Some(c.busy_pct())),
+        pct(busy),
         pct(steal),
-        pct(Some(c.idle_pct()))
+        pct(idle)
     );
+    let short_pct = |v: Option<f64>| v.map_or(" n/a".to_string(), |v| format!("{v:>3.0}"));
     let short = format!(
-        " b{:>3.0} s{} i{:>3.0}",
-        c.busy_pct(),
-        steal.map_or(" n/a".to_string(), |s| format!("{s:>3.0}")),
-        c.idle_pct()
+        " b{} s{} i{}",
+        short_pct(busy),
+        short_pct(steal),
+        short_pct(idle)
     );
     let room = width.saturating_sub(label_w + 1);
     let (numbers, bar_w) = if room >= long.chars().count() + MIN_BAR {
@@ -89,17 +96,12 @@ pub fn row(c: &CpuInterval, label_w: usize, width: usize) -> Line<'static> {
 }
 
 /// Cells of each segment, rounded on the running total so they add up to
-/// `width` (shares above 100 %, from tick slack, are clipped).
+/// `width`; all idle when nothing was accounted.
 pub fn cells(c: &CpuInterval, width: usize) -> [usize; 3] {
-    let frac = |v: f64| {
-        if c.wall_s > 0.0 && v.is_finite() {
-            (v / c.wall_s).clamp(0.0, 1.0)
-        } else {
-            0.0
-        }
-    };
-    let busy = frac(c.secs.util());
-    let upto_steal = (busy + frac(c.secs.steal)).min(1.0);
+    let s = c.accounted_shares();
+    let busy = s.map_or(0.0, |s| s.busy / 100.0).clamp(0.0, 1.0);
+    let steal = s.and_then(|s| s.steal).map_or(0.0, |v| v / 100.0);
+    let upto_steal = (busy + steal).clamp(0.0, 1.0);
     let b = (busy * width as f64).round() as usize;
     let s = ((upto_steal * width as f64).round() as usize).saturating_sub(b);
     [b, s, width.saturating_sub(b + s)]
@@ -127,11 +129,12 @@ mod tests {
         let rows = screen(80, 3, |f| render_into(f, &w));
         assert!(rows[0].starts_with("CPU last 1 s"), "{rows:?}");
         for (c, line) in cpus.iter().zip(&rows[1..]) {
+            let s = c.accounted_shares().unwrap();
             let want = format!(
                 "busy {:>6} steal {:>6} idle {:>6}",
-                pct(Some(c.busy_pct())),
-                pct(Some(c.steal_pct())),
-                pct(Some(c.idle_pct()))
+                pct(Some(s.busy)),
+                pct(s.steal),
+                pct(Some(s.idle))
             );
             assert!(line.starts_with(&format!("cpu{} ", c.cpu)), "{line}");
             assert!(line.trim_end().ends_with(&want), "{line} !~ {want}");
@@ -174,8 +177,9 @@ mod tests {
         }
         c.secs.steal = 99.0;
         assert_eq!(cells(&c, 10).iter().sum::<usize>(), 10);
-        c.wall_s = 0.0;
+        c.secs = Default::default();
         assert_eq!(cells(&c, 10), [0, 0, 10]);
+        assert!(row(&c, 4, 60).to_string().contains("busy    n/a"));
     }
 
     fn render_into(f: &mut Frame, w: &RecentWindows) {

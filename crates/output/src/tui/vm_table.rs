@@ -85,8 +85,11 @@ pub fn render(frame: &mut Frame, area: Rect, vms: &[VmRate], by: VmSort) {
             Cell::from(format!("{:>7}", pct(v.run_pct))),
         ])
     });
+    // As wide as the longest name (within reason), so the numbers sit next
+    // to it rather than across the screen.
+    let name_w = vms.iter().map(|v| v.vm.chars().count()).max().unwrap_or(0);
     let widths = [
-        Constraint::Fill(1),
+        Constraint::Length(name_w.clamp(4, 40) as u16),
         Constraint::Length(5),
         Constraint::Length(10),
         Constraint::Length(7),
