@@ -102,7 +102,7 @@ impl RecentWindows {
             }
             covered_ns += wall_ns;
             for acc in &mut out {
-                if let Some(c) = w.delta.cpus.iter().find(|c| c.cpu == acc.cpu) {
+                if let Some(c) = cpu_in(&w.delta, acc.cpu) {
                     acc.add(c);
                 }
             }
@@ -115,13 +115,7 @@ impl RecentWindows {
     /// has no steal column.
     pub fn steal_series(&self, cpu: u32, n: usize) -> Vec<Option<f64>> {
         self.newest(n)
-            .map(|w| {
-                w.delta
-                    .cpus
-                    .iter()
-                    .find(|c| c.cpu == cpu)
-                    .and_then(|c| c.accounted_shares()?.steal)
-            })
+            .map(|w| cpu_in(&w.delta, cpu).and_then(|c| c.accounted_shares()?.steal))
             .collect()
     }
 
@@ -142,6 +136,14 @@ impl RecentWindows {
             .iter()
             .skip(self.windows.len().saturating_sub(n))
     }
+}
+
+/// One CPU of a window, by binary search (a frame of a big host looks up
+/// every CPU in every window it draws): the rows follow /proc/stat, whose
+/// parser refuses CPUs out of ascending order.
+fn cpu_in(d: &IntervalDelta, cpu: u32) -> Option<&CpuInterval> {
+    let i = d.cpus.binary_search_by_key(&cpu, |c| c.cpu).ok()?;
+    Some(&d.cpus[i])
 }
 
 /// All CPUs of one window as one interval of CPU-seconds.

@@ -12,8 +12,9 @@ use stealscope_model::host::VmRateTracker;
 use stealscope_model::recent::RecentWindows;
 use stealscope_readers::snapshot::RawSample;
 
-/// Windows kept: the widest sparkline a terminal can show.
-pub const HISTORY: usize = 4096;
+/// Windows kept: wider than the sparkline of any usual terminal, and a
+/// second of bars even at 1000 Hz; about 90 bytes per CPU each.
+pub const HISTORY: usize = 1024;
 
 #[derive(Clone)]
 pub struct View {
