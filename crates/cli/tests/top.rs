@@ -1,8 +1,8 @@
 //! `stealscope top` in a real terminal (tmux): every online CPU (from sysfs)
 //! with its numbers, the keys, quitting on q, SIGTERM and a panic with the
 //! terminal restored each time (alternate screen left, tty modes as before),
-//! tiny and changing sizes, no terminal at all, and a real QEMU VM in the
-//! host table.
+//! tiny and changing sizes, no terminal at all, exact shares and a counter
+//! anomaly from a rewritten --root, and a real QEMU VM in the host table.
 
 mod common;
 use common::testenv::{self, testenv};
@@ -308,5 +308,93 @@ fn a_real_qemu_vm_is_in_the_host_table() {
             sc.contains("by run")
         });
     s.tmux.keys(&["q"]);
+    s.assert_restored(0);
+}
+
+/// /proc/stat of a --root the test rewrites in place (same length, so a
+/// concurrent read never sees half a number), one step per 100 ms: cpu0
+/// gains 2 user, 2 steal and 1 idle ticks, cpu1 1 user and 3 idle (never
+/// more than the kernel could count in a window, so nothing is clamped).
+/// Whenever top samples, the shares it shows are those ratios, exactly.
+struct FakeStat {
+    path: std::path::PathBuf,
+    step: u64,
+}
+
+impl FakeStat {
+    fn write(&mut self, steal_offset: u64) {
+        use std::io::Write;
+        let k = self.step + 1000;
+        let row = |user: u64, idle: u64, steal: u64| {
+            format!("{user:010} 0 0 {idle:010} 0 0 0 {steal:010} 0 0")
+        };
+        let text = format!(
+            "cpu  {}\ncpu0 {}\ncpu1 {}\nintr 0\nctxt 0\nbtime 0\n",
+            row(3 * k, 4 * k, 2 * k + steal_offset),
+            row(2 * k, k, 2 * k + steal_offset),
+            row(k, 3 * k, 0),
+        );
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        self.step += 1;
+    }
+}
+
+#[test]
+fn numbers_follow_the_counters_of_a_rewritten_root() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !need_tmux() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("proc")).unwrap();
+    let path = root.path().join("proc/stat");
+    let mut stat = FakeStat { path, step: 0 };
+    stat.write(1_000_000);
+    let (stop, jump) = (
+        std::sync::Arc::new(AtomicBool::new(false)),
+        std::sync::Arc::new(AtomicBool::new(false)),
+    );
+    let writer = {
+        let (stop, jump) = (stop.clone(), jump.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // Steal jumps back when told (as after a migration).
+                let offset = if jump.load(Ordering::Relaxed) {
+                    0
+                } else {
+                    1_000_000
+                };
+                stat.write(offset);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let s = Session::start(100, 30);
+    s.tmux.type_line(&format!(
+        "{} top --root {}; echo TOP''-EXIT=$?",
+        env!("CARGO_BIN_EXE_stealscope"),
+        root.path().display()
+    ));
+    let want = [(0, (40.0, Some(40.0), 20.0)), (1, (25.0, Some(0.0), 75.0))];
+    let exact = |sc: &str| want.iter().all(|(c, v)| bar_row(sc, *c) == Some(*v));
+    let sc = s.tmux.wait_for("the ratios of the counters", START, exact);
+    assert!(sc.starts_with("stealscope top  ?  10 Hz"), "{sc}");
+    assert!(!sc.contains("counter anomalies"), "{sc}");
+    jump.store(true, Ordering::Relaxed);
+    s.tmux.wait_for("the backwards steal counter", START, |sc| {
+        sc.contains("1 counter anomaly clamped")
+    });
+    // Past the jump the shares are the ratios again.
+    s.tmux.wait_for("the ratios after the jump", START, exact);
+    s.tmux.keys(&["q"]);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
     s.assert_restored(0);
 }

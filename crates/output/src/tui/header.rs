@@ -36,7 +36,14 @@ pub fn render(frame: &mut Frame, area: Rect, input: &TopInput) {
     let anomalies = input.windows.counter_anomalies();
     if anomalies > 0 {
         spans.push(Span::styled(
-            format!("  {anomalies} counter anomalies clamped"),
+            format!(
+                "  {anomalies} counter {} clamped",
+                if anomalies == 1 {
+                    "anomaly"
+                } else {
+                    "anomalies"
+                }
+            ),
             Style::new().fg(Color::Magenta),
         ));
     }
