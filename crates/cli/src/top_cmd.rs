@@ -2,7 +2,8 @@
 //! (top_cmd/sampler.rs), the rule runner (top_cmd/rules.rs) and this one,
 //! which handles keys, resizes and signals and draws (crates/output/src/tui).
 //! The terminal is restored on every way out: q, Esc or Ctrl-C, SIGTERM,
-//! SIGINT or SIGHUP, an error, and a panic (the hook ratatui installs).
+//! SIGINT or SIGHUP (see [`end_on_signals`]), an error, and a panic (the
+//! hook ratatui installs).
 
 mod keys;
 mod rules;
@@ -16,7 +17,6 @@ use ratatui::DefaultTerminal;
 use state::{Shared, View};
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -71,14 +71,7 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
         .read_value("/proc/sys/kernel/hostname")
         .ok()
         .flatten();
-    let quit = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, quit.clone())?;
-    }
+    end_on_signals()?;
     let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
     let shared = Arc::new(Shared::new(clk, a.rate));
     let (stop_sampler, sampler_rx) = mpsc::channel::<()>();
@@ -102,7 +95,6 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
         shared: &shared,
         hostname: hostname.as_deref(),
         every: a.findings_interval,
-        quit: &quit,
         workers: &workers,
     };
     let result = screen.run(&mut terminal);
@@ -114,11 +106,32 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
     result
 }
 
+/// On SIGTERM, SIGINT or SIGHUP: restore the terminal and exit 0, from a
+/// thread of its own. A flag for the main loop would not do: once the
+/// terminal is gone (the SIGHUP case) crossterm's input poll spins and never
+/// returns, whatever its timeout (crossterm#793). Holding the stdout lock
+/// until the exit keeps the main thread from drawing over the restored
+/// screen.
+fn end_on_signals() -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                let _out = std::io::stdout().lock();
+                // A terminal that is gone cannot be restored: nothing to say.
+                let _ = ratatui::try_restore();
+                std::process::exit(0);
+            }
+        })?;
+    Ok(())
+}
+
 struct Screen<'a> {
     shared: &'a Shared,
     hostname: Option<&'a str>,
     every: Duration,
-    quit: &'a AtomicBool,
     workers: &'a [JoinHandle<()>],
 }
 
@@ -132,9 +145,6 @@ impl Screen<'_> {
         let mut frozen: Option<(View, Instant)> = None;
         let fail = std::env::var(FAILPOINT_ENV).is_ok_and(|v| v == PANIC_FAILPOINT);
         loop {
-            if self.quit.load(Ordering::Relaxed) {
-                return Ok(());
-            }
             if self.workers.iter().any(JoinHandle::is_finished) {
                 return Err("a sampling thread stopped (see the message above)".into());
             }

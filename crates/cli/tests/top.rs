@@ -230,7 +230,7 @@ fn tiny_and_changing_sizes_do_not_crash() {
 }
 
 #[test]
-fn sigterm_and_panic_restore_the_terminal() {
+fn sigterm_hangup_and_panic_end_top_and_restore_the_terminal() {
     if !need_tmux() {
         return;
     }
@@ -243,6 +243,28 @@ fn sigterm_and_panic_restore_the_terminal() {
     )
     .unwrap();
     s.assert_restored(0);
+
+    // The terminal goes away (SIGHUP): top ends instead of spinning on a
+    // dead tty.
+    let s = Session::start(100, 30);
+    s.run_top("");
+    s.wait_for_cpus();
+    let pid = s.top_pid();
+    s.tmux.kill_server();
+    let gone = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
+            st.rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !gone(pid) {
+        assert!(
+            std::time::Instant::now() < until,
+            "top (pid {pid}) still running after its terminal went away"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // A panic (failpoint after the first frame): Rust's exit code 101, the
     // message on the normal screen, the terminal as it was.

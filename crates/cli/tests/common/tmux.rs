@@ -126,6 +126,13 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        self.kill_server();
+    }
+}
+
+impl Tmux {
+    /// Ends the server: every pane's terminal goes away (SIGHUP).
+    pub fn kill_server(&self) {
         let _ = Command::new("tmux")
             .args(["-L", &self.socket, "kill-server"])
             .output();
