@@ -17,6 +17,7 @@ tmp=$(mktemp)
   cargo bench --quiet --bench host_scan 2>/dev/null
   cargo bench --quiet -p stealscope-placement --bench planner 2>/dev/null
   cargo bench --quiet --bench hw_counters 2>/dev/null
+  echo; cargo bench --quiet -p stealscope-output --bench html_report 2>/dev/null
   # The fairness experiment needs a quiet machine: 20 s windows of real QEMU
   # VMs competing for the CPUs. Its raw rounds are kept in scenarios/calibration/ for the simulator's comparison.
   raw=$(mktemp)
@@ -30,6 +31,7 @@ tmp=$(mktemp)
   # Sections of scripts that need root and packages appear when they run cleanly.
   if probes=$(scripts/bench-probes.sh 2>/dev/null); then echo; echo "$probes"; fi
   if serve=$(scripts/bench-serve.sh 2>/dev/null); then echo; echo "$serve"; fi
+  if record=$(scripts/bench-record.sh 2>/dev/null); then echo; echo "$record"; fi
 } > "$tmp"
 mv "$tmp" "$out"
 cat "$out"

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter \
-  chromium-headless-shell sysstat tmux; do
+  chromium-headless-shell sysstat tmux \
+  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -8,11 +8,12 @@ use crate::error::ApplyError;
 use crate::journal::{self, BatchKind, Outcome, Prev, Record, Writer};
 use crate::live_state::Live;
 use crate::memory::{self, MoveLimits};
+use crate::{affinity, cpuset};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use stealscope_placement::input::CpuController;
-use stealscope_placement::Action;
+use stealscope_placement::{Action, Knob};
 
 /// Env var naming a crash point for tests: `after-journal:N` kills the
 /// process with SIGKILL right after the N-th action's `begin` is on disk.
@@ -102,7 +103,7 @@ impl Applier<'_> {
         let created = groups_created(actions);
         for a in actions {
             match a {
-                Action::Affinity { cpus, .. } => {
+                Action::Affinity { cpus, pid, via, .. } => {
                     let off: Vec<u32> = cpus
                         .iter()
                         .copied()
@@ -114,9 +115,27 @@ impl Applier<'_> {
                             stealscope_readers::cpulist::format(&off)
                         )));
                     }
+                    if let (Knob::Libvirt { .. }, Some((dir, allowed))) =
+                        (via, cpuset::domain_cpus(*pid)?)
+                    {
+                        let out = cpuset::outside(cpus, &allowed);
+                        if !out.is_empty() {
+                            return Err(ApplyError::Refused(format!(
+                                "{a}: CPU(s) {} are not in the domain's cpuset {dir} ({}), so libvirt cannot pin there \
+                                 (on cgroup v1 a CPU that was offline stays out of every cpuset: write the online CPUs into \
+                                 the cpuset.cpus of libvirt's partition, then of the domain); nothing was changed",
+                                stealscope_readers::cpulist::format(&out),
+                                stealscope_readers::cpulist::format(&allowed)
+                            )));
+                        }
+                    }
                 }
-                Action::CpuWeight { group, .. }
-                    if !created.contains(group.dir.as_str()) && !Path::new(&group.dir).is_dir() =>
+                // A group that went with its VM (libvirt removes a destroyed
+                // domain's) is not a vanished group: the VM's actions are gone.
+                Action::CpuWeight { group, pid, .. }
+                    if !created.contains(group.dir.as_str())
+                        && !Path::new(&group.dir).is_dir()
+                        && affinity::belongs(*pid, *pid) =>
                 {
                     return Err(ApplyError::Refused(format!(
                         "{}: the cgroup vanished since the plan was made; nothing was changed, plan again",
@@ -215,7 +234,7 @@ impl Applier<'_> {
                     a,
                     "gone",
                     None,
-                    Some("its VM exited during this batch".into()),
+                    Some("its VM is no longer running".into()),
                 ));
                 continue;
             }

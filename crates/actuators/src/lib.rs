@@ -7,6 +7,7 @@
 pub mod affinity;
 pub mod apply;
 pub mod cgroup;
+pub mod cpuset;
 pub mod error;
 pub mod journal;
 pub mod live_state;

@@ -15,11 +15,35 @@ fn no_ctl() -> ApplyError {
     ApplyError::Refused("no cpu cgroup controller is mounted".into())
 }
 
+/// virsh acts on a domain by name: only while the process planned for runs,
+/// so a domain destroyed (or re-created under the same name) since the plan
+/// is left alone.
+fn domain_runs(via: &Knob, pid: u32) -> Result<(), ApplyError> {
+    match via {
+        Knob::Libvirt { domain } if !affinity::belongs(pid, pid) => Err(ApplyError::Gone {
+            what: format!("domain {domain} (pid {pid})"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What the kernel shows after virsh returned: libvirt's word is taken only
+/// when the thread or group really changed.
+fn check_after_virsh(a: &Action, found: Prev, want: &Prev) -> Result<(), ApplyError> {
+    if &found == want {
+        return Ok(());
+    }
+    Err(ApplyError::Other(format!(
+        "{a}: virsh succeeded but the kernel shows {found:?}, not {want:?}"
+    )))
+}
+
 impl Live<'_> {
     /// The current value of what `a` sets.
     pub fn read(&self, a: &Action) -> Result<Prev, ApplyError> {
         Ok(match a {
-            Action::Affinity { pid, tid, .. } => {
+            Action::Affinity { pid, tid, via, .. } => {
+                domain_runs(via, *pid)?;
                 if !affinity::belongs(*pid, *tid) {
                     return Err(ApplyError::Gone {
                         what: format!("thread {tid} of process {pid}"),
@@ -29,9 +53,14 @@ impl Live<'_> {
                     cpus: affinity::get(*tid)?,
                 }
             }
-            Action::CpuWeight { group, .. } => Prev::Weight {
-                value: cgroup::weight(group)?,
-            },
+            Action::CpuWeight {
+                group, pid, via, ..
+            } => {
+                domain_runs(via, *pid)?;
+                Prev::Weight {
+                    value: cgroup::weight(group)?,
+                }
+            }
             Action::JoinGroup { pid, .. } => Prev::Group {
                 group: cgroup::group_of(*pid, self.ctl.ok_or_else(no_ctl)?)?,
             },
@@ -67,23 +96,28 @@ impl Live<'_> {
     pub fn write(&self, a: &Action, value: &Prev) -> Result<(), ApplyError> {
         match (a, value) {
             (Action::Affinity { pid, tid, vcpu, via, .. }, Prev::Affinity { cpus }) => {
+                domain_runs(via, *pid)?;
                 if !affinity::belongs(*pid, *tid) {
                     return Err(ApplyError::Gone {
                         what: format!("thread {tid} of process {pid}"),
                     });
                 }
                 match via {
-                    Knob::Libvirt { domain } => virsh::run(&virsh::pin_args(domain, *vcpu, cpus)),
+                    Knob::Libvirt { domain } => {
+                        virsh::pin(domain, *vcpu, cpus)?;
+                        check_after_virsh(a, self.read(a)?, value)
+                    }
                     Knob::Direct => affinity::set(*tid, cpus),
                 }
             }
-            (Action::CpuWeight { group, via, .. }, Prev::Weight { value }) => match via {
+            (Action::CpuWeight { group, pid, via, .. }, Prev::Weight { value: v }) => match via {
                 Knob::Libvirt { domain } => {
-                    // libvirt takes cpu_shares in v1 units on either hierarchy.
-                    let shares = if group.v2 { value * 1024 / 100 } else { *value };
-                    virsh::run(&virsh::shares_args(domain, shares))
+                    domain_runs(via, *pid)?;
+                    // cpu_shares goes unchanged into cpu.shares (v1) or cpu.weight (v2).
+                    virsh::set_shares(domain, *v)?;
+                    check_after_virsh(a, self.read(a)?, value)
                 }
-                Knob::Direct => cgroup::set_weight(group, *value),
+                Knob::Direct => cgroup::set_weight(group, *v),
             },
             (Action::JoinGroup { pid, .. }, Prev::Group { group }) => {
                 cgroup::ensure(group)?;

@@ -204,7 +204,26 @@ pub fn why(m: &MachineModel, missing: &Missing) -> String {
         },
         Reason::BadSysfs { error } => format!("the msr PMU's description is unreadable: {error}"),
     };
-    format!("{} not available{on}: {reason}", missing.counter.name())
+    let device = missing
+        .device
+        .as_ref()
+        .map(|d| {
+            let hint = if d.contains("os error 2)") {
+                ": the msr driver is not loaded (modprobe msr) or the kernel lacks CONFIG_X86_MSR"
+            } else if d.contains("os error 5)") {
+                ": rdmsr faulted, the CPU or hypervisor does not expose this MSR"
+            } else if d.contains("os error 1)") || d.contains("os error 13)") {
+                ": reading MSRs needs root with CAP_SYS_RAWIO"
+            } else {
+                ""
+            };
+            format!("; the msr device fallback failed too ({d}{hint})")
+        })
+        .unwrap_or_default();
+    format!(
+        "{} not available{on}: {reason}{device}",
+        missing.counter.name()
+    )
 }
 
 pub fn section(m: &MachineModel) -> HardwareSection {

@@ -8,4 +8,4 @@ pub mod roles;
 pub mod rules;
 
 pub use finding::{Finding, Severity};
-pub use report::{build, from_snapshot, host_report, DoctorReport, HostReport, ReportInput};
+pub use report::{build, host_report, DoctorReport, HostReport, ReportInput};

@@ -345,20 +345,6 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
     }
 }
 
-/// The report of a snapshot, live or saved: what `doctor`, `serve` and
-/// `top` show.
-pub fn from_snapshot(
-    snap: &stealscope_readers::snapshot::Snapshot,
-) -> Result<DoctorReport, stealscope_readers::ReadError> {
-    let model = MachineModel::build(snap)?;
-    Ok(build(ReportInput {
-        model: &model,
-        interval_s: snap.meta.interval_s,
-        hostname: snap.meta.hostname.clone(),
-        kernel: snap.meta.kernel.clone(),
-    }))
-}
-
 /// `stealscope host --json` (schema stealscope/host/1): the host section
 /// and the host findings only.
 #[derive(Debug, Clone, Serialize)]

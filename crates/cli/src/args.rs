@@ -50,6 +50,19 @@ pub enum Command {
                             under their absolute paths, and samples.jsonl with the /proc/stat series."
     )]
     Snapshot(SnapshotArgs),
+    /// Record per-CPU time series to a file (10-1000 Hz, bounded memory) until Ctrl-C or --duration
+    #[command(
+        after_help = "Examples:\n  stealscope record -o vm1.ssr                     100 Hz until Ctrl-C\n  \
+                            stealscope record -o vm1.ssr --rate 1000 --duration 10m\n  \
+                            stealscope record -o vm1.ssr --probe wakeup      plus wake-up latency per CPU per second\n  \
+                            stealscope doctor --snapshot vm1.ssr             the findings over the recording\n\n\
+                            Records every /proc/stat column per CPU at --rate, /proc/interrupts per CPU at --irq-rate, \
+                            on a host every vCPU thread's run and wait time once a second, the hardware counters \
+                            when the machine has them, and every file doctor reads each --checkpoint. Ctrl-C or \
+                            SIGTERM finish the file; a recording cut off (kill -9, crash) reads up to its last \
+                            complete record. Format: docs/recording-format.md."
+    )]
+    Record(crate::record_cmd::RecordArgs),
     /// Active measurements: timer wake-up latency, preemption gaps, throughput vs steal
     #[command(
         after_help = "Examples:\n  stealscope probe wakeup                        cyclictest-style latency, 5 s\n  \
@@ -102,6 +115,16 @@ pub enum Command {
                             and stealscope's planner (the code of `place`). Scenario format: scenarios/README.md."
     )]
     Sim(crate::sim_cmd::SimArgs),
+    /// Write one self-contained HTML page with the plots and findings of a snapshot
+    #[command(
+        after_help = "Examples:\n  stealscope snapshot -o vm1.tar.gz --interval 60s && stealscope report vm1.tar.gz -o vm1.html\n\n\
+                            The page has no script and loads nothing (a Content-Security-Policy forbids every fetch): \
+                            per-CPU steal heat map, busy/idle/steal over time, a histogram of steal per short window \
+                            (bursts), IPC next to steal when counters were read, interrupts per CPU, the findings in \
+                            the doctor's order with their evidence, and the notes. Long series are binned to at most \
+                            200 columns."
+    )]
+    Report(crate::report_cmd::ReportArgs),
     /// Print shell completions to stdout
     #[command(
         after_help = "Examples:\n  stealscope completions bash > /etc/bash_completion.d/stealscope\n  \
@@ -146,7 +169,7 @@ pub struct DoctorArgs {
     /// Machine-readable output (schema stealscope/doctor/1)
     #[arg(long)]
     pub json: bool,
-    /// Analyse a snapshot (directory or .tar.gz) instead of this machine
+    /// Analyse a snapshot (directory or .tar.gz) or a recording instead of this machine
     #[arg(long, value_name = "PATH")]
     pub snapshot: Option<PathBuf>,
     /// Also write what was sampled as a snapshot (directory or .tar.gz)

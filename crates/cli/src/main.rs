@@ -6,6 +6,8 @@ mod doctor_probe;
 mod host_args;
 mod place_cmd;
 mod probe_cmd;
+mod record_cmd;
+mod report_cmd;
 mod serve_cmd;
 mod sim_cmd;
 mod top_cmd;
@@ -14,7 +16,9 @@ use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use stealscope_analysis::ReportInput;
 use stealscope_model::capture::{capture, capture_with, CaptureOptions};
+use stealscope_model::MachineModel;
 use stealscope_readers::snapshot::{self, Snapshot};
 
 type Error = Box<dyn std::error::Error>;
@@ -46,8 +50,13 @@ fn color(c: ColorChoice) -> bool {
 
 /// Captures (or opens) a snapshot and builds the full report from it.
 fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
+    let mut source_notes = Vec::new();
     let snap: Snapshot = match &a.snapshot {
-        Some(p) => snapshot::open(p)?,
+        Some(p) => {
+            let (s, notes) = stealscope_model::recording::open_snapshot(p)?;
+            source_notes = notes;
+            s
+        }
         None => {
             check_root(&a.sample)?;
             let s = capture_with(&capture_opts(&a.sample), &a.host.live())?;
@@ -57,7 +66,23 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
             s
         }
     };
-    Ok(stealscope_analysis::from_snapshot(&snap)?)
+    let model = MachineModel::build(&snap)?;
+    let mut r = doctor_report(&snap, &model);
+    r.notes.extend(source_notes);
+    Ok(r)
+}
+
+/// The doctor's report of a snapshot's model (also what `report` draws).
+pub(crate) fn doctor_report(
+    snap: &Snapshot,
+    model: &MachineModel,
+) -> stealscope_analysis::DoctorReport {
+    stealscope_analysis::build(ReportInput {
+        model,
+        interval_s: snap.meta.interval_s,
+        hostname: snap.meta.hostname.clone(),
+        kernel: snap.meta.kernel.clone(),
+    })
 }
 
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
@@ -117,9 +142,11 @@ fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Probe(a) => probe_cmd::run(&a),
+        Command::Record(a) => record_cmd::run(&a),
         Command::Place(a) => place_cmd::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Sim(a) => sim_cmd::run(&a),
+        Command::Report(a) => report_cmd::run(&a),
         Command::Top(a) => top_cmd::run(&a),
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -186,21 +186,12 @@ fn sleep_until(deadline: Instant, stop: Option<&AtomicBool>) {
 /// changed; the live host says where it is.
 fn history_from_journal(state: &journal::JournalState, host: &HostInput) -> History {
     let mut h = History::default();
+    let node_of = host.topology.node_of_cpus();
     for (pid, t) in state.last_change() {
         let Some(vm) = host.vms.iter().find(|v| v.pid == pid) else {
             continue;
         };
-        let cpus: Vec<u32> = vm
-            .vcpus
-            .iter()
-            .flat_map(|(_, t)| t.cpus_allowed.iter().copied())
-            .collect();
-        let node = host
-            .topology
-            .nodes
-            .iter()
-            .find(|n| !cpus.is_empty() && cpus.iter().all(|c| n.cpus.contains(c)))
-            .map(|n| n.id);
+        let node = vm.cpus_node(&node_of);
         h.vms.insert(
             pid,
             VmHistory {

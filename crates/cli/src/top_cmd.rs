@@ -22,7 +22,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stealscope_actuators::apply::FAILPOINT_ENV;
 use stealscope_model::capture::{clk_tck, StatSampler};
-use stealscope_model::host::HostFollow;
 use stealscope_model::machine::DEFAULT_CLK_TCK;
 use stealscope_output::tui::{self, FindingsInput, TopInput, UiState};
 use stealscope_readers::{RootFs, Source};
@@ -78,10 +77,10 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
     let (stop_rules, rules_rx) = mpsc::channel::<()>();
     let workers = [
         {
-            let (shared, host) = (shared.clone(), HostFollow::new(&a.root));
+            let (shared, root) = (shared.clone(), a.root.clone());
             std::thread::Builder::new()
                 .name("sampler".into())
-                .spawn(move || sampler::run(stat_file, host, &shared, &sampler_rx))?
+                .spawn(move || sampler::run(stat_file, &root, &shared, &sampler_rx))?
         },
         {
             let (shared, root, every) = (shared.clone(), a.root.clone(), a.findings_interval);

@@ -6,10 +6,10 @@
 //! changes nothing half-way.
 
 mod common;
+use common::place::*;
 use common::testenv::{self, testenv};
 use common::*;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
@@ -28,37 +28,6 @@ impl Drop for Cleanup {
     }
 }
 
-fn cpulist(s: &str) -> Vec<u32> {
-    stealscope_readers::cpulist::parse(s.trim(), "test").unwrap()
-}
-
-fn mask(pid: u64, tid: u64) -> Option<Vec<u32>> {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
-    st.lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .map(cpulist)
-}
-
-fn threads(pid: u64) -> Vec<u64> {
-    let mut v: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    v.sort_unstable();
-    v
-}
-
-/// Every thread's mask, keyed by (pid, tid).
-fn masks(pids: &[u64]) -> BTreeMap<(u64, u64), Vec<u32>> {
-    pids.iter()
-        .flat_map(|&p| {
-            threads(p)
-                .into_iter()
-                .filter_map(move |t| Some(((p, t), mask(p, t)?)))
-        })
-        .collect()
-}
-
 fn cpu_group(pid: u64) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .unwrap()
@@ -69,95 +38,6 @@ fn cpu_group(pid: u64) -> String {
             c.split(',').any(|x| x == "cpu").then(|| p.to_string())
         })
         .unwrap()
-}
-
-fn place(args: &[&str], cfg: &Path, journal: &Path) -> std::process::Output {
-    let mut a = vec!["place"];
-    a.extend_from_slice(args);
-    a.extend_from_slice(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--journal",
-        journal.to_str().unwrap(),
-    ]);
-    run(&a)
-}
-
-fn ok_json(out: &std::process::Output) -> Value {
-    assert!(
-        out.status.success(),
-        "exit {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn journal_lines(j: &Path) -> Vec<Value> {
-    std::fs::read_to_string(j)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// Every begun action has an outcome and every batch an end.
-fn assert_journal_consistent(j: &Path) {
-    let recs = journal_lines(j);
-    let mut open: BTreeMap<(u64, u64), bool> = BTreeMap::new();
-    let mut batches: BTreeMap<u64, bool> = BTreeMap::new();
-    for r in &recs {
-        let b = r["batch"].as_u64().unwrap();
-        match r["type"].as_str().unwrap() {
-            "batch" => {
-                batches.insert(b, false);
-            }
-            "begin" => {
-                open.insert((b, r["seq"].as_u64().unwrap()), false);
-            }
-            "outcome" => {
-                *open
-                    .get_mut(&(b, r["seq"].as_u64().unwrap()))
-                    .expect("outcome of a begun action") = true;
-            }
-            "end" => {
-                batches.insert(b, true);
-            }
-            t => panic!("unknown record {t}"),
-        }
-    }
-    assert!(open.values().all(|v| *v), "begun without outcome: {open:?}");
-    assert!(
-        batches.values().all(|v| *v),
-        "batch without end: {batches:?}"
-    );
-}
-
-/// The planned CPUs of each thread: (pid, tid) -> CPUs.
-fn planned(plan: &Value) -> BTreeMap<(u64, u64), Vec<u32>> {
-    let mut m = BTreeMap::new();
-    for v in plan["vms"].as_array().unwrap() {
-        let pid = v["pid"].as_u64().unwrap();
-        for t in v["vcpus"].as_array().unwrap() {
-            let cpus = t[2]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|c| c.as_u64().unwrap() as u32)
-                .collect();
-            m.insert((pid, t[1].as_u64().unwrap()), cpus);
-        }
-        let others: Vec<u32> = v["other_cpus"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c.as_u64().unwrap() as u32)
-            .collect();
-        for tid in threads(pid) {
-            m.entry((pid, tid)).or_insert_with(|| others.clone());
-        }
-    }
-    m
 }
 
 #[test]
@@ -207,7 +87,7 @@ fn place_on_real_qemu_vms() {
     // 1. plan, apply --yes, undo --yes.
     let before = masks(&pids);
     let groups_before = (cpu_group(ded), cpu_group(shr));
-    let plan = ok_json(&place(
+    let plan = json(&place(
         &["plan", "--json", "--interval", "1s"],
         &cfg,
         &journal,
@@ -215,7 +95,7 @@ fn place_on_real_qemu_vms() {
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
     let apply_plan = || {
-        ok_json(&place(
+        json(&place(
             &[
                 "apply",
                 "--yes",
@@ -261,7 +141,7 @@ fn place_on_real_qemu_vms() {
         groups_before.0,
         "dedicated VMs stay out of the shared group"
     );
-    ok_json(&place(&["undo", "--yes", "--json"], &cfg, &journal));
+    json(&place(&["undo", "--yes", "--json"], &cfg, &journal));
     assert_eq!(masks(&pids), before, "undo restores the exact masks");
     assert_eq!((cpu_group(ded), cpu_group(shr)), groups_before);
     assert_journal_consistent(&journal);
@@ -341,7 +221,7 @@ fn place_on_real_qemu_vms() {
         "{err}"
     );
     assert_journal_consistent(&journal);
-    let dry = ok_json(&place(
+    let dry = json(&place(
         &["apply", "--json", "--interval", "1s"],
         &cfg,
         &journal,
@@ -369,7 +249,7 @@ fn place_on_real_qemu_vms() {
     );
 
     // 3b. Undo the daemon's batch, then: a CPU goes offline after the plan.
-    ok_json(&place(&["undo", "--yes", "--json"], &cfg, &journal));
+    json(&place(&["undo", "--yes", "--json"], &cfg, &journal));
     let plan = place(&["plan", "--json", "--interval", "1s"], &cfg, &journal);
     std::fs::write(&plan_file, &plan.stdout).unwrap();
     let n_batches = journal_lines(&journal)
@@ -408,7 +288,7 @@ fn place_on_real_qemu_vms() {
         format!("manage = [\"{ded_name}\", \"{shr_name}\"]\nfairness = \"weights\"\n"),
     )
     .unwrap();
-    let plan = ok_json(&place(
+    let plan = json(&place(
         &["plan", "--json", "--interval", "1s"],
         &cfg,
         &journal,
@@ -453,7 +333,7 @@ fn place_on_real_qemu_vms() {
             .status
             .success());
     }
-    let plan = ok_json(&place(
+    let plan = json(&place(
         &["plan", "--json", "--interval", "1s"],
         &cfg,
         &journal,

@@ -22,11 +22,7 @@ pub struct CaptureOptions {
     pub sample_hz: f64,
 }
 
-pub fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always available");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
-}
+pub use stealscope_readers::clock::monotonic_ns;
 
 /// The cpu rows of /proc/stat as text (what samples.jsonl stores), read
 /// through a kept-open file.
@@ -49,7 +45,7 @@ impl StatSampler {
 }
 
 /// Reads a side through a recorder and keeps the bytes as a snapshot side.
-fn record_side(
+pub(crate) fn record_side(
     root: &std::path::Path,
     name: &str,
     side: Side,
@@ -65,23 +61,26 @@ fn record_side(
 
 /// CPUID and perf counters describe the machine we run on, not a directory:
 /// they are captured only when the root is the live "/".
-fn is_live_root(root: &std::path::Path) -> bool {
+pub(crate) fn is_live_root(root: &std::path::Path) -> bool {
     root == std::path::Path::new("/")
 }
 
-/// Opens the counter groups on the online CPUs (the stat rows if sysfs
-/// does not say).
-fn open_counters(root: &std::path::Path, t0: &MemFs) -> Option<HwSampler> {
+/// Opens the counter groups on the online CPUs as `cpus_from` lists them
+/// (the stat rows if sysfs does not say); None unless `root` is "/".
+pub fn open_counters(
+    root: &std::path::Path,
+    cpus_from: &dyn stealscope_readers::Source,
+) -> Option<HwSampler> {
     if !is_live_root(root) {
         return None;
     }
     let live = RootFs::new(root);
-    let mut cpus = cpu_topology::read(t0)
+    let mut cpus = cpu_topology::read(cpus_from)
         .ok()
         .and_then(|c| c.online)
         .unwrap_or_default();
     if cpus.is_empty() {
-        cpus = stat::read(t0)
+        cpus = stat::read(cpus_from)
             .ok()
             .flatten()
             .map(|s| s.cpus.iter().filter_map(|r| r.cpu).collect())
@@ -116,12 +115,32 @@ impl IntervalCapture {
         sample_hz: f64,
         host: &HostLiveOptions,
     ) -> Result<Self, ReadError> {
+        Self::start_inner(root, sample_hz, host, true)
+    }
+
+    /// For a caller that reads the hardware counters itself with every
+    /// sample (serve's sampler) and hands them to [`Self::finish_with_counters`]:
+    /// opens no counter groups of its own.
+    pub fn start_without_counters(
+        root: &std::path::Path,
+        sample_hz: f64,
+        host: &HostLiveOptions,
+    ) -> Result<Self, ReadError> {
+        Self::start_inner(root, sample_hz, host, false)
+    }
+
+    fn start_inner(
+        root: &std::path::Path,
+        sample_hz: f64,
+        host: &HostLiveOptions,
+        counters: bool,
+    ) -> Result<Self, ReadError> {
         let taken_unix_s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .ok();
         let (mut t0, obs0) = record_side(root, "live t0", Side::Start)?;
-        let hw = open_counters(root, &t0);
+        let hw = counters.then(|| open_counters(root, &t0)).flatten();
         let live_root = is_live_root(root);
         let live_host = live_root && !obs0.host.vms.is_empty();
         // Given sockets are checked even with no VM, so a wrong name is said.
@@ -161,6 +180,17 @@ impl IntervalCapture {
                 self.counter_samples.push(h.sample());
             }
         }
+    }
+
+    /// [`Self::finish`] with counter readings taken by the caller.
+    pub fn finish_with_counters(
+        self,
+        samples: Vec<RawSample>,
+        counters: Option<CounterCapture>,
+    ) -> Result<Snapshot, ReadError> {
+        let mut snap = self.finish(samples)?;
+        snap.hardware.counters = counters;
+        Ok(snap)
     }
 
     pub fn finish(mut self, samples: Vec<RawSample>) -> Result<Snapshot, ReadError> {

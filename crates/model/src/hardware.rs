@@ -63,13 +63,18 @@ impl HardwareModel {
         self.counters.as_ref().map_or(&[], |c| &c.windows)
     }
 
-    /// Counter windows joined with the steal windows they cover.
+    /// Counter windows joined with the steal windows they cover. `steal`
+    /// is in time order (as the series gives it), so each counter window
+    /// looks only at the steal windows starting within the tolerance: an
+    /// hour-long recording joins in linear time, not quadratic.
     pub fn with_steal(&self, steal: &[(f64, IntervalDelta)]) -> Vec<StealHw> {
         let mut out = Vec::new();
         for w in self.windows() {
             let tol = ALIGN_TOLERANCE * w.wall_s;
-            let Some((_, d)) = steal
+            let first = steal.partition_point(|(s, _)| *s < w.start_s - tol);
+            let Some((_, d)) = steal[first..]
                 .iter()
+                .take_while(|(s, _)| *s <= w.start_s + tol)
                 .find(|(s, d)| (s - w.start_s).abs() <= tol && (d.wall_s - w.wall_s).abs() <= tol)
             else {
                 continue;

@@ -18,5 +18,7 @@ pub use observation::{collect, Observation};
 pub mod capture;
 pub mod host;
 pub mod recent;
+pub mod recording;
 pub mod running;
+pub mod running_hw;
 pub mod timeline;

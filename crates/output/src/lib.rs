@@ -1,6 +1,7 @@
 //! Output: renderers for the reports (text for people, JSON for scripts) and
 //! the Prometheus exposition of `serve`.
 
+pub mod html;
 pub mod json;
 pub mod metrics;
 pub mod place;

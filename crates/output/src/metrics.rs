@@ -17,6 +17,8 @@ use stealscope_analysis::Severity;
 use stealscope_model::cputime::MODES;
 use stealscope_model::host::VcpuTimes;
 use stealscope_model::running::RunningCpuTimes;
+use stealscope_model::running_hw::RunningHw;
+use stealscope_readers::perf::{Counter, Missing, Reason};
 
 /// Everything `serve` exports, updated by its sampler and rule runs.
 #[derive(Debug, Default)]
@@ -26,19 +28,25 @@ pub struct MetricsState {
     pub vcpus: Vec<VcpuTimes>,
     /// Findings of the last rule run: (id, severity), without repeats.
     pub findings: Vec<(String, Severity)>,
+    /// Hardware counter totals per CPU (empty when none opened).
+    pub hw: RunningHw,
+    /// Counters that could not be opened, and why.
+    pub hw_missing: Vec<Missing>,
 }
 
 pub type SharedState = Arc<Mutex<MetricsState>>;
 
 /// Metric family names as they appear on the wire (with the suffixes the
 /// classic format adds), for tests of the shipped rules and dashboard.
-pub const FAMILIES: [(&str, &str); 7] = [
+pub const FAMILIES: [(&str, &str); 9] = [
     ("stealscope_cpu_seconds_total", "counter"),
     ("stealscope_stat_anomalies_total", "counter"),
     ("stealscope_steal_window_ratio", "histogram"),
     ("stealscope_vcpu_wait_seconds_total", "counter"),
     ("stealscope_vcpu_run_seconds_total", "counter"),
     ("stealscope_finding", "gauge"),
+    ("stealscope_cpu_hw_events_total", "counter"),
+    ("stealscope_hw_event_unavailable", "gauge"),
     ("stealscope_build_info", "gauge"),
 ];
 
@@ -204,6 +212,33 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
     )?;
     family(
         enc,
+        "stealscope_cpu_hw_events",
+        "Hardware events per CPU (perf_event_open groups: cycles, instructions, cache references and misses; msr PMU: tsc, aperf, mperf, smi), scaled for multiplexing, summed over windows so they never decrease.",
+        s.hw.cpus.iter().flat_map(|(cpu, counts)| {
+            counts.iter().map(move |(c, v)| {
+                (
+                    vec![("cpu", cpu.to_string()), ("event", event(*c).to_string())],
+                    ConstCounter::new(*v),
+                )
+            })
+        }),
+    )?;
+    family(
+        enc,
+        "stealscope_hw_event_unavailable",
+        "1 for each hardware counter this machine does not expose, with the reason (e.g. no virtual PMU in the VM).",
+        s.hw_missing.iter().map(|m| {
+            (
+                vec![
+                    ("event", event(m.counter).to_string()),
+                    ("reason", reason(&m.reason)),
+                ],
+                ConstGauge::new(1i64),
+            )
+        }),
+    )?;
+    family(
+        enc,
         "stealscope_finding",
         "1 while a stealscope doctor finding is active (rules run periodically over the last interval).",
         s.findings.iter().map(|(id, sev)| {
@@ -222,6 +257,30 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
             ConstGauge::new(1i64),
         )],
     )
+}
+
+/// Label value of a counter: perf's name without the PMU and in snake case.
+fn event(c: Counter) -> &'static str {
+    match c {
+        Counter::Cycles => "cycles",
+        Counter::Instructions => "instructions",
+        Counter::CacheReferences => "cache_references",
+        Counter::CacheMisses => "cache_misses",
+        Counter::Tsc => "tsc",
+        Counter::Aperf => "aperf",
+        Counter::Mperf => "mperf",
+        Counter::Smi => "smi",
+    }
+}
+
+/// Short, stable reason for a label (the report has the long one).
+fn reason(r: &Reason) -> String {
+    match r {
+        Reason::Open { error, .. } => format!("perf_event_open: {error}"),
+        Reason::NoPmu { .. } => "no such PMU".into(),
+        Reason::NotListed { .. } => "event not listed by the PMU".into(),
+        Reason::BadSysfs { .. } => "unreadable PMU description".into(),
+    }
 }
 
 /// OpenMetrics names a counter family without `_total` and ends with
@@ -280,6 +339,28 @@ mod tests {
             run_s: 9.0,
         });
         s.findings.push(("steal.bursty".into(), Severity::Warning));
+        let tsc = |t_ns, count| stealscope_readers::perf::CounterSample {
+            t_ns,
+            cpus: vec![stealscope_readers::perf::CpuRead {
+                cpu: 0,
+                groups: vec![stealscope_readers::perf::GroupRead {
+                    enabled_ns: t_ns,
+                    running_ns: t_ns,
+                    counts: [(Counter::Tsc, count)].into(),
+                }],
+            }],
+        };
+        s.hw.push(tsc(10, 1000));
+        s.hw.push(tsc(20, 1250));
+        s.hw_missing.push(Missing {
+            counter: Counter::Cycles,
+            reason: Reason::Open {
+                errno: 2,
+                error: "No such file or directory".into(),
+            },
+            cpus: vec![],
+            device: None,
+        });
         Arc::new(Mutex::new(s))
     }
 
@@ -323,6 +404,10 @@ mod tests {
             .contains("stealscope_vcpu_wait_seconds_total{vm=\"web \\\"1\\\"\",vcpu=\"0\"} 1.5\n"));
         assert!(text.contains("stealscope_finding{id=\"steal.bursty\",severity=\"warning\"} 1\n"));
         assert!(text.contains("stealscope_build_info{version=\"9.9.9\"} 1\n"));
+        assert!(text.contains("stealscope_cpu_hw_events_total{cpu=\"0\",event=\"tsc\"} 250.0\n"));
+        assert!(text.contains(
+            "stealscope_hw_event_unavailable{event=\"cycles\",reason=\"perf_event_open: No such file or directory\"} 1\n"
+        ));
         for (name, ty) in FAMILIES {
             assert!(text.contains(&format!("# TYPE {name} {ty}\n")), "{name}");
         }

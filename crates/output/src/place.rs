@@ -90,6 +90,28 @@ pub fn apply_report(r: &ApplyReport) -> String {
         }
         let _ = writeln!(out);
     }
+    // One line per VM that went away, so a destroyed domain is said once.
+    let mut gone: Vec<(&str, u32)> = Vec::new();
+    for x in r.results.iter().filter(|x| x.outcome == "gone") {
+        let k = (x.action.vm(), x.action.pid());
+        if !gone.contains(&k) {
+            gone.push(k);
+        }
+    }
+    for (vm, pid) in gone {
+        let of = |o: &str| {
+            r.results
+                .iter()
+                .filter(|x| x.action.pid() == pid && x.outcome == o)
+                .count()
+        };
+        let _ = writeln!(
+            out,
+            "gone: {vm} (pid {pid}) is no longer running: {} of its action(s) skipped, {} done before it went",
+            of("gone"),
+            of("done")
+        );
+    }
     if let Some(e) = &r.error {
         let _ = writeln!(out, "error: {e}");
     }

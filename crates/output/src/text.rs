@@ -56,7 +56,7 @@ fn wrap(out: &mut String, lead: &str, text: &str) {
     }
 }
 
-fn fmt_value(v: &Value) -> String {
+pub(crate) fn fmt_value(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => "n/a".to_string(),
@@ -65,7 +65,7 @@ fn fmt_value(v: &Value) -> String {
     }
 }
 
-fn pct(v: &Value) -> String {
+pub(crate) fn pct(v: &Value) -> String {
     v.as_f64().map_or("n/a".to_string(), |x| format!("{x:.1}"))
 }
 

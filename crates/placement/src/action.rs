@@ -135,15 +135,21 @@ impl fmt::Display for Action {
                 vcpu,
                 cpus,
                 from,
+                via,
                 ..
             } => {
                 let who = match vcpu {
                     Some(i) => format!("vCPU {i}"),
                     None => "thread".to_string(),
                 };
+                let how = match (via, vcpu) {
+                    (Knob::Libvirt { .. }, Some(_)) => " (virsh vcpupin)",
+                    (Knob::Libvirt { .. }, None) => " (virsh emulatorpin)",
+                    (Knob::Direct, _) => "",
+                };
                 write!(
                     f,
-                    "{vm}: pin {who} (tid {tid}) to CPUs {} (was {})",
+                    "{vm}: pin {who} (tid {tid}) to CPUs {} (was {}){how}",
                     cpulist(cpus),
                     cpulist(from)
                 )
@@ -153,12 +159,17 @@ impl fmt::Display for Action {
                 group,
                 value,
                 from,
+                via,
                 ..
             } => write!(
                 f,
-                "{vm}: {} = {value} (was {})",
+                "{vm}: {} = {value} (was {}){}",
                 group.weight_file(),
-                from.map_or("unknown".to_string(), |v| v.to_string())
+                from.map_or("unknown".to_string(), |v| v.to_string()),
+                match via {
+                    Knob::Libvirt { .. } => " (virsh schedinfo cpu_shares)",
+                    Knob::Direct => "",
+                }
             ),
             Action::JoinGroup {
                 vm,

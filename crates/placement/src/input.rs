@@ -99,7 +99,52 @@ pub struct VmInput {
     pub cpu_weight: Option<u64>,
 }
 
+impl Topology {
+    /// Node of each CPU, indexed by CPU number (None: offline or in no
+    /// node). A host without NUMA information is one node, 0.
+    pub fn node_of_cpus(&self) -> Vec<Option<u32>> {
+        let max = self.cpus.iter().max().map_or(0, |m| *m as usize + 1);
+        let mut v = vec![None; max];
+        if self.nodes.is_empty() {
+            for c in &self.cpus {
+                v[*c as usize] = Some(0);
+            }
+        }
+        for n in &self.nodes {
+            for c in &n.cpus {
+                if let Some(slot) = v.get_mut(*c as usize) {
+                    *slot = Some(n.id);
+                }
+            }
+        }
+        v
+    }
+}
+
 impl VmInput {
+    /// The node whose CPUs hold every vCPU's allowed CPUs; None when the
+    /// masks span nodes, name a CPU of no node, or are empty.
+    pub fn cpus_node(&self, node_of: &[Option<u32>]) -> Option<u32> {
+        // vCPUs of a VM usually share one mask: check each distinct one once,
+        // stopping at the first CPU of another node.
+        let mut node = None;
+        let mut last: Option<&Vec<u32>> = None;
+        for (_, t) in &self.vcpus {
+            if last == Some(&t.cpus_allowed) {
+                continue;
+            }
+            last = Some(&t.cpus_allowed);
+            for c in &t.cpus_allowed {
+                let n = node_of.get(*c as usize).copied().flatten();
+                if n.is_none() || (node.is_some() && node != n) {
+                    return None;
+                }
+                node = n;
+            }
+        }
+        node
+    }
+
     pub fn mem_bytes(&self) -> Option<u64> {
         self.mem_by_node.as_ref().map(|m| m.values().sum())
     }

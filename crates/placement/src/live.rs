@@ -6,6 +6,7 @@
 use crate::action::Knob;
 use crate::input::{CpuController, HostInput, NodeInput, ThreadInput, Topology, VmInput};
 use std::collections::BTreeMap;
+use stealscope_model::host::discovery::weight_group_path;
 use stealscope_model::host::observation::ThreadObs;
 use stealscope_model::host::HostObservation;
 use stealscope_readers::cgroupfs::{CgroupMounts, CpuWeight};
@@ -114,9 +115,12 @@ pub fn host_input(
                 vcpus: v.vcpus.iter().map(|(i, t)| (*i, th(t))).collect(),
                 others: v.others.iter().map(th).collect(),
                 mem_by_node: v.numa_bytes.clone(),
-                cpu_group: ctl
-                    .as_ref()
-                    .and_then(|c| c.membership(&v.cgroups).map(|m| c.group(&m.path))),
+                // The group whose weight the VM's weight is (libvirt's scope,
+                // where `virsh schedinfo` writes, not its emulator group).
+                cpu_group: ctl.as_ref().and_then(|c| {
+                    c.membership(&v.cgroups)
+                        .map(|m| c.group(&weight_group_path(&m.path)))
+                }),
                 cpu_weight: v.cpu_weight.as_ref().map(|(_, w)| match *w {
                     CpuWeight::Shares(x) | CpuWeight::Weight(x) => x,
                 }),

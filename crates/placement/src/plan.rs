@@ -88,7 +88,7 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
         now_s,
         keep_pool: host.vms.iter().any(|v| !dedicated.is_match(&v.name)),
         online: host.topology.cpus.clone(),
-        node_of: node_of(host),
+        node_of: host.topology.node_of_cpus(),
     };
     conflicts(host, cfg, &mut out);
     let online: BTreeSet<u32> = host.topology.cpus.iter().copied().collect();
@@ -180,29 +180,6 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
     out
 }
 
-fn node_of(host: &HostInput) -> Vec<Option<u32>> {
-    let max = host
-        .topology
-        .cpus
-        .iter()
-        .max()
-        .map_or(0, |m| *m as usize + 1);
-    let mut v = vec![None; max];
-    if host.topology.nodes.is_empty() {
-        for c in &host.topology.cpus {
-            v[*c as usize] = Some(0);
-        }
-    }
-    for n in &host.topology.nodes {
-        for c in &n.cpus {
-            if let Some(slot) = v.get_mut(*c as usize) {
-                *slot = Some(n.id);
-            }
-        }
-    }
-    v
-}
-
 fn conflicts(host: &HostInput, cfg: &Config, out: &mut Plan) {
     let mut why = Vec::new();
     if host.topology.nodes.len() > 1 && host.numa_balancing.is_some_and(|v| v != 0) {
@@ -228,24 +205,7 @@ fn current_node(vm: &VmInput, ctx: &Ctx) -> Option<u32> {
     if let Some(h) = ctx.hist.vms.get(&vm.pid) {
         return h.node;
     }
-    // vCPUs of a VM usually share one mask: check each distinct one once,
-    // stopping at the first CPU of another node.
-    let mut node = None;
-    let mut last: Option<&Vec<u32>> = None;
-    for (_, t) in &vm.vcpus {
-        if last == Some(&t.cpus_allowed) {
-            continue;
-        }
-        last = Some(&t.cpus_allowed);
-        for c in &t.cpus_allowed {
-            let n = ctx.node_of.get(*c as usize).copied().flatten();
-            if n.is_none() || (node.is_some() && node != n) {
-                return vm.home_node();
-            }
-            node = n;
-        }
-    }
-    node.or_else(|| vm.home_node())
+    vm.cpus_node(&ctx.node_of).or_else(|| vm.home_node())
 }
 
 fn mib(b: u64) -> u64 {
@@ -433,7 +393,7 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
             let pool = spanning_pool(nodes, demand, ctx);
             reasons.push(if pool.1 {
                 format!(
-                    "shared, spans nodes {}: no single node fits it ({}); memory is left where it is",
+                    "shared, spans nodes (the pool CPUs {} of every node): no single node fits it ({}); memory is left where it is",
                     cpulist(&pool.0),
                     rejected.join("; ")
                 )

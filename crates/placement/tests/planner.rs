@@ -334,3 +334,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_node_of_a_vm_is_the_one_holding_every_vcpu_mask() {
+    use stealscope_placement::synthetic::{host, vm};
+    let h = host(2, 4, false, 8 << 30, 0.5);
+    let node_of = h.topology.node_of_cpus();
+    // Every CPU maps to the node whose CPU list holds it.
+    for n in &h.topology.nodes {
+        for c in &n.cpus {
+            assert_eq!(node_of[*c as usize], Some(n.id));
+        }
+    }
+    let inside = vm(1, 2, 0.5, 1 << 30, 0, &h.topology.nodes[1].cpus);
+    assert_eq!(inside.cpus_node(&node_of), Some(1));
+    let spanning = vm(2, 2, 0.5, 1 << 30, 0, &[0, 4]);
+    assert_eq!(spanning.cpus_node(&node_of), None);
+    let offline = vm(3, 1, 0.5, 1 << 30, 0, &[0, 99]);
+    assert_eq!(offline.cpus_node(&node_of), None, "a CPU of no node");
+    let mut empty = vm(4, 1, 0.5, 1 << 30, 0, &[]);
+    empty.vcpus.clear();
+    assert_eq!(empty.cpus_node(&node_of), None);
+}

@@ -5,6 +5,7 @@
 
 pub mod block;
 pub mod cgroupfs;
+pub mod clock;
 pub mod clocksource;
 pub mod cpu_topology;
 pub mod cpufreq;
@@ -22,12 +23,14 @@ pub mod kvm_exits;
 pub mod kvm_params;
 pub mod kvm_stats;
 pub mod maps;
+pub mod msr_dev;
 pub mod numa;
 pub mod perf;
 pub mod pread;
 pub mod process;
 pub mod psi;
 pub mod qmp;
+pub mod recording;
 pub mod snapshot;
 pub mod source;
 pub mod stat;

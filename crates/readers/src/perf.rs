@@ -8,11 +8,14 @@
 //! [`Source`] (sysfs); the opens are live syscalls. A counter that cannot be
 //! opened is kept with the reason ([`Missing`]), never dropped silently.
 
+use crate::clock::monotonic_ns;
+use crate::msr_dev::{self, DeviceFailure, MsrDevices};
 use crate::Source;
 use perf_event::events::{Event, Hardware};
 use perf_event::{Builder, Counter as PerfCounter, ReadFormat};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::Path;
 
 pub const EVENT_SOURCES: &str = "/sys/bus/event_source/devices";
 pub const MSR_PMU: &str = "/sys/bus/event_source/devices/msr";
@@ -99,6 +102,10 @@ pub struct Missing {
     /// CPUs it is missing on; empty = all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus: Vec<u32>,
+    /// For msr counters: why the /dev/cpu/N/msr fallback did not work
+    /// either ("/dev/cpu/0/msr: No such file or directory (os error 2)").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 /// One read of one group on one CPU: cumulative counts since the open and the
@@ -284,6 +291,8 @@ fn open_group(
 /// Per-CPU counter groups, opened once and read once per window.
 pub struct CpuCounters {
     cpus: Vec<(u32, Vec<OpenGroup>)>,
+    /// msr counters the msr PMU could not give, read from /dev/cpu/N/msr.
+    devices: Option<MsrDevices>,
     opened: Vec<Counter>,
     missing: Vec<Missing>,
 }
@@ -292,6 +301,11 @@ impl CpuCounters {
     /// Opens the groups on `cpus`. Never fails: what cannot be opened is
     /// listed by [`CpuCounters::missing`]. `src` gives the sysfs PMU list.
     pub fn open(src: &dyn Source, cpus: &[u32]) -> CpuCounters {
+        Self::open_with_devices(src, cpus, Path::new(msr_dev::DEV_DIR))
+    }
+
+    /// [`CpuCounters::open`] with the msr devices under `dev_dir` (tests).
+    pub fn open_with_devices(src: &dyn Source, cpus: &[u32], dev_dir: &Path) -> CpuCounters {
         let mut failures: Vec<(Counter, u32, Reason)> = Vec::new();
         let mut global: Vec<Missing> = Vec::new();
         let msr = match msr_pmu(src) {
@@ -304,6 +318,7 @@ impl CpuCounters {
                             path: MSR_PMU.to_string(),
                         },
                         cpus: Vec::new(),
+                        device: None,
                     });
                 }
                 None
@@ -316,6 +331,7 @@ impl CpuCounters {
                             error: e.to_string(),
                         },
                         cpus: Vec::new(),
+                        device: None,
                     });
                 }
                 None
@@ -339,6 +355,7 @@ impl CpuCounters {
                             path: format!("{MSR_PMU}/events/{name}"),
                         },
                         cpus: Vec::new(),
+                        device: None,
                     }),
                 }
             }
@@ -363,10 +380,20 @@ impl CpuCounters {
             .iter()
             .flat_map(|(_, gs)| gs.iter().flat_map(|g| g.members.iter().map(|m| m.0)))
             .collect();
+        // The msr counters the PMU does not give: try the msr devices.
+        let dev_wanted: Vec<Counter> = global.iter().map(|m| m.counter).collect();
+        let mut devices = None;
+        if !dev_wanted.is_empty() {
+            let (d, dev_failures) = MsrDevices::open(dev_dir, cpus, &dev_wanted, monotonic_ns());
+            global = with_device_failures(global, &dev_failures, &d.opened());
+            devices = Some(d);
+        }
+        opened.extend(devices.iter().flat_map(|d| d.opened()));
         opened.sort();
         opened.dedup();
         CpuCounters {
             cpus: out,
+            devices: devices.filter(|d| !d.opened().is_empty()),
             missing: merge_missing(global, failures, cpus.len(), &opened),
             opened,
         }
@@ -394,8 +421,46 @@ impl CpuCounters {
                 groups: reads,
             });
         }
+        for (cpu, g) in self.devices.iter().flat_map(|d| d.read(t_ns)) {
+            match cpus.iter_mut().find(|c| c.cpu == cpu) {
+                Some(c) => c.groups.push(g),
+                None => cpus.push(CpuRead {
+                    cpu,
+                    groups: vec![g],
+                }),
+            }
+        }
+        cpus.sort_by_key(|c| c.cpu);
         CounterSample { t_ns, cpus }
     }
+}
+
+/// The msr counters the PMU could not give, after trying the devices: a
+/// counter no device read keeps its PMU reason plus the device's error; one
+/// read on some CPUs only is missing on the others.
+fn with_device_failures(
+    global: Vec<Missing>,
+    failures: &[DeviceFailure],
+    dev_opened: &[Counter],
+) -> Vec<Missing> {
+    let mut out = Vec::new();
+    for m in global {
+        let failed: Vec<&DeviceFailure> =
+            failures.iter().filter(|f| f.counter == m.counter).collect();
+        if !dev_opened.contains(&m.counter) {
+            out.push(Missing {
+                device: failed.first().map(|f| f.error.clone()),
+                ..m
+            });
+        } else if !failed.is_empty() {
+            out.push(Missing {
+                cpus: failed.iter().map(|f| f.cpu).collect(),
+                device: Some(failed[0].error.clone()),
+                ..m
+            });
+        }
+    }
+    out
 }
 
 /// One entry per (counter, reason); per-CPU failures name their CPUs unless
@@ -421,6 +486,7 @@ fn merge_missing(
             counter: c,
             reason,
             cpus,
+            device: None,
         });
     }
     global.sort_by_key(|m| m.counter);
@@ -431,6 +497,36 @@ fn merge_missing(
 mod tests {
     use super::*;
     use crate::{MemFs, RootFs};
+
+    /// Without an msr PMU the msr counters come from the msr devices where
+    /// they read; the rest keep the PMU's reason and add the device's.
+    #[test]
+    fn msr_devices_stand_in_for_a_missing_msr_pmu() {
+        let dir = tempfile::tempdir().unwrap();
+        let d0 = dir.path().join("0");
+        std::fs::create_dir_all(&d0).unwrap();
+        // TSC and SMI_COUNT readable; the file ends before MPERF and APERF
+        // (as a faulting rdmsr returns EIO).
+        let mut regs = vec![0u8; 0x40];
+        regs[0x10..0x18].copy_from_slice(&12345u64.to_le_bytes());
+        std::fs::write(d0.join("msr"), &regs).unwrap();
+        let no_pmu = MemFs::new("no msr pmu");
+        let mut c = CpuCounters::open_with_devices(&no_pmu, &[0], dir.path());
+        assert!(c.opened().contains(&Counter::Tsc));
+        assert!(c.opened().contains(&Counter::Smi));
+        for gone in [Counter::Aperf, Counter::Mperf] {
+            let m = c.missing().iter().find(|m| m.counter == gone).unwrap();
+            assert!(matches!(m.reason, Reason::NoPmu { .. }), "{m:?}");
+            assert!(m.device.as_deref().unwrap().contains("/0/msr"), "{m:?}");
+        }
+        assert!(c
+            .missing()
+            .iter()
+            .all(|m| m.counter != Counter::Tsc && m.counter != Counter::Smi));
+        let s = c.read(1_000);
+        let cpu0 = s.cpus.iter().find(|r| r.cpu == 0).unwrap();
+        assert_eq!(cpu0.get(Counter::Tsc).unwrap().0, 12345);
+    }
 
     #[test]
     fn msr_pmu_description_is_parsed_and_companion_files_skipped() {

@@ -407,6 +407,7 @@ mod tests {
                             error: "No such file or directory".into(),
                         },
                         cpus: vec![],
+                        device: None,
                     }],
                     samples: vec![crate::perf::CounterSample {
                         t_ns: 5,

@@ -42,7 +42,8 @@ impl CpuTimes {
         "guest_nice",
     ];
 
-    fn from_columns(cols: &[u64]) -> CpuTimes {
+    /// From the first 4..=10 columns in [`CpuTimes::COLUMNS`] order.
+    pub(crate) fn from_columns(cols: &[u64]) -> CpuTimes {
         let opt = |i: usize| cols.get(i).copied();
         CpuTimes {
             user: cols[0],
@@ -56,6 +57,11 @@ impl CpuTimes {
             guest: opt(8),
             guest_nice: opt(9),
         }
+    }
+
+    /// How many columns the kernel printed (the leading ones that are Some).
+    pub fn column_count(&self) -> usize {
+        (4..10).find(|&i| self.column(i).is_none()).unwrap_or(10)
     }
 
     /// Value of a column by index in [`CpuTimes::COLUMNS`] order.
@@ -255,6 +261,29 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
     Ok(())
 }
 
+/// The cpu rows as the kernel prints them (`cpu  …` then `cpuN …`): what
+/// a snapshot's samples.jsonl holds. Parsing it gives back the same rows.
+pub fn render_cpu_lines(s: &ProcStat) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut row = |name: &str, t: &CpuTimes| {
+        out.push_str(name);
+        for i in 0..t.column_count() {
+            let _ = write!(out, " {}", t.column(i).unwrap_or(0));
+        }
+        out.push('\n');
+    };
+    if let Some(t) = &s.total {
+        row("cpu ", t);
+    }
+    for r in &s.cpus {
+        if let Some(cpu) = r.cpu {
+            row(&format!("cpu{cpu}"), &r.times);
+        }
+    }
+    out
+}
+
 pub fn parse(text: &str, path: &str) -> Result<ProcStat> {
     let mut out = ProcStat::default();
     parse_into(text, path, false, &mut out)?;
@@ -273,6 +302,17 @@ mod tests {
     use super::*;
 
     const GUEST: &str = "cpu  755 0 769 7368 83 0 15 8 0 0\ncpu0 234 0 293 3956 4 0 4 2 0 0\ncpu1 520 0 475 3412 78 0 10 5 0 0\nintr 60652 0 0\nctxt 150877\nbtime 1790000000\nprocesses 1000\nprocs_running 2\nprocs_blocked 0\nsoftirq 1 2 3\n";
+
+    #[test]
+    fn rendered_cpu_lines_are_the_kernel_s() {
+        let s = parse(GUEST, PATH).unwrap();
+        let text = render_cpu_lines(&s);
+        let end = GUEST.find("intr").unwrap();
+        assert_eq!(text, &GUEST[..end]);
+        let old = parse("cpu  1 2 3 4\ncpu3 1 2 3 4\nintr 0\n", PATH).unwrap();
+        assert_eq!(render_cpu_lines(&old), "cpu  1 2 3 4\ncpu3 1 2 3 4\n");
+        assert_eq!(old.cpus[0].times.column_count(), 4);
+    }
 
     #[test]
     fn parses_modern_guest() {

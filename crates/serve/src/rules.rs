@@ -7,9 +7,10 @@ use crate::log;
 use crate::shared::{Shared, Stop};
 use std::path::Path;
 use std::time::Duration;
-use stealscope_analysis::{from_snapshot, Severity};
+use stealscope_analysis::{build, ReportInput, Severity};
 use stealscope_model::capture::IntervalCapture;
 use stealscope_model::host::live::HostLiveOptions;
+use stealscope_model::MachineModel;
 use stealscope_readers::ReadError;
 
 pub(crate) fn run(root: &Path, rate_hz: f64, every: Duration, shared: &Shared, stop: &Stop) {
@@ -20,7 +21,8 @@ pub(crate) fn run(root: &Path, rate_hz: f64, every: Duration, shared: &Shared, s
             exit_sample: Duration::ZERO,
             ..Default::default()
         };
-        let interval = match IntervalCapture::start(root, rate_hz, &host) {
+        // The sampler reads the counters with every sample: no second set.
+        let interval = match IntervalCapture::start_without_counters(root, rate_hz, &host) {
             Ok(c) => c,
             Err(e) => {
                 log(&format!("rules: {e}"));
@@ -46,7 +48,16 @@ fn findings(
     interval: IntervalCapture,
     shared: &Shared,
 ) -> Result<Vec<(String, Severity)>, ReadError> {
-    let report = from_snapshot(&interval.finish(shared.take_series())?)?;
+    let (samples, counters) = shared.take_series();
+    let counters = shared.counter_capture(counters);
+    let snap = interval.finish_with_counters(samples, counters)?;
+    let model = MachineModel::build(&snap)?;
+    let report = build(ReportInput {
+        model: &model,
+        interval_s: snap.meta.interval_s,
+        hostname: snap.meta.hostname.clone(),
+        kernel: snap.meta.kernel.clone(),
+    });
     let mut f: Vec<(String, Severity)> = report
         .findings
         .into_iter()

@@ -8,14 +8,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use stealscope_output::metrics::{Exporter, Format, MetricsState, SharedState};
+use stealscope_readers::perf::{Counter, CounterCapture, CounterSample, Missing};
 use stealscope_readers::snapshot::RawSample;
 
 pub(crate) struct Shared {
     pub state: SharedState,
     generation: AtomicU64,
-    series: Mutex<VecDeque<RawSample>>,
+    /// /proc/stat samples, each with the counter reading taken right after.
+    series: Mutex<VecDeque<(RawSample, Option<CounterSample>)>>,
     /// Bound on the series: twice a rule interval, in case a run is slow.
     series_cap: usize,
+    counters: std::sync::OnceLock<(Vec<Counter>, Vec<Missing>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -30,6 +33,7 @@ impl Shared {
             generation: AtomicU64::new(0),
             series: Mutex::new(VecDeque::new()),
             series_cap: (2.0 * rate_hz * findings_every.as_secs_f64()) as usize + 16,
+            counters: std::sync::OnceLock::new(),
         }
     }
 
@@ -39,16 +43,39 @@ impl Shared {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
-    pub fn push_sample(&self, s: RawSample) {
+    pub fn push_sample(&self, s: RawSample, counters: Option<CounterSample>) {
         let mut q = lock(&self.series);
         if q.len() >= self.series_cap {
             q.pop_front();
         }
-        q.push_back(s);
+        q.push_back((s, counters));
     }
 
-    pub fn take_series(&self) -> Vec<RawSample> {
-        lock(&self.series).drain(..).collect()
+    /// The series since the last call: samples and the counter readings.
+    pub fn take_series(&self) -> (Vec<RawSample>, Vec<CounterSample>) {
+        let mut samples = Vec::new();
+        let mut counters = Vec::new();
+        for (s, c) in lock(&self.series).drain(..) {
+            samples.push(s);
+            counters.extend(c);
+        }
+        (samples, counters)
+    }
+
+    /// Set once by the sampler: the counters it opened and those it could not.
+    pub fn set_counters(&self, opened: Vec<Counter>, missing: Vec<Missing>) {
+        let _ = self.counters.set((opened, missing));
+    }
+
+    /// What the sampler's counter readings hold; None before it started or
+    /// off the live root.
+    pub fn counter_capture(&self, samples: Vec<CounterSample>) -> Option<CounterCapture> {
+        let (opened, missing) = self.counters.get()?;
+        Some(CounterCapture {
+            opened: opened.clone(),
+            missing: missing.clone(),
+            samples,
+        })
     }
 }
 
@@ -135,12 +162,35 @@ mod tests {
     fn series_is_bounded_to_two_rule_intervals() {
         let s = Shared::new(10.0, Duration::from_secs(1));
         for t in 0..100 {
-            s.push_sample(raw(t));
+            s.push_sample(raw(t), None);
         }
-        let kept = s.take_series();
+        let (kept, counters) = s.take_series();
+        assert!(counters.is_empty());
         assert_eq!(kept.len(), 2 * 10 + 16);
         assert_eq!(kept.last().unwrap().t_ns, 99);
-        assert!(s.take_series().is_empty());
+        assert!(s.take_series().0.is_empty());
+    }
+
+    #[test]
+    fn counter_readings_travel_with_their_samples() {
+        let s = Shared::new(10.0, Duration::from_secs(1));
+        let reading = |t_ns| CounterSample {
+            t_ns,
+            cpus: Vec::new(),
+        };
+        assert!(s.counter_capture(vec![]).is_none(), "no sampler yet");
+        s.set_counters(vec![Counter::Tsc], Vec::new());
+        for t in 0..4 {
+            // A failed /proc/stat read has no counter reading either.
+            s.push_sample(raw(t), (t != 2).then(|| reading(t)));
+        }
+        let (samples, counters) = s.take_series();
+        assert_eq!(samples.len(), 4);
+        let times: Vec<u64> = counters.iter().map(|c| c.t_ns).collect();
+        assert_eq!(times, [0, 1, 3]);
+        let cap = s.counter_capture(counters).unwrap();
+        assert_eq!(cap.opened, [Counter::Tsc]);
+        assert_eq!(cap.samples.len(), 3);
     }
 
     #[test]

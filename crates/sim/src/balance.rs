@@ -16,6 +16,7 @@
 use crate::cpuset::CpuSet;
 use crate::host::Host;
 use crate::sched::{h_load, index, Scratch};
+use crate::timing::{Timing, BUSY_FACTOR, CACHE_NICE_TRIES};
 use stealscope_placement::synthetic::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -74,9 +75,6 @@ fn node_stats(sc: &Scratch, cpus: &[usize], pct: f64) -> Stats {
     classify(load, util, nr, nr_busy, cpus.len() as f64, pct)
 }
 
-/// The kernel's busy_factor: a busy CPU balances this many times less often.
-const BUSY_FACTOR: f64 = 16.0;
-
 pub fn shuffle<T>(v: &mut [T], rng: &mut Rng) {
     for i in (1..v.len()).rev() {
         let j = rng.below(i as u64 + 1) as usize;
@@ -119,7 +117,7 @@ pub fn random_cpu(h: &Host, allowed: &CpuSet, rng: &mut Rng) -> usize {
 }
 
 /// Moves `task` to `dst` (affinity permitting).
-fn migrate(h: &mut Host, task: usize, dst: usize) -> bool {
+pub(crate) fn migrate(h: &mut Host, task: usize, dst: usize) -> bool {
     let t = &mut h.tasks[task];
     if t.cpu == dst || !t.allowed.contains(dst) {
         return false;
@@ -130,13 +128,13 @@ fn migrate(h: &mut Host, task: usize, dst: usize) -> bool {
 
 /// Threads on `src` that could move to `dst`, in random order; the one
 /// running now (any of them, in a fluid model) cannot be detached unless
-/// `active`.
+/// `active`, and each of the others is cache hot (skipped) with chance `hot`.
 fn candidates(
     h: &Host,
     sc: &Scratch,
-    src: usize,
-    dst: usize,
+    (src, dst): (usize, usize),
     active: bool,
+    hot: f64,
     rng: &mut Rng,
 ) -> Vec<usize> {
     let mut v: Vec<usize> = sc.by_cpu[sc.start[src]..sc.start[src + 1]]
@@ -149,7 +147,19 @@ fn candidates(
         v.remove(0);
     }
     v.retain(|&i| h.tasks[i].allowed.contains(dst));
+    if hot > 0.0 {
+        v.retain(|_| rng.unit() >= hot);
+    }
     v
+}
+
+/// can_migrate_task's cache-hot test on `src`: skipped once the balancer
+/// has failed more than cache_nice_tries times.
+fn hot_chance(tm: Option<&Timing>, sc: &Scratch, src: usize, failed: u32) -> f64 {
+    match tm {
+        Some(tm) if failed <= CACHE_NICE_TRIES => tm.p_hot(sc.cpu_nr[src]),
+        _ => 0.0,
+    }
 }
 
 /// A VM's thread whose memory lives on `node` (NUMA balancing keeps it there).
@@ -162,13 +172,15 @@ fn prefers(h: &Host, task: usize, node: usize) -> bool {
 
 /// One pass of the load balancer over every CPU and node. Returns the
 /// number of threads moved; `steady` is false when some balancer is still
-/// failing (it will act in a later tick).
+/// failing (it will act in a later tick). With `tm`, each CPU balances when
+/// its own interval has passed (`now`), else on the tick grid.
 pub fn balance(
     h: &mut Host,
     sc: &mut Scratch,
     rng: &mut Rng,
     pct: f64,
     (tick, dt): (u64, f64),
+    tm: Option<&Timing>,
 ) -> (usize, bool) {
     let mut moved = 0;
     let nodes = h.nodes.clone();
@@ -177,15 +189,27 @@ pub fn balance(
     // A busy CPU balances every busy_factor (16) x its domain's CPUs ms; one
     // with spare capacity every tick.
     let every = |cpus: usize| ((BUSY_FACTOR * cpus as f64 / 1000.0) / dt).round().max(1.0) as u64;
+    let now = tick as f64 * dt;
     for node in nodes.iter() {
         let mut order = node.clone();
         shuffle(&mut order, rng);
         let k = every(node.len());
         for &dst in &order {
-            let due = (tick + dst as u64).is_multiple_of(k)
-                || cpu_stats(sc, dst, pct).kind == GroupType::HasSpare;
-            if due {
-                moved += balance_one(h, sc, rng, pct, dst, node, 0);
+            let busy = cpu_stats(sc, dst, pct).kind != GroupType::HasSpare;
+            let due = match tm {
+                Some(_) => now + 1e-9 >= h.lb_next_s[dst],
+                None => (tick + dst as u64).is_multiple_of(k) || !busy,
+            };
+            if !due {
+                continue;
+            }
+            let (m, balanced) = balance_one(h, sc, rng, pct, dst, node, 0, tm);
+            moved += m;
+            if let Some(tm) = tm {
+                // rebalance_domains: the interval doubles while balanced
+                // and drops back to its minimum when there was work.
+                h.lb_doubled[dst] = balanced && m == 0;
+                h.lb_next_s[dst] = now + tm.balance_interval_s(node.len(), h.lb_doubled[dst], busy);
             }
         }
     }
@@ -213,6 +237,9 @@ pub fn balance(
     (moved + moved_numa, steady)
 }
 
+/// Balances `dst` against the busiest other CPU of `span`. Returns the
+/// threads moved and whether the CPUs were found balanced.
+#[allow(clippy::too_many_arguments)]
 fn balance_one(
     h: &mut Host,
     sc: &mut Scratch,
@@ -221,9 +248,10 @@ fn balance_one(
     dst: usize,
     span: &[usize],
     level: usize,
-) -> usize {
+    tm: Option<&Timing>,
+) -> (usize, bool) {
     if sc.dirty[dst] {
-        return 0;
+        return (0, true);
     }
     let local = cpu_stats(sc, dst, pct);
     let mut busiest: Option<(usize, Stats)> = None;
@@ -241,7 +269,7 @@ fn balance_one(
         }
     }
     let Some((src, b)) = busiest else {
-        return 0;
+        return (0, true);
     };
     let avg = span.iter().map(|&c| sc.cpu_load[c]).sum::<f64>() / span.len() as f64;
     let failed = h.lb_failed[dst][level];
@@ -267,7 +295,8 @@ fn balance_one(
             .collect();
         over.sort_by(|a, b| b.1.load.total_cmp(&a.1.load));
         'cpus: for (c, _) in over {
-            for i in candidates(h, sc, c, dst, false, rng) {
+            let hot = hot_chance(tm, sc, c, failed);
+            for i in candidates(h, sc, (c, dst), false, hot, rng) {
                 let t = &h.tasks[i];
                 if t.runnable > 0.999 && migrate(h, i, dst) {
                     moved += 1;
@@ -283,11 +312,15 @@ fn balance_one(
         balanced = true;
     } else {
         let imb = (b.load - avg).min(avg - local.load);
-        let cands = candidates(h, sc, src, dst, false, rng);
-        balanced = cands.is_empty();
+        let hot = hot_chance(tm, sc, src, failed);
+        let cands = candidates(h, sc, (src, dst), false, hot, rng);
+        // Nothing to move at all is balance; threads skipped as cache hot
+        // are a failure (the next attempt relaxes the tests).
+        balanced = cands.is_empty() && hot == 0.0;
         moved += pull_load(h, sc, &cands, dst, imb, failed, |_, _| true);
     }
-    finish(h, sc, rng, (src, dst, dst), level, balanced, moved)
+    let moved = finish(h, sc, rng, (src, dst, dst), level, balanced, moved);
+    (moved, balanced)
 }
 
 /// migrate_load: moves threads whose load (task_h_load) fits the imbalance,
@@ -337,7 +370,10 @@ fn finish(
         *failed += 1;
         if *failed > cache_nice_tries + 2 {
             *failed = cache_nice_tries + 1;
-            if let Some(i) = candidates(h, sc, src, dst, true, rng).first().copied() {
+            if let Some(i) = candidates(h, sc, (src, dst), true, 0.0, rng)
+                .first()
+                .copied()
+            {
                 if migrate(h, i, dst) {
                     moved += 1;
                 }
@@ -398,7 +434,7 @@ fn balance_numa(
         h.lb_failed[lead][1] = 0;
         return 0;
     };
-    let cands = candidates(h, sc, src, dst, false, rng);
+    let cands = candidates(h, sc, (src, dst), false, 0.0, rng);
     if cands.is_empty() {
         return finish(h, sc, rng, (src, dst, lead), 1, true, 0);
     }

@@ -11,11 +11,12 @@
 use crate::balance::{balance, fork_cpu, random_cpu, wake_idle};
 use crate::cpuset::CpuSet;
 use crate::demand::Demand;
-use crate::host::Host;
+use crate::host::{Host, VmThreads};
 use crate::numa::{self, Overhead};
 use crate::policy::Policy;
 use crate::scenario::{Case, MemNode, NumaSpec, SchedSpec, StartPlacement, VmDef};
 use crate::sched::{index, run_tick, set_wants, Scratch};
+use crate::timing::{sample_queued, wake_placement, Timing};
 use serde::Serialize;
 use stealscope_placement::synthetic::Rng;
 
@@ -215,6 +216,14 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
         spec.case.cgroups,
     );
     h.numa_balancing = spec.case.numa_balancing;
+    let tm = Timing::new(spec.sched, shape.cpus);
+    if let Some(tm) = &tm {
+        // Each CPU's balancer starts at a random point of its interval.
+        for c in 0..shape.cpus {
+            let span = h.nodes[h.node_of[c]].len();
+            h.lb_next_s[c] = rng.unit() * tm.balance_interval_s(span, false, true);
+        }
+    }
     for (cpu, d) in &shape.background {
         let allowed = cpu.map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
         let at = fork_cpu(&h, &allowed, &mut rng);
@@ -270,6 +279,10 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
                     allowed,
                     v.weight,
                     v.dedicated,
+                    VmThreads {
+                        emulator: v.emulator,
+                        vcpu_wakeups_per_s: v.vcpu_wakeups_per_s,
+                    },
                     t,
                     &mut |h, allowed| match start {
                         StartPlacement::Idlest => fork_cpu(h, allowed, &mut rng),
@@ -297,27 +310,34 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
         let (numa_moves, _moving) = numa::tick(&mut h, spec.numa, t, dt, &mut rng, &mut over);
         out.numa_moves += numa_moves;
         set_wants(&mut h, t);
+        sample_queued(&mut h, tm.as_ref(), &mut rng);
         index(&h, &mut sc);
         let mut moves = 0;
         let mut lb_steady = true;
+        let pct = spec.sched.imbalance_pct.0;
         if spec.sched.balance {
-            let (m, s) = balance(
-                &mut h,
-                &mut sc,
-                &mut rng,
-                spec.sched.imbalance_pct.0,
-                (tick, dt),
-            );
+            let (m, s) = balance(&mut h, &mut sc, &mut rng, pct, (tick, dt), tm.as_ref());
             moves += m;
             lb_steady = s;
             moves += wake_idle(&mut h, &mut sc);
         }
+        if tm.is_some() {
+            let woken = wake_placement(&mut h, &sc, &mut rng, dt, pct);
+            if woken > 0 {
+                index(&h, &mut sc);
+            }
+            moves += woken;
+        }
         out.balancer_moves += moves;
         let numa_spec = spec.numa;
         let over_ref = &over;
-        run_tick(&mut h, &mut sc, dt, &|h, i| {
-            numa::speed(h, numa_spec, over_ref, i)
-        });
+        run_tick(
+            &mut h,
+            &mut sc,
+            dt,
+            &|h, i| numa::speed(h, numa_spec, over_ref, i),
+            tm.as_ref(),
+        );
         // Whether this tick is the same as the last (the model has settled).
         if prev.len() < h.tasks.len() {
             prev.resize(h.tasks.len(), (f64::NAN, f64::NAN));
@@ -333,7 +353,9 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
             }
         }
         let external = changed || changes > 0 || numa_moves > 0;
-        let steady = same && !external && moves == 0 && lb_steady && !spec.every_tick;
+        // With kernel timing every tick draws anew: nothing is summed.
+        let every_tick = spec.every_tick || tm.is_some();
+        let steady = same && !external && moves == 0 && lb_steady && !every_tick;
         // Threads moving back and forth (the balancer's active pushes, NUMA
         // balancing) never settle tick by tick, but their averages do: two
         // windows in a row with the same averages make the stretch up to
@@ -342,13 +364,17 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
             win.reset();
             false
         } else {
-            !steady && !spec.every_tick && win.push(&h, tick)
+            !steady && !every_tick && win.push(&h, tick)
         };
         // How many ticks this state lasts.
         let mut n: u64 = 1;
         if steady || stationary {
             let mut next = total_ticks as f64 * dt;
-            for task in h.tasks.iter().filter(|t| t.alive && t.vm.is_none()) {
+            for task in h
+                .tasks
+                .iter()
+                .filter(|t| t.alive && (t.vm.is_none() || t.emulator))
+            {
                 next = next.min(task.own_demand.next_change(t));
             }
             for v in h.vms.iter().filter(|v| v.alive) {
@@ -389,10 +415,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
             };
             for (i, task) in h.tasks.iter().enumerate() {
                 if task.alive {
-                    let level = match task.vm {
-                        Some(v) => h.vms[v].demand.level(t, h.vms[v].key),
-                        None => task.own_demand.level(t, task.tid as u64),
-                    };
+                    let level = h.level(i, t);
                     let one = if summed > 0 { dt } else { secs };
                     accs[i].add(task, level, one);
                     if summed > 0 {

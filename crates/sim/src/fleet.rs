@@ -93,6 +93,8 @@ pub fn host_vms(
                 dedicated: false,
                 start_s: at,
                 stop_s: (stop < duration_s).then_some(stop),
+                emulator: None,
+                vcpu_wakeups_per_s: 0.0,
             });
         }
     };

@@ -4,7 +4,7 @@
 
 use crate::cpuset::CpuSet;
 use crate::demand::Demand;
-use crate::scenario::Cgroups;
+use crate::scenario::{Cgroups, EmulatorSpec};
 
 /// Loads and weights are in units of a nice-0 task (the kernel's 1024).
 pub const NICE_0: f64 = 1.0;
@@ -36,15 +36,63 @@ pub struct Task {
     pub util_avg: f64,
     /// Work left over from earlier ticks, in ticks of CPU.
     pub backlog: f64,
-    /// This tick: wanted, ran, waited (shares of the tick), runnable share.
+    /// This tick: wanted, ran, waited (shares of the tick), runnable share,
+    /// and the share it sat queued without wanting to run (delayed dequeue).
     pub wants: f64,
     pub run: f64,
     pub wait: f64,
     pub idle_wait: f64,
     pub runnable: f64,
+    pub delayed: f64,
     /// Useful work: run less the NUMA penalties.
     pub work: f64,
     pub alive: bool,
+    /// A VM's QEMU main-loop thread (its demand is `own_demand`).
+    pub emulator: bool,
+    /// Wake-ups per second after a sleep (0: none modelled), and the share
+    /// of them another thread of its VM makes (the rest: its own timers).
+    pub wakeups_per_s: f64,
+    pub kicks: f64,
+    /// Queued at the moment the group weights are computed (`timing`: drawn
+    /// each tick from its runnable share; otherwise whenever it wants CPU).
+    pub queued: bool,
+}
+
+impl Task {
+    fn new(vm: Option<usize>, tid: u32, group: Option<usize>, cpu: usize, allowed: CpuSet) -> Task {
+        Task {
+            vm,
+            vcpu: 0,
+            tid,
+            group,
+            cpu,
+            allowed,
+            own_demand: Demand::Level(0.0),
+            load_avg: 1.0,
+            util_avg: 0.5,
+            backlog: 0.0,
+            wants: 1.0,
+            run: 0.0,
+            wait: 0.0,
+            idle_wait: 0.0,
+            runnable: 1.0,
+            delayed: 0.0,
+            work: 0.0,
+            alive: true,
+            emulator: false,
+            wakeups_per_s: 0.0,
+            kicks: 0.0,
+            queued: true,
+        }
+    }
+}
+
+/// The threads of a VM besides what its vCPUs want: QEMU's main loop and
+/// how often the vCPU threads sleep.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VmThreads {
+    pub emulator: Option<EmulatorSpec>,
+    pub vcpu_wakeups_per_s: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -57,6 +105,8 @@ pub struct Vm {
     pub key: u64,
     /// Task indices of its vCPUs, by vCPU index.
     pub tasks: Vec<usize>,
+    /// Task index of its QEMU main-loop thread, when modelled.
+    pub emulator: Option<usize>,
     /// GiB of memory per node.
     pub mem: Vec<f64>,
     /// Memory being moved: (target node, GiB left).
@@ -72,6 +122,11 @@ pub struct Vm {
 }
 
 impl Vm {
+    /// Every thread of the process: its vCPUs, then the main loop.
+    pub fn threads(&self) -> impl Iterator<Item = usize> + '_ {
+        self.tasks.iter().copied().chain(self.emulator)
+    }
+
     pub fn mem_total(&self) -> f64 {
         self.mem.iter().sum()
     }
@@ -115,6 +170,10 @@ pub struct Host {
     pub kernel: Vec<f64>,
     /// Load balancer: failed attempts per (CPU, level) (the kernel's nr_balance_failed).
     pub lb_failed: Vec<[u32; 2]>,
+    /// With kernel timing: when each CPU balances next, and whether its
+    /// interval is doubled (it found balance last time).
+    pub lb_next_s: Vec<f64>,
+    pub lb_doubled: Vec<bool>,
 }
 
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup/cpu";
@@ -145,6 +204,8 @@ impl Host {
             vms: Vec::new(),
             kernel: vec![0.0; cpus],
             lb_failed: vec![[0, 0]; cpus],
+            lb_next_s: vec![0.0; cpus],
+            lb_doubled: vec![false; cpus],
         };
         if cgroups == Cgroups::PerHost {
             h.groups.push(Group {
@@ -165,6 +226,16 @@ impl Host {
             shares,
         });
         self.groups.len() - 1
+    }
+
+    /// What thread `i` wants at `t` (share of a CPU): its VM's demand for a
+    /// vCPU, its own for anything else.
+    pub fn level(&self, i: usize, t: f64) -> f64 {
+        let task = &self.tasks[i];
+        match task.vm {
+            Some(v) if !task.emulator => self.vms[v].demand.level(t, self.vms[v].key),
+            _ => task.own_demand.level(t, task.tid as u64),
+        }
     }
 
     pub fn live_tasks(&self) -> impl Iterator<Item = (usize, &Task)> {
@@ -203,6 +274,7 @@ impl Host {
         allowed: CpuSet,
         weight: Option<u64>,
         dedicated: bool,
+        threads: VmThreads,
         now_s: f64,
         place: &mut dyn FnMut(&Host, &CpuSet) -> usize,
     ) -> usize {
@@ -226,27 +298,31 @@ impl Host {
         let mut tasks = Vec::new();
         for i in 0..vcpus {
             let cpu = place(self, &allowed);
-            self.tasks.push(Task {
-                vm: Some(id),
-                vcpu: i,
-                tid: pid * 1000 + 1 + i,
-                group,
-                cpu,
-                allowed: allowed.clone(),
-                own_demand: Demand::Level(0.0),
-                load_avg: 1.0,
-                util_avg: 0.5,
-                backlog: 0.0,
-                wants: 1.0,
-                run: 0.0,
-                wait: 0.0,
-                idle_wait: 0.0,
-                runnable: 1.0,
-                work: 0.0,
-                alive: true,
-            });
+            let mut t = Task::new(Some(id), pid * 1000 + 1 + i, group, cpu, allowed.clone());
+            t.vcpu = i;
+            t.wakeups_per_s = threads.vcpu_wakeups_per_s;
+            // Woken by another thread of its VM (the main loop or a sibling).
+            t.kicks = 1.0;
+            self.tasks.push(t);
             tasks.push(self.tasks.len() - 1);
         }
+        // QEMU starts its main loop first; the vCPU threads are its children,
+        // so it starts where the first of them did.
+        let emulator = threads.emulator.map(|e| {
+            let cpu = tasks.first().map_or(0, |&i| self.tasks[i].cpu);
+            let mut t = Task::new(Some(id), pid, group, cpu, allowed.clone());
+            let level = e.wakeups_per_s.0 * e.run_us.0 / 1e6;
+            t.emulator = true;
+            t.own_demand = Demand::Level(level);
+            t.wants = level;
+            t.load_avg = 0.5;
+            t.util_avg = level;
+            t.runnable = 0.5;
+            t.wakeups_per_s = e.wakeups_per_s.0;
+            t.kicks = e.kicks.0;
+            self.tasks.push(t);
+            self.tasks.len() - 1
+        });
         self.vms.push(Vm {
             name,
             pid,
@@ -254,6 +330,7 @@ impl Host {
             demand,
             key,
             tasks,
+            emulator,
             mem,
             moving: None,
             group,
@@ -269,7 +346,7 @@ impl Host {
 
     pub fn remove_vm(&mut self, id: usize) {
         self.vms[id].alive = false;
-        for t in self.vms[id].tasks.clone() {
+        for t in self.vms[id].threads().collect::<Vec<_>>() {
             self.tasks[t].alive = false;
         }
         self.refresh_per_host_weight();
@@ -278,24 +355,11 @@ impl Host {
     /// Other host work at the top level, starting on `cpu`.
     pub fn add_background(&mut self, cpu: usize, allowed: CpuSet, demand: Demand) {
         let now = demand.level(0.0, 0);
-        self.tasks.push(Task {
-            vm: None,
-            vcpu: 0,
-            tid: 1 + self.tasks.len() as u32,
-            group: None,
-            cpu,
-            allowed,
-            own_demand: demand,
-            load_avg: 1.0,
-            util_avg: now,
-            backlog: 0.0,
-            wants: now,
-            run: 0.0,
-            wait: 0.0,
-            idle_wait: 0.0,
-            runnable: now,
-            work: 0.0,
-            alive: true,
-        });
+        let mut t = Task::new(None, 1 + self.tasks.len() as u32, None, cpu, allowed);
+        t.own_demand = demand;
+        t.util_avg = now;
+        t.wants = now;
+        t.runnable = now;
+        self.tasks.push(t);
     }
 }

@@ -18,6 +18,7 @@ pub mod policy;
 pub mod report;
 pub mod scenario;
 pub mod sched;
+pub mod timing;
 
 pub use report::SimReport;
 pub use scenario::{Scenario, ScenarioError};

@@ -352,7 +352,7 @@ fn apply(h: &mut Host, a: &Action) -> bool {
             };
             let g = h.group_named(&group.dir, 1.0);
             h.vms[vm].group = Some(g);
-            for i in h.vms[vm].tasks.clone() {
+            for i in h.vms[vm].threads().collect::<Vec<_>>() {
                 h.tasks[i].group = Some(g);
             }
             h.refresh_per_host_weight();

@@ -57,7 +57,7 @@ impl TryFrom<f64> for NonNeg {
 }
 
 /// A share of a CPU or a probability, within [0, 1].
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
 #[serde(try_from = "f64")]
 pub struct Fraction(pub f64);
 
@@ -206,6 +206,20 @@ pub struct SchedSpec {
     /// broken at random) or "random".
     #[serde(default)]
     pub start: StartPlacement,
+    /// The kernel's timing details (`timing`): balance intervals that double
+    /// while balanced, cache-hot refusals, wake-up placement of threads that
+    /// sleep, wake-up latency and the queued state the group weights see.
+    /// Stochastic (per seed); meant for ticks of 10 ms or less. Off: the
+    /// coarse fluid model (fleets at 100 ms).
+    #[serde(default)]
+    pub timing: bool,
+    /// The host kernel's CONFIG_HZ: its tick ends a running thread's turn.
+    #[serde(default = "d_hz")]
+    pub hz: Positive,
+}
+
+fn d_hz() -> Positive {
+    Positive(250.0)
 }
 
 impl Default for SchedSpec {
@@ -214,6 +228,8 @@ impl Default for SchedSpec {
             imbalance_pct: d_imb(),
             balance: true,
             start: StartPlacement::Idlest,
+            timing: false,
+            hz: d_hz(),
         }
     }
 }
@@ -354,6 +370,27 @@ pub struct VmSpec {
     pub start_s: NonNeg,
     /// Exits this many seconds into the run.
     pub stop_s: Option<Positive>,
+    /// QEMU's main-loop thread, in the VM's cpu group beside its vCPUs.
+    pub emulator: Option<EmulatorSpec>,
+    /// How often each vCPU thread sleeps (blocks on QEMU's lock or an exit)
+    /// and is woken by another thread of its VM (wake-up placement).
+    #[serde(default)]
+    pub vcpu_wakeups_per_s: NonNeg,
+}
+
+/// QEMU's main loop: short runs at each wake-up (timers, a vCPU's kick).
+/// Little CPU, but runnable while it waits for the CPU after each wake-up,
+/// which is load in its VM's group wherever it sits.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmulatorSpec {
+    pub wakeups_per_s: Positive,
+    /// CPU time per wake-up.
+    pub run_us: Positive,
+    /// Share of its wake-ups made by one of its vCPUs (the rest are its own
+    /// timers): wake-up placement may move it to that vCPU's CPU.
+    #[serde(default)]
+    pub kicks: Fraction,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -478,6 +515,8 @@ pub struct VmDef {
     pub dedicated: bool,
     pub start_s: f64,
     pub stop_s: Option<f64>,
+    pub emulator: Option<EmulatorSpec>,
+    pub vcpu_wakeups_per_s: f64,
 }
 
 /// A validated scenario.
@@ -611,6 +650,14 @@ impl Scenario {
                 .demand
                 .resolve(base)
                 .map_err(|e| bad(format!("demand: {e}")))?;
+            if let Some(e) = v.emulator {
+                let busy = e.wakeups_per_s.0 * e.run_us.0 / 1e6;
+                if busy >= 1.0 {
+                    return Err(bad(format!(
+                        "emulator: wakeups_per_s x run_us is {busy:.2} of a CPU, must be below 1"
+                    )));
+                }
+            }
             for i in 1..=v.count.0 {
                 let full = if v.count.0 == 1 {
                     name.clone()
@@ -631,6 +678,8 @@ impl Scenario {
                     dedicated: v.dedicated,
                     start_s: v.start_s.0,
                     stop_s: v.stop_s.map(|s| s.0),
+                    emulator: v.emulator,
+                    vcpu_wakeups_per_s: v.vcpu_wakeups_per_s.0,
                 });
             }
         }

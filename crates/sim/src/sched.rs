@@ -14,6 +14,7 @@
 //! allowed CPU idled is idle steal.
 
 use crate::host::{Host, MIN_SHARES};
+use crate::timing::{delayed_dequeue_s, wake_latency_s, Timing};
 
 /// PELT half-life, seconds.
 const PELT_HALF_LIFE_S: f64 = 0.032;
@@ -74,14 +75,10 @@ fn waterfill(cap: f64, items: &mut [(f64, f64, usize)], out: &mut dyn FnMut(usiz
 /// The demand each live thread has at `t`.
 pub fn set_wants(h: &mut Host, t: f64) {
     for i in 0..h.tasks.len() {
-        let task = &h.tasks[i];
-        if !task.alive {
+        if !h.tasks[i].alive {
             continue;
         }
-        let level = match task.vm {
-            Some(v) => h.vms[v].demand.level(t, h.vms[v].key),
-            None => task.own_demand.level(t, task.tid as u64),
-        };
+        let level = h.level(i, t);
         let task = &mut h.tasks[i];
         task.wants = (level + task.backlog).min(1.0);
     }
@@ -158,7 +155,7 @@ pub fn index(h: &Host, sc: &mut Scratch) {
             match t.group {
                 None => load += t.load_avg,
                 Some(g) => {
-                    let runnable = (t.wants > 0.0) as u32;
+                    let runnable = t.queued as u32;
                     match sc.cg[first..].iter_mut().find(|x| x.group == g) {
                         Some(x) => {
                             x.load_avg += t.load_avg;
@@ -207,7 +204,15 @@ pub fn h_load(h: &Host, sc: &Scratch, task: usize) -> f64 {
 
 /// Runs one tick of `dt` seconds: CPU time per thread, waits, idle, averages.
 /// `speed` gives each thread's useful work per unit of run time (NUMA).
-pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, usize) -> f64) {
+/// With `tm`, a thread that sleeps is also runnable while it waits for the
+/// CPU after each wake-up (`timing::wake_latency_s`).
+pub fn run_tick(
+    h: &mut Host,
+    sc: &mut Scratch,
+    dt: f64,
+    speed: &dyn Fn(&Host, usize) -> f64,
+    tm: Option<&Timing>,
+) {
     let n = h.ncpu;
     let alpha = 0.5f64.powf(dt / PELT_HALF_LIFE_S);
     for c in 0..n {
@@ -285,7 +290,17 @@ pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, u
                 waterfill(e.alloc, &mut sc.fill, &mut |i, a| tasks[i].run = a);
             }
             let in_busy: f64 = sc.members.iter().map(|&i| h.tasks[i].runnable).sum();
+            // Chance this entity runs at a random moment of the tick, and
+            // how many entities take turns here.
+            let own = if cap > 0.0 { e.alloc / cap } else { 0.0 };
+            let turns = busy_weight_count(&sc.ents, cap);
             for &i in &sc.members {
+                let (waits, delayed) = match tm {
+                    Some(tm) if h.tasks[i].wakeups_per_s > 0.0 => {
+                        wake_waits(h, i, c, (own, turns), tm)
+                    }
+                    _ => (0.0, 0.0),
+                };
                 let t = &mut h.tasks[i];
                 used += t.run;
                 if t.run < t.wants - 1e-9 {
@@ -293,12 +308,13 @@ pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, u
                 } else {
                     let rate = top_rate / (1.0 + (in_busy - t.runnable).max(0.0));
                     t.runnable = if rate > 0.0 {
-                        (t.run / rate).min(1.0)
+                        (t.run / rate + waits).min(1.0)
                     } else {
                         1.0
                     };
                 }
                 t.wait = (t.runnable - t.run).max(0.0);
+                t.delayed = delayed.min(1.0 - t.runnable).max(0.0);
             }
         }
         for k in sc.start[c]..sc.start[c + 1] {
@@ -307,6 +323,7 @@ pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, u
                 t.run = 0.0;
                 t.wait = 0.0;
                 t.runnable = 0.0;
+                t.delayed = 0.0;
             }
         }
         sc.idle.resize(n, 0.0);
@@ -344,7 +361,8 @@ pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, u
         let t = &mut h.tasks[i];
         t.idle_wait = idle_wait;
         t.work = t.run * s;
-        t.load_avg = alpha * t.load_avg + (1.0 - alpha) * t.runnable;
+        // PELT counts a delayed-dequeue thread as on the run queue.
+        t.load_avg = alpha * t.load_avg + (1.0 - alpha) * (t.runnable + t.delayed);
         t.util_avg = alpha * t.util_avg + (1.0 - alpha) * t.run;
         t.backlog = if t.wants >= 1.0 {
             0.0
@@ -354,9 +372,129 @@ pub fn run_tick(h: &mut Host, sc: &mut Scratch, dt: f64, speed: &dyn Fn(&Host, u
     }
 }
 
+/// Entities taking turns on a CPU: each counts by how much of an equal
+/// share of the CPU it uses (a thread that runs microseconds hardly counts).
+fn busy_weight_count(ents: &[Ent], cap: f64) -> f64 {
+    if cap <= 0.0 || ents.is_empty() {
+        return 1.0;
+    }
+    let fair = cap / ents.len() as f64;
+    ents.iter()
+        .map(|e| (e.alloc / fair).min(1.0))
+        .sum::<f64>()
+        .max(1.0)
+}
+
+/// Shares of the time thread `i` on `cpu` is queued without running: after
+/// each wake-up, the latency (waiting); after each run, the delayed dequeue
+/// when a sibling of its group runs here (it is not eligible in their queue).
+/// A kick from a thread of its VM that runs on the same CPU finds its own
+/// group running (no wait); its own timers and kicks from elsewhere come at
+/// a random moment (`own`: its group runs then).
+fn wake_waits(h: &Host, i: usize, cpu: usize, (own, turns): (f64, f64), tm: &Timing) -> (f64, f64) {
+    let t = &h.tasks[i];
+    let (same, sibling) = t.vm.map_or((0.0, false), |v| {
+        let others: Vec<usize> = h.vms[v].threads().filter(|&w| w != i).collect();
+        let here = others.iter().filter(|&&w| h.tasks[w].cpu == cpu).count();
+        if others.is_empty() {
+            (0.0, false)
+        } else {
+            (here as f64 / others.len() as f64, here > 0)
+        }
+    });
+    let lat = wake_latency_s(tm, own, turns);
+    let waits = t.wakeups_per_s * (t.kicks * (1.0 - same) * lat + (1.0 - t.kicks) * lat);
+    let delayed = if sibling {
+        t.wakeups_per_s * delayed_dequeue_s(tm, turns)
+    } else {
+        0.0
+    };
+    (waits, delayed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpuset::CpuSet;
+    use crate::demand::Demand;
+    use crate::host::VmThreads;
+    use crate::scenario::{Cgroups, EmulatorSpec, Fraction, Positive};
+
+    /// One VM with `vcpus` busy vCPUs on CPU 0 and its main loop on `main_cpu`.
+    fn vm_host(vcpus: u32, main_cpu: usize) -> Host {
+        let mut h = Host::new(2, 1, false, 4.0, Cgroups::PerVm);
+        let threads = VmThreads {
+            emulator: Some(EmulatorSpec {
+                wakeups_per_s: Positive(200.0),
+                run_us: Positive(20.0),
+                kicks: Fraction(0.0),
+            }),
+            vcpu_wakeups_per_s: 0.0,
+        };
+        let id = h.add_vm(
+            "a".into(),
+            vcpus,
+            Demand::Busy,
+            1,
+            vec![1.0],
+            CpuSet::all(2),
+            None,
+            false,
+            threads,
+            0.0,
+            &mut |_, _| 0,
+        );
+        let m = h.vms[id].emulator.unwrap();
+        h.tasks[m].cpu = main_cpu;
+        h
+    }
+
+    #[test]
+    fn pelt_halves_in_32_ms() {
+        // A thread runnable from now on, load_avg 0: after the kernel's
+        // half-life (32 periods of 1 ms) it is half way.
+        let mut h = vm_host(1, 0);
+        let mut sc = Scratch::default();
+        for t in h.tasks.iter_mut() {
+            t.load_avg = 0.0;
+        }
+        set_wants(&mut h, 0.0);
+        for _ in 0..32 {
+            index(&h, &mut sc);
+            run_tick(&mut h, &mut sc, 0.001, &|_, _| 1.0, None);
+        }
+        assert!(
+            (h.tasks[0].load_avg - 0.5).abs() < 1e-9,
+            "{}",
+            h.tasks[0].load_avg
+        );
+    }
+
+    #[test]
+    fn a_main_loop_elsewhere_takes_its_share_of_the_group_weight() {
+        // calc_group_shares: the group's weight on a CPU is tg->shares x its
+        // load there / its load everywhere. The main loop queued on CPU 1
+        // with load 0.5 leaves the vCPU on CPU 0 with 1 / 1.5 of it.
+        let mut h = vm_host(1, 1);
+        let m = h.vms[0].emulator.unwrap();
+        h.tasks[m].load_avg = 0.5;
+        h.tasks[m].queued = false;
+        let mut sc = Scratch::default();
+        index(&h, &mut sc);
+        let g = h.vms[0].group.unwrap();
+        let on0 = sc.group_on(0, g).unwrap().share;
+        assert!((on0 - 1.0 / 1.5).abs() < 1e-9, "{on0}");
+        // Queued at the moment the weights are computed, it counts a whole
+        // thread (cfs_rq->load.weight), not its average.
+        h.tasks[m].queued = true;
+        index(&h, &mut sc);
+        let on1 = sc.group_on(1, g).unwrap().share;
+        assert!((on1 - 0.5).abs() < 1e-9, "{on1}");
+        // Beside its vCPU, the whole weight stays on one CPU.
+        let h = vm_host(1, 0);
+        index(&h, &mut sc);
+        assert!((sc.group_on(0, g).unwrap().share - 1.0).abs() < 1e-9);
+    }
 
     #[test]
     fn waterfill_is_weighted_max_min() {

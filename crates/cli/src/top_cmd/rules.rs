@@ -8,9 +8,10 @@ use super::state::Shared;
 use std::path::Path;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
-use stealscope_analysis::{from_snapshot, DoctorReport};
+use stealscope_analysis::DoctorReport;
 use stealscope_model::capture::IntervalCapture;
 use stealscope_model::host::live::HostLiveOptions;
+use stealscope_model::MachineModel;
 use stealscope_readers::ReadError;
 
 pub fn run(root: &Path, every: Duration, shared: &Shared, stop: &Receiver<()>) {
@@ -22,7 +23,10 @@ pub fn run(root: &Path, every: Duration, shared: &Shared, stop: &Receiver<()>) {
     };
     loop {
         let rate = shared.rate_hz();
-        let interval = match IntervalCapture::start(root, rate, &host) {
+        // No hardware counters: the IPC rule needs them read with every
+        // sample (serve and record do), and perf groups opened every few
+        // seconds for one reading would say nothing.
+        let interval = match IntervalCapture::start_without_counters(root, rate, &host) {
             Ok(c) => c,
             Err(e) => {
                 shared.lock().view.findings_error = Some(e.to_string());
@@ -58,5 +62,7 @@ fn finish(
     interval: IntervalCapture,
     series: Vec<stealscope_readers::snapshot::RawSample>,
 ) -> Result<DoctorReport, ReadError> {
-    from_snapshot(&interval.finish(series)?)
+    let snap = interval.finish(series)?;
+    let model = MachineModel::build(&snap)?;
+    Ok(crate::doctor_report(&snap, &model))
 }

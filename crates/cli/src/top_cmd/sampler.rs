@@ -1,12 +1,13 @@
 //! The sampling thread: /proc/stat at the chosen rate through a kept-open
 //! file (one window per sample), and on a host every vCPU thread once a
-//! second through [`HostFollow`]. Stops when its channel closes.
+//! second through [`HostTracker`]. Stops when its channel closes.
 
 use super::state::Shared;
+use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 use stealscope_model::capture::{monotonic_ns, StatSampler};
-use stealscope_model::host::HostFollow;
+use stealscope_model::host::{vcpu_times, HostTracker};
 use stealscope_readers::snapshot::RawSample;
 use stealscope_readers::stat;
 
@@ -19,7 +20,10 @@ pub fn stop_by(stop: &Receiver<()>, t: Instant) -> bool {
     !matches!(stop.recv_timeout(wait), Err(RecvTimeoutError::Timeout))
 }
 
-pub fn run(mut stat_file: StatSampler, mut host: HostFollow, shared: &Shared, stop: &Receiver<()>) {
+pub fn run(mut stat_file: StatSampler, root: &Path, shared: &Shared, stop: &Receiver<()>) {
+    // Discovery reads every process: here, not on the screen's thread.
+    let (mut host, error) = HostTracker::start(root);
+    shared.lock().view.host_error = error.map(|e| format!("host scan: {e}"));
     let mut next = Instant::now();
     let mut next_host = next;
     loop {
@@ -41,8 +45,9 @@ pub fn run(mut stat_file: StatSampler, mut host: HostFollow, shared: &Shared, st
         }
         let now = Instant::now();
         if now >= next_host {
-            // Scanned outside the lock: discovery reads every process.
-            let (vcpus, error) = host.scan();
+            // Scanned outside the lock: a rediscovery reads every process.
+            let error = host.scan(root, true).err();
+            let vcpus = vcpu_times(host.vms(), host.samples());
             let t_ns = monotonic_ns();
             let mut live = shared.lock();
             live.view.host_error = error.map(|e| format!("host scan: {e}"));

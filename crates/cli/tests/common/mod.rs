@@ -1,7 +1,9 @@
 //! Shared helpers for the CLI integration tests.
 #![allow(dead_code)]
 
+pub mod libvirt;
 pub mod perf_raw;
+pub mod place;
 pub mod testenv;
 pub mod tmux;
 

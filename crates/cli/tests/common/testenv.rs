@@ -48,13 +48,25 @@ pub fn qmp(vm: &str, cmd: &str, args: Option<&str>) -> Value {
     v["return"].clone()
 }
 
-/// vCPU thread ids QEMU reports, sorted.
-pub fn qmp_tids(vm: &str) -> Vec<u64> {
-    let mut t: Vec<u64> = qmp(vm, "query-cpus-fast", None)
-        .as_array()
+/// (cpu-index, thread-id) of each vCPU in a query-cpus-fast `return`.
+pub fn vcpu_threads(ret: &Value) -> Vec<(u64, u64)> {
+    ret.as_array()
         .unwrap()
         .iter()
-        .map(|c| c["thread-id"].as_u64().unwrap())
+        .map(|c| {
+            (
+                c["cpu-index"].as_u64().unwrap(),
+                c["thread-id"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// vCPU thread ids QEMU reports, sorted.
+pub fn qmp_tids(vm: &str) -> Vec<u64> {
+    let mut t: Vec<u64> = vcpu_threads(&qmp(vm, "query-cpus-fast", None))
+        .into_iter()
+        .map(|(_, t)| t)
         .collect();
     t.sort_unstable();
     t

@@ -320,3 +320,96 @@ fn runs_without_root_for_the_guest_side() {
     );
     assert!(!s.stderr.lock().unwrap().contains("/proc/stat"));
 }
+
+/// Metric label of a counter as `doctor --json` names it (perf's name).
+fn hw_event(perf_name: &str) -> String {
+    perf_name
+        .trim_start_matches("msr/")
+        .trim_end_matches('/')
+        .replace('-', "_")
+}
+
+/// The hardware counters `doctor` finds on this machine are exported, the
+/// ones it finds missing are exported as missing, and the TSC (when the msr
+/// PMU has it) ticks at this machine's TSC rate.
+#[test]
+fn hardware_counters_follow_what_doctor_finds() {
+    if !require(is_root(), "root (perf_event_open of the msr PMU)") {
+        return;
+    }
+    let out = bin()
+        .args(["doctor", "--interval", "1s", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let counters = &doc["hardware"]["counters"];
+    let names = |key: &str, field: Option<&str>| -> BTreeSet<String> {
+        counters[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("doctor has no hardware.counters.{key}"))
+            .iter()
+            .map(|v| hw_event(field.map_or(v, |f| &v[f]).as_str().unwrap()))
+            .collect()
+    };
+    let opened = names("opened", None);
+    let missing = names("missing", Some("counter"));
+
+    let s = Serve::start(&["--rate", "10"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let first = (Instant::now(), s.metrics());
+    std::thread::sleep(Duration::from_secs(2));
+    let second = (Instant::now(), s.metrics());
+    let cpus: BTreeSet<u32> = proc_stat(Path::new("/")).keys().copied().collect();
+
+    let exported_missing: BTreeSet<String> = second
+        .1
+        .starting("stealscope_hw_event_unavailable{")
+        .iter()
+        .map(|(k, _)| {
+            let e = k.split("event=\"").nth(1).unwrap();
+            e[..e.find('"').unwrap()].to_string()
+        })
+        .collect();
+    assert_eq!(exported_missing, missing, "missing counters as doctor says");
+    for event in &opened {
+        for cpu in &cpus {
+            let key = format!("stealscope_cpu_hw_events_total{{cpu=\"{cpu}\",event=\"{event}\"}}");
+            let a = first.1.get(&key).unwrap_or_else(|| panic!("{key} missing"));
+            let b = second.1.get(&key).unwrap();
+            assert!(b >= a, "{key} went from {a} to {b}");
+            if event == "tsc" {
+                // The TSC ticks at a constant rate on every CPU, idle or not.
+                let hz = (b - a) / (second.0 - first.0).as_secs_f64();
+                let mhz = cpuinfo_mhz().expect("cpu MHz in /proc/cpuinfo");
+                assert!(
+                    hz / 1e6 > 0.5 * mhz && hz / 1e6 < 2.0 * mhz,
+                    "cpu {cpu}: TSC at {:.0} MHz, cpuinfo says {mhz} MHz",
+                    hz / 1e6
+                );
+            }
+        }
+    }
+    for event in &missing {
+        assert!(
+            second
+                .1
+                .starting("stealscope_cpu_hw_events_total{")
+                .iter()
+                .all(|(k, _)| !k.contains(&format!("event=\"{event}\""))),
+            "{event} is missing yet exported"
+        );
+    }
+}
+
+fn cpuinfo_mhz() -> Option<f64> {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("cpu MHz"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}

@@ -3,24 +3,11 @@
 use super::helpers::*;
 use crate::common::testenv::{self, testenv};
 use crate::common::*;
-use serde_json::Value;
 use std::time::Duration;
 
 /// (index, thread id) of each vCPU, from QMP.
 fn qmp_vcpus(vm: &str) -> Vec<(u64, u64)> {
-    let out = testenv("qmp.py", &[vm, "query-cpus-fast"]);
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["return"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["cpu-index"].as_u64().unwrap(),
-                c["thread-id"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    testenv::vcpu_threads(&testenv::qmp(vm, "query-cpus-fast", None))
 }
 
 /// (run, wait) seconds of a thread.

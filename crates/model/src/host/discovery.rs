@@ -151,6 +151,13 @@ pub fn libvirt_scope_path(path: &str) -> Option<String> {
     None
 }
 
+/// The cpu group that holds a VM's weight, for the cgroup `path` of its
+/// main thread: libvirt's machine scope when libvirt runs it (`virsh
+/// schedinfo` sets cpu_shares there), else the path itself.
+pub fn weight_group_path(path: &str) -> String {
+    libvirt_scope_path(path).unwrap_or_else(|| path.to_string())
+}
+
 /// libvirt per-vCPU cgroup ("/.../libvirt/vcpu3" or the pre-7.1 "/.../vcpu3").
 pub fn libvirt_vcpu_cgroup(path: &str) -> Option<u32> {
     path.rsplit('/').next()?.strip_prefix("vcpu")?.parse().ok()
@@ -241,5 +248,39 @@ mod tests {
             Some(3)
         );
         assert_eq!(vm_name(VmKind::Qemu, &v(&["qemu"]), &[], 9), "pid-9");
+    }
+
+    /// libvirt 9.0 (Debian 12) without systemd on a hybrid host (cgroup v1
+    /// controllers, v2 at /sys/fs/cgroup/unified): /proc/<pid>/cgroup of a
+    /// transient domain's main thread and of its vCPU 1 thread, as read.
+    const LIBVIRT_MAIN: &str = "9:name=systemd:/\n8:pids:/\n7:blkio:/machine/qemu-1-lvA.libvirt-qemu\n\
+        6:freezer:/machine/qemu-1-lvA.libvirt-qemu\n5:devices:/\n4:memory:/machine/qemu-1-lvA.libvirt-qemu\n\
+        3:cpuset:/machine/qemu-1-lvA.libvirt-qemu/emulator\n2:cpuacct:/\n\
+        1:cpu:/machine/qemu-1-lvA.libvirt-qemu/emulator\n0::/machine/qemu-1-lvA.libvirt-qemu/emulator\n";
+    const LIBVIRT_VCPU1: &str = "3:cpuset:/machine/qemu-1-lvA.libvirt-qemu/vcpu1\n\
+        1:cpu:/machine/qemu-1-lvA.libvirt-qemu/vcpu1\n0::/machine/qemu-1-lvA.libvirt-qemu/vcpu1\n";
+
+    #[test]
+    fn libvirt_without_systemd() {
+        let parse = |t| stealscope_readers::process::parse_cgroup(t, "cgroup").unwrap();
+        let main = parse(LIBVIRT_MAIN);
+        let cpu = main.iter().find(|c| c.controllers == ["cpu"]).unwrap();
+        let v2 = main.iter().find(|c| c.hierarchy == 0).unwrap();
+        for p in [&cpu.path, &v2.path] {
+            assert_eq!(libvirt_scope(p), Some((1, "lvA".into())));
+            assert_eq!(weight_group_path(p), "/machine/qemu-1-lvA.libvirt-qemu");
+            assert_eq!(libvirt_vcpu_cgroup(p), None);
+        }
+        let paths: Vec<String> = main.iter().map(|c| c.path.clone()).collect();
+        assert_eq!(vm_name(VmKind::Qemu, &v(&["qemu"]), &paths, 5), "lvA");
+        assert!(parse(LIBVIRT_VCPU1)
+            .iter()
+            .all(|c| libvirt_vcpu_cgroup(&c.path) == Some(1)));
+        // Names keep their dashes and dots; other groups are their own.
+        assert_eq!(
+            libvirt_scope("/machine/qemu-12-web-1.prod.libvirt-qemu/vcpu0"),
+            Some((12, "web-1.prod".into()))
+        );
+        assert_eq!(weight_group_path("/user.slice/vm"), "/user.slice/vm");
     }
 }

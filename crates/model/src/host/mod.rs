@@ -2,19 +2,19 @@
 
 pub mod derived;
 pub mod discovery;
-pub mod follow;
 pub mod kvm;
 pub mod live;
 pub mod observation;
 pub mod scanner;
+pub mod tracker;
 pub mod vcpu_times;
 pub mod vm_rates;
 pub mod watch;
 
 pub use derived::{host_model, HostModel, HypervisorSplit, VcpuSteal, VmSteal};
 pub use discovery::{ThreadRole, VmKind};
-pub use follow::HostFollow;
 pub use observation::{collect_host, HostObservation, VcpuSource, VmObs};
-pub use vcpu_times::{vcpu_times, VcpuTimes};
+pub use tracker::HostTracker;
+pub use vcpu_times::{vcpu_times, vm_labels, VcpuTimes};
 pub use vm_rates::{vm_rates, VmRate, VmRateTracker};
 pub use watch::VmmWatch;

@@ -4,7 +4,7 @@
 //! the live capture asked QMP, KVM stats fds and kvm:kvm_exit (host::live).
 
 use super::discovery::{
-    libvirt_scope, libvirt_scope_path, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_comm, vmm_of,
+    libvirt_scope, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_comm, vmm_of, weight_group_path,
     ThreadRole, VmKind,
 };
 use super::kvm::KvmCounters;
@@ -211,9 +211,8 @@ fn read_vm(
         .then(|| "libvirt".to_string());
     // libvirt keeps the main thread in .../libvirt/emulator (default weight);
     // the domain's weight is set on the machine scope above it.
-    let scope = |p: &str| libvirt_scope_path(p).unwrap_or_else(|| p.to_string());
-    let v1 = cg_path(&cgroups, "cpu").map(scope);
-    let v2 = cg_v2(&cgroups).map(scope);
+    let v1 = cg_path(&cgroups, "cpu").map(weight_group_path);
+    let v2 = cg_v2(&cgroups).map(weight_group_path);
     let cpu_weight = cgroupfs::cpu_weight(src, mounts, v1.as_deref(), v2.as_deref())?;
     let status = proc_::task_status(src, pid, pid)?;
     // numa_maps walks the VM's page tables (costly for large VMs) and the

@@ -15,19 +15,28 @@ pub struct VcpuTimes {
     pub run_s: f64,
 }
 
-pub fn vcpu_times(vms: &[ScannedVm], samples: &[ThreadSample]) -> Vec<VcpuTimes> {
+/// Each VM's name by pid, with the pid added when two VMs share a name, so
+/// that no two series collide.
+pub fn vm_labels(vms: &[ScannedVm]) -> BTreeMap<u32, String> {
     let mut per_name: BTreeMap<&str, usize> = BTreeMap::new();
     for vm in vms {
         *per_name.entry(vm.name.as_str()).or_default() += 1;
     }
-    let label = |pid: u32| -> Option<String> {
-        let vm = vms.iter().find(|v| v.pid == pid)?;
-        Some(if per_name[vm.name.as_str()] > 1 {
-            format!("{} (pid {pid})", vm.name)
-        } else {
-            vm.name.clone()
+    vms.iter()
+        .map(|vm| {
+            let label = if per_name[vm.name.as_str()] > 1 {
+                format!("{} (pid {})", vm.name, vm.pid)
+            } else {
+                vm.name.clone()
+            };
+            (vm.pid, label)
         })
-    };
+        .collect()
+}
+
+pub fn vcpu_times(vms: &[ScannedVm], samples: &[ThreadSample]) -> Vec<VcpuTimes> {
+    let labels = vm_labels(vms);
+    let label = |pid: u32| labels.get(&pid).cloned();
     let mut out: Vec<VcpuTimes> = samples
         .iter()
         .filter_map(|s| {

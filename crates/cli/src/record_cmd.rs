@@ -1,0 +1,219 @@
+//! `stealscope record`: streams this machine's per-CPU time series to a
+//! recording (docs/recording-format.md) until the duration is over or
+//! Ctrl-C / SIGTERM, which finish the batch and leave a complete file.
+
+use crate::args::parse_duration;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::Duration;
+use stealscope_model::capture::monotonic_ns;
+use stealscope_model::recording::live::{record, ProbeSource, RecordOptions};
+use stealscope_probes::{signals, wakeup};
+use stealscope_readers::recording::ProbeRecord;
+
+type Error = Box<dyn std::error::Error>;
+
+/// /proc/interrupts costs ~8x a /proc/stat read (~80 µs here): once a
+/// second keeps it under 0.01 % of a CPU (BENCHMARKS.md, issue 4).
+pub const DEFAULT_IRQ_RATE: f64 = 1.0;
+/// The wakeup probe in a recording: a deadline every 5 ms per CPU (200
+/// wake-ups a second), a tenth of cyclictest's default rate.
+const PROBE_INTERVAL: Duration = Duration::from_millis(5);
+const PROBE_WINDOW: Duration = Duration::from_secs(1);
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordProbe {
+    /// Timer wake-up latency (as `probe wakeup`), one window per CPU per second
+    Wakeup,
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// The recording to write (an existing file is not overwritten)
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// /proc/stat samples per second, 10-1000
+    #[arg(long, default_value_t = 100.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// How long to record (e.g. 10m, 2h); default: until Ctrl-C or SIGTERM
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// /proc/interrupts samples per second (0 = none), at most --rate
+    #[arg(long, default_value_t = DEFAULT_IRQ_RATE, value_parser = parse_irq_rate)]
+    pub irq_rate: f64,
+    /// Also run a probe, one latency window per CPU per second
+    #[arg(long, value_enum)]
+    pub probe: Option<RecordProbe>,
+    /// Time between checkpoints (every file doctor reads; a cut-off file
+    /// reads up to its last one)
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub checkpoint: Duration,
+    /// Read /proc and /sys under this directory instead of /
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(10.0..=1000.0).contains(&v) {
+        return Err("rate must be between 10 and 1000 Hz".into());
+    }
+    Ok(v)
+}
+
+fn parse_irq_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if !(0.0..=1000.0).contains(&v) {
+        return Err("irq rate must be between 0 and 1000 Hz".into());
+    }
+    Ok(v)
+}
+
+/// A window's records per CPU and the probe's notes, or why it stopped.
+type WindowResult = Result<(Vec<ProbeRecord>, Vec<String>), String>;
+
+/// One window per CPU of a wakeup run.
+fn windows_of(rep: &wakeup::WakeupReport, start_ns: u64, wall_ns: u64) -> Vec<ProbeRecord> {
+    rep.cpus
+        .iter()
+        .map(|c| ProbeRecord {
+            probe: "wakeup".into(),
+            cpu: c.stats.cpu,
+            start_ns,
+            wall_ns,
+            samples: c.stats.samples,
+            p50_ns: ns(c.stats.p50_us),
+            p99_ns: ns(c.stats.p99_us),
+            max_ns: ns(c.stats.max_us),
+            buckets: c
+                .stats
+                .buckets
+                .iter()
+                .map(|b| (ns(b.le_us), b.count))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The wakeup probe in its own thread, one run per window.
+struct WakeupWindows {
+    stop: Arc<AtomicBool>,
+    rx: Receiver<WindowResult>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Notes already passed on (the same ones come with every window).
+    noted: Vec<String>,
+}
+
+fn ns(us: f64) -> u64 {
+    (us * 1000.0).round().max(0.0) as u64
+}
+
+impl WakeupWindows {
+    fn start(stop_all: Arc<AtomicBool>) -> WakeupWindows {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = channel();
+        let own = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let opts = wakeup::WakeupOptions {
+                duration: PROBE_WINDOW,
+                interval: PROBE_INTERVAL,
+                ..Default::default()
+            };
+            while !own.load(Ordering::Relaxed) && !stop_all.load(Ordering::Relaxed) {
+                let start_ns = monotonic_ns();
+                let r = wakeup::run(&opts, &own).map_err(|e| e.to_string());
+                let wall_ns = monotonic_ns() - start_ns;
+                let failed = r.is_err();
+                let msg = r.map(|rep| (windows_of(&rep, start_ns, wall_ns), rep.notes));
+                if tx.send(msg).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        WakeupWindows {
+            stop,
+            rx,
+            thread: Some(thread),
+            noted: Vec::new(),
+        }
+    }
+}
+
+impl ProbeSource for WakeupWindows {
+    fn drain(&mut self, out: &mut Vec<ProbeRecord>, notes: &mut Vec<String>) {
+        while let Ok(r) = self.rx.try_recv() {
+            let new_notes = match r {
+                Ok((w, n)) => {
+                    out.extend(w);
+                    n
+                }
+                Err(e) => vec![format!("probe wakeup stopped: {e}")],
+            };
+            for n in new_notes {
+                if !self.noted.contains(&n) {
+                    notes.push(format!("probe wakeup: {n}"));
+                    self.noted.push(n);
+                }
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn run(a: &RecordArgs) -> Result<(), Error> {
+    if !a.root.join("proc").is_dir() {
+        return Err(format!("{}: no proc/ under this root", a.root.display()).into());
+    }
+    if a.irq_rate > a.rate {
+        return Err(format!(
+            "--irq-rate {} is above --rate {}: interrupts are read at most with every sample",
+            a.irq_rate, a.rate
+        )
+        .into());
+    }
+    let name = a.output.display().to_string();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&a.output)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => format!("{name}: exists; refusing to overwrite"),
+            _ => format!("{name}: {e}"),
+        })?;
+    let stop = signals::stop_on_signals()?;
+    let mut probe = a.probe.map(|_| WakeupWindows::start(Arc::clone(&stop)));
+    let opts = RecordOptions {
+        root: a.root.clone(),
+        rate_hz: a.rate,
+        irq_rate_hz: a.irq_rate,
+        host_scan: Duration::from_secs(1),
+        checkpoint: a.checkpoint,
+        duration: a.duration,
+        probes: probe.iter().map(|_| "wakeup".to_string()).collect(),
+    };
+    let sum = record(
+        &opts,
+        file,
+        &name,
+        &stop,
+        probe.as_mut().map(|p| p as &mut dyn ProbeSource),
+    );
+    if let Some(p) = probe.as_mut() {
+        p.stop();
+    }
+    let sum = sum?;
+    eprintln!(
+        "wrote {name}: {} samples of {} CPUs in {:.1} s, {} checkpoints, {} bytes (ended by {})",
+        sum.stat_samples, sum.cpus, sum.seconds, sum.checkpoints, sum.bytes, sum.reason
+    );
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! `stealscope report FILE -o report.html`: the doctor's model of a snapshot
+//! or a recording drawn as one self-contained HTML page (or a simulation's
+//! results).
+
+use clap::Args;
+use std::path::{Path, PathBuf};
+use stealscope_model::timeline::{IrqWindow, Timeline};
+use stealscope_model::MachineModel;
+use stealscope_output::html::{self, HtmlInput};
+use stealscope_readers::snapshot::{self, Snapshot};
+
+type Error = Box<dyn std::error::Error>;
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Snapshot (directory or .tar.gz), recording (`record -o`) or `sim --json` output to draw
+    #[arg(value_name = "FILE")]
+    pub input: PathBuf,
+    /// HTML file to write
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: PathBuf,
+}
+
+/// Everything `report` draws from one input: the snapshot the doctor's
+/// model is built from, and the series only a recording has (empty for a
+/// snapshot). The one place a new input kind is added.
+pub fn load(path: &Path) -> Result<(Snapshot, Timeline), Error> {
+    if stealscope_readers::recording::is_recording(path) {
+        let r = stealscope_model::recording::open(path)?;
+        return Ok((r.snapshot, r.timeline));
+    }
+    Ok((snapshot::open(path)?, Timeline::default()))
+}
+
+/// `sim --json` output, if that is what `path` holds (a file starting with
+/// a JSON object naming the simulator's schema).
+fn sim_page(path: &Path) -> Result<Option<html::sim::SimPage>, Error> {
+    use std::io::Read;
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !html::sim::looks_like(&head[..n]) {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    html::sim::parse(&text)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+fn write_page(out: &Path, page: &str) -> Result<(), Error> {
+    std::fs::write(out, page).map_err(|e| format!("{}: {e}", out.display()).into())
+}
+
+pub fn run(a: &ReportArgs) -> Result<(), Error> {
+    if let Some(sim) = sim_page(&a.input)? {
+        let page = html::sim::render(&sim, &a.input.display().to_string());
+        write_page(&a.output, &page)?;
+        eprintln!(
+            "wrote {} ({} KiB, {} simulated cases)",
+            a.output.display(),
+            page.len().div_ceil(1024),
+            sim.cases.len()
+        );
+        return Ok(());
+    }
+    let (snap, mut timeline) = load(&a.input)?;
+    let model = MachineModel::build(&snap)?;
+    let report = crate::doctor_report(&snap, &model);
+    // A snapshot's interrupts are one window, t0 to t1.
+    if timeline.irq.is_empty() && !model.irq.is_empty() {
+        timeline.irq.push(IrqWindow {
+            start_s: 0.0,
+            wall_s: model.wall_s,
+            cpus: model.irq.clone(),
+        });
+    }
+    let page = html::render(&HtmlInput {
+        report: &report,
+        model: &model,
+        timeline: &timeline,
+        meta: &snap.meta,
+        source: &a.input.display().to_string(),
+    });
+    write_page(&a.output, &page)?;
+    eprintln!(
+        "wrote {} ({} KiB, {} findings)",
+        a.output.display(),
+        page.len().div_ceil(1024),
+        report.findings.len()
+    );
+    Ok(())
+}

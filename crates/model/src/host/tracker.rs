@@ -1,0 +1,59 @@
+//! A host scan kept going by a long-running command (serve, record):
+//! discovery at the start and whenever a VMM process starts ([`VmmWatch`]),
+//! otherwise one schedstat read per known thread per scan ([`HostScanner`]).
+//! Failures are handed back for the caller to report; the tracker goes on
+//! with what it found before.
+
+use super::scanner::{HostScanner, ScannedVm, ThreadSample};
+use super::watch::VmmWatch;
+use std::path::Path;
+use stealscope_readers::{ReadError, RootFs};
+
+#[derive(Default)]
+pub struct HostTracker {
+    scanner: Option<HostScanner>,
+    watch: VmmWatch,
+    samples: Vec<ThreadSample>,
+}
+
+impl HostTracker {
+    /// Primes the watch (so that only VMMs started later trigger a
+    /// rediscovery) and discovers the VMs running now.
+    pub fn start(root: &Path) -> (HostTracker, Option<ReadError>) {
+        let mut t = HostTracker::default();
+        let primed = t.watch.check(&RootFs::new(root)).err();
+        let found = t.rediscover(root).err();
+        (t, primed.or(found))
+    }
+
+    /// Keeps the previous scanner when discovery fails.
+    fn rediscover(&mut self, root: &Path) -> Result<(), ReadError> {
+        self.scanner = Some(HostScanner::discover(root)?);
+        Ok(())
+    }
+
+    /// One scan of every known thread, after a rediscovery if `look_for_new`
+    /// and a VMM started (that check lists /proc: on a VM guest it costs
+    /// more than the scan). The scan happens even when the check failed.
+    pub fn scan(&mut self, root: &Path, look_for_new: bool) -> Result<(), ReadError> {
+        let checked = match look_for_new.then(|| self.watch.check(&RootFs::new(root))) {
+            Some(Ok(true)) => self.rediscover(root),
+            Some(Ok(false)) | None => Ok(()),
+            Some(Err(e)) => Err(e),
+        };
+        match self.scanner.as_mut() {
+            Some(sc) => sc.scan(&mut self.samples),
+            None => self.samples.clear(),
+        }
+        checked
+    }
+
+    pub fn vms(&self) -> &[ScannedVm] {
+        self.scanner.as_ref().map_or(&[], |s| &s.vms)
+    }
+
+    /// The threads read by the last scan.
+    pub fn samples(&self) -> &[ThreadSample] {
+        &self.samples
+    }
+}

@@ -1,0 +1,349 @@
+//! A recording turned into what the rest of stealscope reads: a
+//! [`Snapshot`] (t0 = the first checkpoint, t1 = the last complete one, the
+//! /proc/stat series and counter reads between them) for the doctor rules
+//! and [`MachineModel`](crate::MachineModel), and a [`Timeline`] of the
+//! series a snapshot does not hold (interrupts, vCPU waits, probe windows).
+
+use crate::irq_rates::rates;
+use crate::timeline::{IrqWindow, ProbeWindow, Timeline, VcpuWindow};
+use std::collections::BTreeMap;
+use std::path::Path;
+use stealscope_readers::perf::{CounterCapture, CounterSample};
+use stealscope_readers::recording::{
+    Header, IrqSample, ProbeRecord, Record, RecordingReader, StatSample, VcpuSample,
+};
+use stealscope_readers::snapshot::{self, Hardware, Meta, RawSample, Snapshot};
+use stealscope_readers::{stat, MemFs, ReadError};
+
+#[derive(Debug, Clone)]
+pub struct Recording {
+    pub header: Header,
+    pub snapshot: Snapshot,
+    pub timeline: Timeline,
+    /// The end frame was read: the recorder finished cleanly.
+    pub complete: bool,
+    pub checkpoints: usize,
+    /// /proc/stat samples in the file (also those outside t0..t1).
+    pub stat_samples: usize,
+}
+
+type Files = BTreeMap<String, Vec<u8>>;
+
+/// Everything read from the file, before it is cut to t0..t1.
+#[derive(Default)]
+struct Raw {
+    first: Option<(u64, Files)>,
+    last: Option<(u64, Files)>,
+    checkpoints: usize,
+    stat: Vec<StatSample>,
+    /// Windows with their absolute start (start_s is set once t0 is known).
+    irq: Vec<(u64, IrqWindow)>,
+    prev_irq: Option<IrqSample>,
+    vcpu: Vec<(u64, VcpuWindow)>,
+    prev_vcpu: Option<VcpuSample>,
+    counters: Vec<CounterSample>,
+    probes: Vec<ProbeRecord>,
+    notes: Vec<(u64, String)>,
+    unknown: usize,
+    complete: bool,
+}
+
+impl Raw {
+    fn add(&mut self, rec: Record) {
+        match rec {
+            Record::Checkpoint { t_ns, files } => {
+                self.checkpoints += 1;
+                if self.first.is_none() {
+                    self.first = Some((t_ns, files));
+                } else {
+                    self.last = Some((t_ns, files));
+                }
+            }
+            Record::Stat(s) => self.stat.extend(s),
+            Record::Irq(samples) => {
+                for s in samples {
+                    if let Some(p) = &self.prev_irq {
+                        if s.t_ns > p.t_ns {
+                            let wall = (s.t_ns - p.t_ns) as f64 / 1e9;
+                            let cpus = rates(&p.irq, &s.irq, wall);
+                            self.irq.push((
+                                p.t_ns,
+                                IrqWindow {
+                                    start_s: 0.0,
+                                    wall_s: wall,
+                                    cpus,
+                                },
+                            ));
+                        }
+                    }
+                    self.prev_irq = Some(s);
+                }
+            }
+            Record::Vcpu(samples) => {
+                for s in samples {
+                    if let Some(p) = self.prev_vcpu.take() {
+                        self.add_vcpu_windows(&p, &s);
+                    }
+                    self.prev_vcpu = Some(s);
+                }
+            }
+            Record::Counters(c) => self.counters.extend(c),
+            Record::Probes(p) => self.probes.extend(p),
+            Record::Note { t_ns, text } => self.notes.push((t_ns, text)),
+            Record::End(_) => self.complete = true,
+            Record::Unknown { .. } => self.unknown += 1,
+        }
+    }
+
+    fn add_vcpu_windows(&mut self, p: &VcpuSample, s: &VcpuSample) {
+        if s.t_ns <= p.t_ns {
+            return;
+        }
+        for (e, t) in &s.threads {
+            let Some((_, pt)) = p
+                .threads
+                .iter()
+                .find(|(pe, _)| pe.pid == e.pid && pe.tid == e.tid)
+            else {
+                continue;
+            };
+            // A thread id reused by another thread starts again from 0.
+            let (Some(run), Some(wait)) = (
+                t.run_ns.checked_sub(pt.run_ns),
+                t.wait_ns.checked_sub(pt.wait_ns),
+            ) else {
+                continue;
+            };
+            self.vcpu.push((
+                p.t_ns,
+                VcpuWindow {
+                    start_s: 0.0,
+                    wall_s: (s.t_ns - p.t_ns) as f64 / 1e9,
+                    vm: e.vm.clone(),
+                    vcpu: e.vcpu,
+                    run_s: run as f64 / 1e9,
+                    wait_s: wait as f64 / 1e9,
+                },
+            ));
+        }
+    }
+}
+
+/// Reads a recording; a cut-off tail is a note, anything else wrong an error.
+pub fn open(path: &Path) -> Result<Recording, ReadError> {
+    let name = path.display().to_string();
+    let mut r = RecordingReader::open(path)?;
+    let header = r.header().clone();
+    let mut raw = Raw::default();
+    while let Some(rec) = r.next_record()? {
+        raw.add(rec);
+    }
+    let mut notes = Vec::new();
+    if let Some(why) = r.truncation() {
+        notes.push(format!(
+            "recording cut off ({why}); read up to the last complete record at offset {}",
+            r.offset()
+        ));
+    } else if !raw.complete {
+        notes.push(
+            "recording has no end frame (the recorder was stopped without finishing); read up to its last frame"
+                .to_string(),
+        );
+    }
+    if raw.unknown > 0 {
+        notes.push(format!(
+            "skipped {} frames of kinds this build does not know (written by a newer stealscope)",
+            raw.unknown
+        ));
+    }
+    build(&name, header, raw, notes)
+}
+
+/// When the file holds one checkpoint only (cut off within the first
+/// checkpoint period), t1 is t0 with the last sample's cpu rows and the
+/// uptime advanced to it.
+fn synthetic_t1(t0: &Files, t0_ns: u64, last: &StatSample) -> Files {
+    let mut files = t0.clone();
+    let rows = stat::render_cpu_lines(&last.stat);
+    let rest = t0
+        .get(stat::PATH)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .map(|t| {
+            t.split_inclusive('\n')
+                .skip_while(|l| l.starts_with("cpu"))
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    files.insert(stat::PATH.to_string(), format!("{rows}{rest}").into_bytes());
+    let uptime = t0
+        .get("/proc/uptime")
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .map(|t| t.split_whitespace().map(str::to_string).collect::<Vec<_>>());
+    if let Some([up, idle, ..]) = uptime.as_deref() {
+        if let Ok(up) = up.parse::<f64>() {
+            let dt = last.t_ns.saturating_sub(t0_ns) as f64 / 1e9;
+            files.insert(
+                "/proc/uptime".to_string(),
+                format!("{:.2} {idle}\n", up + dt).into_bytes(),
+            );
+        }
+    }
+    files
+}
+
+fn build(
+    name: &str,
+    header: Header,
+    mut raw: Raw,
+    mut notes: Vec<String>,
+) -> Result<Recording, ReadError> {
+    let (t0_ns, t0) = raw
+        .first
+        .take()
+        .ok_or_else(|| ReadError::parse(name, "no complete checkpoint: nothing to analyse"))?;
+    let (t1_ns, t1) = match raw.last.take() {
+        Some((t, f)) if t > t0_ns => (t, f),
+        _ => {
+            let last = raw
+                .stat
+                .iter()
+                .rev()
+                .find(|s| s.t_ns > t0_ns)
+                .ok_or_else(|| {
+                    ReadError::parse(
+                        name,
+                        "one checkpoint and no /proc/stat sample after it: nothing to analyse",
+                    )
+                })?;
+            notes.push(format!(
+                "the recording ends before its second checkpoint: t1 is its last /proc/stat sample (+{:.1} s); the other files are as at the start",
+                (last.t_ns - t0_ns) as f64 / 1e9
+            ));
+            (last.t_ns, synthetic_t1(&t0, t0_ns, last))
+        }
+    };
+    let inside = |t: u64| t >= t0_ns && t <= t1_ns;
+    let after = raw.stat.iter().filter(|s| s.t_ns > t1_ns).count();
+    if after > 0 {
+        notes.push(format!(
+            "{after} /proc/stat samples after the last complete checkpoint (+{:.1} s) are left out",
+            (t1_ns - t0_ns) as f64 / 1e9
+        ));
+    }
+    let stat_samples = raw.stat.len();
+    let samples: Vec<RawSample> = raw
+        .stat
+        .iter()
+        .filter(|s| inside(s.t_ns))
+        .map(|s| RawSample {
+            t_ns: s.t_ns,
+            stat: stat::render_cpu_lines(&s.stat),
+        })
+        .collect();
+    let origin = samples.first().map_or(t0_ns, |s| s.t_ns);
+    let rel = |t: u64| (t as f64 - origin as f64) / 1e9;
+    let ends_inside = |a: u64, wall_s: f64| inside(a) && inside(a + (wall_s * 1e9) as u64);
+    let mut timeline = Timeline {
+        irq: raw
+            .irq
+            .into_iter()
+            .filter(|(a, w)| ends_inside(*a, w.wall_s))
+            .map(|(a, w)| IrqWindow {
+                start_s: rel(a),
+                ..w
+            })
+            .collect(),
+        vcpu: raw
+            .vcpu
+            .into_iter()
+            .filter(|(a, w)| ends_inside(*a, w.wall_s))
+            .map(|(a, w)| VcpuWindow {
+                start_s: rel(a),
+                ..w
+            })
+            .collect(),
+        probes: raw
+            .probes
+            .into_iter()
+            .filter(|p| inside(p.start_ns))
+            .map(|p| ProbeWindow {
+                start_s: rel(p.start_ns),
+                wall_s: p.wall_ns as f64 / 1e9,
+                probe: p.probe,
+                cpu: p.cpu,
+                samples: p.samples,
+                p50_us: p.p50_ns as f64 / 1e3,
+                p99_us: p.p99_ns as f64 / 1e3,
+                max_us: p.max_ns as f64 / 1e3,
+                buckets: p
+                    .buckets
+                    .into_iter()
+                    .map(|(le, n)| (le as f64 / 1e3, n))
+                    .collect(),
+            })
+            .collect(),
+        notes: Vec::new(),
+    };
+    for (t, text) in raw.notes {
+        notes.push(format!("recorder at +{:.1} s: {text}", rel(t)));
+    }
+    timeline.notes = notes;
+    let counters = header.counters.as_ref().map(|c| CounterCapture {
+        opened: c.opened.clone(),
+        missing: c.missing.clone(),
+        samples: raw
+            .counters
+            .into_iter()
+            .filter(|s| inside(s.t_ns))
+            .collect(),
+    });
+    let side = |files: Files, which: &str| MemFs {
+        files,
+        name: format!("{name}/{which}"),
+    };
+    let t0 = side(t0, "t0");
+    let t1 = side(t1, "t1");
+    let meta = Meta {
+        format: snapshot::FORMAT.to_string(),
+        interval_s: (t1_ns - t0_ns) as f64 / 1e9,
+        hostname: header.hostname.clone(),
+        taken_unix_s: Some(header.start_unix_s + rel_to(header.start_mono_ns, t0_ns)),
+        clk_tck: header.clk_tck,
+        kernel: header.kernel.clone(),
+        stealscope_version: header.stealscope_version.clone(),
+        sample_hz: Some(header.rate_hz),
+    };
+    let snapshot = Snapshot {
+        meta,
+        t0,
+        t1,
+        samples,
+        hardware: Hardware {
+            cpuid: header.cpuid.clone(),
+            counters,
+        },
+    };
+    Ok(Recording {
+        header,
+        snapshot,
+        timeline,
+        complete: raw.complete,
+        checkpoints: raw.checkpoints,
+        stat_samples,
+    })
+}
+
+fn rel_to(origin: u64, t: u64) -> f64 {
+    (t as f64 - origin as f64) / 1e9
+}
+
+/// A snapshot (directory or .tar.gz) or a recording (told by its magic) as
+/// a snapshot, with what the source says about itself.
+pub fn open_snapshot(path: &Path) -> Result<(Snapshot, Vec<String>), ReadError> {
+    if stealscope_readers::recording::is_recording(path) {
+        let r = open(path)?;
+        Ok((r.snapshot, r.timeline.notes))
+    } else {
+        Ok((snapshot::open(path)?, Vec::new()))
+    }
+}

@@ -1,0 +1,462 @@
+//! The page rendered from fixture snapshots and hand-made timelines; every
+//! expected count is computed here from the input files, not taken from the
+//! renderer.
+
+use super::*;
+use stealscope_analysis::{Finding, ReportInput, Severity};
+use stealscope_model::irq_rates::{CpuIrqRates, SourceRate};
+use stealscope_model::timeline::{IrqWindow, ProbeWindow, VcpuWindow};
+use stealscope_readers::snapshot::{self, Snapshot};
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/snapshots")
+        .join(name)
+}
+
+struct Loaded {
+    snap: Snapshot,
+    model: MachineModel,
+    report: DoctorReport,
+}
+
+fn load(name: &str) -> Loaded {
+    let snap = snapshot::open(&fixture(name)).unwrap();
+    let model = MachineModel::build(&snap).unwrap();
+    let report = stealscope_analysis::build(ReportInput {
+        model: &model,
+        interval_s: snap.meta.interval_s,
+        hostname: snap.meta.hostname.clone(),
+        kernel: snap.meta.kernel.clone(),
+    });
+    Loaded {
+        snap,
+        model,
+        report,
+    }
+}
+
+fn page(l: &Loaded, t: &Timeline) -> String {
+    render(&HtmlInput {
+        report: &l.report,
+        model: &l.model,
+        timeline: t,
+        meta: &l.snap.meta,
+        source: "fixture",
+    })
+}
+
+/// The markup of the section with this id.
+fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    let at = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no section {id}"));
+    let start = html[..at].rfind("<section").unwrap();
+    let end = html[start..].find("</section>").unwrap() + start;
+    &html[start..end]
+}
+
+/// The markup of the first `<svg>` whose class list holds `class`.
+fn svg_of<'a>(html: &'a str, class: &str) -> &'a str {
+    let start = html
+        .find(&format!("<svg class=\"{class}\""))
+        .unwrap_or_else(|| panic!("no svg {class}"));
+    let end = html[start..].find("</svg>").unwrap() + start;
+    &html[start..end]
+}
+
+fn cells(svg: &str) -> usize {
+    svg.matches("<rect class=\"cell").count()
+}
+
+/// samples.jsonl read here on its own: per window (wall s, per-CPU steal
+/// ticks), CPU count.
+fn windows_by_hand(name: &str) -> (Vec<(f64, Vec<u64>)>, usize) {
+    let text = std::fs::read_to_string(fixture(name).join("samples.jsonl")).unwrap();
+    let rows: Vec<(u64, Vec<u64>)> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let steal = v["stat"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+                .map(|l| l.split_whitespace().nth(8).unwrap().parse().unwrap())
+                .collect();
+            (v["t_ns"].as_u64().unwrap(), steal)
+        })
+        .collect();
+    let cpus = rows[0].1.len();
+    let w = rows
+        .windows(2)
+        .map(|p| {
+            let wall = (p[1].0 - p[0].0) as f64 / 1e9;
+            (
+                wall,
+                p[1].1.iter().zip(&p[0].1).map(|(b, a)| b - a).collect(),
+            )
+        })
+        .collect();
+    (w, cpus)
+}
+
+#[test]
+fn steal_heatmap_has_a_cell_per_cpu_and_window() {
+    let l = load("6.x-bursty-steal");
+    let html = page(&l, &Timeline::default());
+    let (windows, cpus) = windows_by_hand("6.x-bursty-steal");
+    let map = svg_of(section(&html, steal::ID), "heatmap steal");
+    assert_eq!(cells(map), cpus * windows.len().min(bins::MAX_BINS));
+    // Every CPU is a labelled row.
+    for c in 0..cpus {
+        assert!(map.contains(&format!(">cpu{c}</text>")), "row cpu{c}");
+    }
+}
+
+#[test]
+fn burst_histogram_counts_the_windows_a_hand_count_finds() {
+    let l = load("6.x-bursty-steal");
+    let (windows, _) = windows_by_hand("6.x-bursty-steal");
+    let tck = l.snap.meta.clk_tck.unwrap_or(100) as f64;
+    let pcts: Vec<f64> = windows
+        .iter()
+        .flat_map(|(wall, st)| st.iter().map(move |s| 100.0 * *s as f64 / tck / wall))
+        .collect();
+    let hand_bursts = pcts
+        .iter()
+        .filter(|p| **p >= stealscope_analysis::rules::steal::BURST_WINDOW_PCT)
+        .count();
+    assert!(hand_bursts > 0, "the fixture has bursts");
+    let hist = bursts::histogram(&Series::of(&l.model));
+    assert_eq!(hist.iter().sum::<u64>() as usize, pcts.len());
+    let from = (stealscope_analysis::rules::steal::BURST_WINDOW_PCT / bursts::BUCKET_PCT) as usize;
+    assert_eq!(hist[from..].iter().sum::<u64>() as usize, hand_bursts);
+    let html = page(&l, &Timeline::default());
+    let s = section(&html, bursts::ID);
+    assert!(s.contains(&format!("{hand_bursts} at or above")));
+    assert_eq!(s.matches("class=\"bar alarm\"").count(), 20 - from);
+}
+
+#[test]
+fn long_series_are_binned_to_a_bounded_page() {
+    let mut l = load("6.x-bursty-steal");
+    let one = l.model.windows[0].1.clone();
+    let cpus = one.cpus.len();
+    let size = |l: &mut Loaded, n: usize| {
+        // n windows of 1 ms, each a copy of a real one rescaled.
+        let mut w = one.clone();
+        w.wall_s = 0.001;
+        for c in &mut w.cpus {
+            let k = 0.001 / c.wall_s;
+            c.wall_s = 0.001;
+            c.secs = stealscope_model::ModeSecs {
+                user: c.secs.user * k,
+                system: c.secs.system * k,
+                idle: c.secs.idle * k,
+                steal: c.secs.steal * k,
+                ..Default::default()
+            };
+        }
+        l.model.windows = (0..n).map(|i| (i as f64 * 0.001, w.clone())).collect();
+        let html = page(l, &Timeline::default());
+        let map = svg_of(section(&html, steal::ID), "heatmap steal");
+        assert_eq!(cells(map), cpus * n.min(bins::MAX_BINS));
+        html.len()
+    };
+    let small = size(&mut l, 10_000);
+    // An hour at 100 Hz: 36 times the windows, the same page size give or
+    // take the digits of larger numbers.
+    let hour = size(&mut l, 360_000);
+    assert!(
+        (hour as f64) < 1.1 * small as f64,
+        "{small} bytes at 10 k windows, {hour} at 360 k"
+    );
+    assert!(hour < 2_000_000, "{hour} bytes");
+}
+
+#[test]
+fn every_fixture_renders_with_every_finding() {
+    let dir = fixture("");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut with_findings = 0;
+    for name in names {
+        let l = load(&name);
+        let html = page(&l, &Timeline::default());
+        let s = section(&html, "findings");
+        assert_eq!(
+            s.matches("<article class=\"finding").count(),
+            l.report.findings.len(),
+            "{name}"
+        );
+        // In the doctor's order.
+        let mut at = 0;
+        for f in &l.report.findings {
+            let pos = s[at..]
+                .find(&format!("data-finding-id=\"{}\"", f.id))
+                .unwrap_or_else(|| panic!("{name}: {} missing or out of order", f.id));
+            at += pos + 1;
+        }
+        for n in &l.report.notes {
+            let escaped = maud::html! { (n) }.into_string();
+            assert!(section(&html, "notes").contains(&escaped), "{name}: note");
+        }
+        for id in [
+            steal::ID,
+            stacked::ID,
+            bursts::ID,
+            hw::ID,
+            irq::ID,
+            vcpu::ID,
+            probes::ID,
+        ] {
+            section(&html, id);
+        }
+        with_findings += usize::from(!l.report.findings.is_empty());
+    }
+    assert!(with_findings > 10);
+}
+
+#[test]
+fn hostile_text_is_escaped() {
+    let mut l = load("6.x-healthy");
+    let evil = "<script>alert(1)</script><img src=x onerror=alert(2)>\"'&";
+    l.report.hostname = Some(evil.to_string());
+    l.report.notes.push(format!("note {evil}"));
+    l.report.findings.push(
+        Finding::new(&format!("x.{evil}"), Severity::Critical, evil)
+            .evidence(evil, evil)
+            .files(&[evil])
+            .remedy(evil)
+            .case(evil),
+    );
+    let mut t = Timeline::default();
+    t.vcpu.push(VcpuWindow {
+        start_s: 0.0,
+        wall_s: 1.0,
+        vm: evil.to_string(),
+        vcpu: 0,
+        run_s: 0.5,
+        wait_s: 0.1,
+    });
+    t.probes.push(probe(evil, 0.0, &[(3.0, 1)]));
+    let html = page(&l, &t);
+    assert!(!html.contains("<script"), "a script element");
+    assert!(!html.contains("<img"), "an img element");
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(html.contains("data-finding-id=\"x.&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&quot;'&amp;\""));
+}
+
+#[test]
+fn no_fetch_is_possible() {
+    let l = load("6.x-ipc-collapse");
+    let html = page(&l, &Timeline::default());
+    assert!(html.contains(&format!(
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
+    )));
+    assert!(CSP.starts_with("default-src 'none'"));
+    for attr in [" src=", "url(", "@import", "<script", "<iframe", "<object"] {
+        assert!(!html.contains(attr), "{attr}");
+    }
+    // Every href is a fragment or the empty data: icon.
+    for part in html.split(" href=\"").skip(1) {
+        assert!(
+            part.starts_with('#') || part.starts_with("data:,"),
+            "{}",
+            &part[..40.min(part.len())]
+        );
+    }
+}
+
+#[test]
+fn empty_series_say_no_data() {
+    // No samples.jsonl, no counters, an empty timeline.
+    let l = load("6.x-healthy");
+    let html = page(&l, &Timeline::default());
+    for id in [bursts::ID, hw::ID, irq::ID, vcpu::ID, probes::ID] {
+        let s = section(&html, id);
+        assert!(s.contains("class=\"plot no-data\""), "{id}");
+        assert!(s.contains("no data: "), "{id}");
+    }
+    // The interval is still drawn: one column per CPU.
+    let cpus = l.model.interval.cpus.len();
+    let map = svg_of(section(&html, steal::ID), "heatmap steal");
+    assert_eq!(cells(map), cpus);
+    assert!(section(&html, steal::ID).contains("one column for the whole interval"));
+}
+
+#[test]
+fn counters_are_drawn_next_to_steal() {
+    let l = load("6.x-ipc-collapse");
+    let html = page(&l, &Timeline::default());
+    let s = section(&html, hw::ID);
+    let (windows, cpus) = windows_by_hand("6.x-ipc-collapse");
+    let counters: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("6.x-ipc-collapse").join("counters.json")).unwrap(),
+    )
+    .unwrap();
+    let counted_cpus = counters["samples"][0]["cpus"].as_array().unwrap().len();
+    let bins = windows.len().min(bins::MAX_BINS);
+    assert_eq!(cells(svg_of(s, "heatmap steal")), cpus * bins);
+    assert_eq!(cells(svg_of(s, "heatmap ipc")), counted_cpus * bins);
+    assert_eq!(cells(svg_of(s, "heatmap miss")), counted_cpus * bins);
+    // The IPC of one cell equals instructions / cycles of that window.
+    let d = |k: &str, i: usize| {
+        let read = |j: usize| {
+            counters["samples"][j]["cpus"][0]["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find_map(|g| g["counts"][k].as_u64())
+                .unwrap()
+        };
+        (read(i + 1) - read(i)) as f64
+    };
+    let ipc = d("instructions", 3) / d("cycles", 3);
+    let cpu0 = counters["samples"][0]["cpus"][0]["cpu"].as_u64().unwrap();
+    let want = format!("cpu{cpu0} +");
+    let cell = svg_of(s, "heatmap ipc")
+        .split("<rect class=\"cell\"")
+        .filter(|c| c.contains(&want))
+        .nth(3)
+        .unwrap();
+    assert!(
+        cell.contains(&format!("IPC {}", svg::fmt_num(ipc, 2))),
+        "window 3 IPC {ipc}: {cell}"
+    );
+}
+
+fn probe(name: &str, start: f64, buckets: &[(f64, u64)]) -> ProbeWindow {
+    ProbeWindow {
+        start_s: start,
+        wall_s: 1.0,
+        probe: name.to_string(),
+        cpu: Some(0),
+        samples: buckets.iter().map(|b| b.1).sum(),
+        p50_us: 10.0,
+        p99_us: 50.0 + start,
+        max_us: 100.0 + start,
+        buckets: buckets.to_vec(),
+    }
+}
+
+#[test]
+fn timeline_series_are_drawn() {
+    let l = load("6.x-healthy");
+    let mut t = Timeline::default();
+    let n_irq = 300; // more than MAX_BINS: binned
+    for i in 0..n_irq {
+        t.irq.push(IrqWindow {
+            start_s: i as f64,
+            wall_s: 1.0,
+            cpus: (0..3)
+                .map(|cpu| CpuIrqRates {
+                    cpu,
+                    total_per_s: 100.0 * (cpu + 1) as f64,
+                    sources: vec![SourceRate {
+                        name: "LOC".into(),
+                        label: "Local timer interrupts".into(),
+                        per_s: 100.0 * (cpu + 1) as f64,
+                    }],
+                })
+                .collect(),
+        });
+    }
+    for (vm, vcpus) in [("web", 2u32), ("db", 4)] {
+        for v in 0..vcpus {
+            for i in 0..10 {
+                t.vcpu.push(VcpuWindow {
+                    start_s: i as f64,
+                    wall_s: 1.0,
+                    vm: vm.into(),
+                    vcpu: v,
+                    run_s: 0.5,
+                    wait_s: 0.25,
+                });
+            }
+        }
+    }
+    t.probes
+        .push(probe("wakeup", 0.0, &[(3.0, 5), (4.0, 7), (100.0, 2)]));
+    t.probes.push(probe("wakeup", 1.0, &[(5.0, 1)]));
+    t.probes.push(probe("preempt", 0.0, &[(1000.0, 9)]));
+    let html = page(&l, &t);
+    let irq = svg_of(section(&html, irq::ID), "heatmap irq");
+    assert_eq!(cells(irq), 3 * bins::MAX_BINS);
+    assert!(irq.contains("cpu2 +") && irq.contains("interrupts 300/s"));
+    let vcpu = svg_of(section(&html, vcpu::ID), "heatmap vcpu");
+    assert_eq!(cells(vcpu), (2 + 4) * 10);
+    assert!(vcpu.contains(">db/3</text>") && vcpu.contains("wait 25 %"));
+    // Probes: buckets merged by powers of two, every sample kept.
+    let m = probes::merge(&t.probes);
+    let w = &m["wakeup"];
+    assert_eq!(w.buckets.values().sum::<u64>(), 5 + 7 + 2 + 1);
+    assert_eq!(w.buckets[&2], 12, "3 and 4 µs are in (2, 4]");
+    assert_eq!(w.buckets[&3], 1, "5 µs is in (4, 8]");
+    assert_eq!(w.buckets[&7], 2, "100 µs is in (64, 128]");
+    assert_eq!(w.max_us, 101.0);
+    let s = section(&html, probes::ID);
+    assert_eq!(s.matches("class=\"probe\"").count(), 2);
+    let wakeup = &s[s.find("data-probe=\"wakeup\"").unwrap()..];
+    assert_eq!(
+        svg_of(wakeup, "bars probe-hist")
+            .matches("<rect class=\"bar\"")
+            .count(),
+        7 - 2 + 1,
+        "wakeup from 2^2 to 2^7 µs, empty buckets included"
+    );
+}
+
+#[test]
+fn a_single_interrupt_window_is_bars_per_cpu() {
+    let l = load("6.x-irq-storm-cal");
+    let t = Timeline {
+        irq: vec![IrqWindow {
+            start_s: 0.0,
+            wall_s: l.model.wall_s,
+            cpus: l.model.irq.clone(),
+        }],
+        ..Timeline::default()
+    };
+    assert!(!l.model.irq.is_empty());
+    let html = page(&l, &t);
+    let s = section(&html, irq::ID);
+    assert_eq!(s.matches("<rect class=\"bar\"").count(), l.model.irq.len());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Whatever a recording holds (NaN, infinities, negative lengths, one
+    /// row repeated), the page renders with every plot.
+    #[test]
+    fn any_timeline_renders(
+        irq in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u32..4, proptest::num::f64::ANY), 0..20),
+        vcpu in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u32..3, proptest::num::f64::ANY), 0..20),
+        probes in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u64..1000), 0..20),
+    ) {
+        let l = load("6.x-healthy");
+        let t = Timeline {
+            irq: irq.into_iter().map(|(start_s, wall_s, cpu, rate)| IrqWindow {
+                start_s,
+                wall_s,
+                cpus: vec![CpuIrqRates { cpu, total_per_s: rate, sources: vec![] }],
+            }).collect(),
+            vcpu: vcpu.into_iter().map(|(start_s, wall_s, vcpu, wait_s)| VcpuWindow {
+                start_s, wall_s, vm: "vm".into(), vcpu, run_s: 0.0, wait_s,
+            }).collect(),
+            probes: probes.into_iter().map(|(upper, max, n)| ProbeWindow {
+                start_s: 0.0, wall_s: 1.0, probe: "wakeup".into(), cpu: None, samples: n,
+                p50_us: upper, p99_us: upper, max_us: max, buckets: vec![(upper, n)],
+            }).collect(),
+            notes: vec![],
+        };
+        let html = page(&l, &t);
+        for id in [steal::ID, stacked::ID, bursts::ID, hw::ID, irq::ID, vcpu::ID, probes::ID] {
+            proptest::prop_assert!(html.contains(&format!("id=\"{id}\"")), "{}", id);
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Byte-level pieces of the format: LEB128 varints (zigzag for signed
+//! deltas), length-prefixed strings, a bounds-checked cursor that never
+//! allocates from a length it has not checked against the bytes left, and
+//! the optional deflate of a payload.
+
+use super::format::MAX_INFLATED;
+use integer_encoding::VarInt;
+use std::io::{Read, Write};
+
+/// Payload flag byte of the series frames: bit 0 = the rest is deflated.
+pub const FLAG_DEFLATE: u8 = 1;
+
+pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+    let mut b = [0u8; 10];
+    let n = v.encode_var(&mut b);
+    out.extend_from_slice(&b[..n]);
+}
+
+pub fn put_i64(out: &mut Vec<u8>, v: i64) {
+    let mut b = [0u8; 10];
+    let n = v.encode_var(&mut b);
+    out.extend_from_slice(&b[..n]);
+}
+
+/// `cur - prev` as a zigzag varint: lossless for any two u64 (a counter
+/// that went backwards or jumped is stored as it was).
+pub fn put_delta(out: &mut Vec<u8>, prev: u64, cur: u64) {
+    put_i64(out, cur.wrapping_sub(prev) as i64);
+}
+
+pub fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_u64(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+pub fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_bytes(out, s.as_bytes());
+}
+
+/// A decoding error: what was wrong and where in the (inflated) payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(pub String);
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub type DResult<T> = Result<T, DecodeError>;
+
+pub fn err<T>(msg: impl Into<String>) -> DResult<T> {
+    Err(DecodeError(msg.into()))
+}
+
+/// Reads a payload front to back.
+pub struct Dec<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Dec<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Dec { buf, pos: 0 }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.remaining() == 0
+    }
+
+    pub fn u8(&mut self) -> DResult<u8> {
+        let b = *self
+            .buf
+            .get(self.pos)
+            .ok_or_else(|| DecodeError(format!("ends at byte {}", self.pos)))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    pub fn u64(&mut self) -> DResult<u64> {
+        match u64::decode_var(&self.buf[self.pos..]) {
+            Some((v, n)) => {
+                self.pos += n;
+                Ok(v)
+            }
+            None => err(format!("bad or cut varint at byte {}", self.pos)),
+        }
+    }
+
+    pub fn i64(&mut self) -> DResult<i64> {
+        match i64::decode_var(&self.buf[self.pos..]) {
+            Some((v, n)) => {
+                self.pos += n;
+                Ok(v)
+            }
+            None => err(format!("bad or cut varint at byte {}", self.pos)),
+        }
+    }
+
+    pub fn u32(&mut self) -> DResult<u32> {
+        let at = self.pos;
+        let v = self.u64()?;
+        u32::try_from(v).or_else(|_| err(format!("value {v} at byte {at} exceeds 32 bits")))
+    }
+
+    /// `prev` plus a zigzag delta (the inverse of [`put_delta`]).
+    pub fn delta(&mut self, prev: u64) -> DResult<u64> {
+        Ok(prev.wrapping_add(self.i64()? as u64))
+    }
+
+    /// A count of items that each take at least `min_bytes`: larger than the
+    /// bytes left can hold is corruption (and is never allocated).
+    pub fn count(&mut self, min_bytes: usize, what: &str) -> DResult<usize> {
+        let at = self.pos;
+        let n = self.u64()?;
+        let fits = (self.remaining() / min_bytes.max(1)) as u64;
+        if n > fits {
+            return err(format!(
+                "{what} count {n} at byte {at} exceeds what the {} bytes left can hold",
+                self.remaining()
+            ));
+        }
+        Ok(n as usize)
+    }
+
+    pub fn bytes(&mut self) -> DResult<&'a [u8]> {
+        let at = self.pos;
+        let n = self.u64()?;
+        if n > self.remaining() as u64 {
+            return err(format!(
+                "length {n} at byte {at} exceeds the {} bytes left",
+                self.remaining()
+            ));
+        }
+        let s = &self.buf[self.pos..self.pos + n as usize];
+        self.pos += n as usize;
+        Ok(s)
+    }
+
+    pub fn str(&mut self) -> DResult<&'a str> {
+        let at = self.pos;
+        let b = self.bytes()?;
+        std::str::from_utf8(b).or_else(|_| err(format!("string at byte {at} is not UTF-8")))
+    }
+
+    /// The rest of the payload.
+    pub fn rest(&mut self) -> &'a [u8] {
+        let s = &self.buf[self.pos..];
+        self.pos = self.buf.len();
+        s
+    }
+
+    /// Fails when bytes are left over (a well-formed payload is used up).
+    pub fn finish(&self) -> DResult<()> {
+        if self.is_empty() {
+            Ok(())
+        } else {
+            err(format!(
+                "{} bytes left over after byte {}",
+                self.remaining(),
+                self.pos
+            ))
+        }
+    }
+}
+
+pub fn deflate(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+    // Writing to a Vec cannot fail.
+    let _ = e.write_all(data);
+    e.finish().unwrap_or_default()
+}
+
+pub fn inflate(data: &[u8]) -> DResult<Vec<u8>> {
+    let mut out = Vec::new();
+    flate2::read::DeflateDecoder::new(data)
+        .take(MAX_INFLATED as u64 + 1)
+        .read_to_end(&mut out)
+        .or_else(|e| err(format!("deflate stream is corrupt: {e}")))?;
+    if out.len() > MAX_INFLATED {
+        return err(format!("inflates to more than {MAX_INFLATED} bytes"));
+    }
+    Ok(out)
+}
+
+/// A series payload: flag byte, then `body` deflated when that is smaller.
+pub fn pack(body: &[u8]) -> Vec<u8> {
+    let z = deflate(body);
+    let mut out = Vec::with_capacity(1 + body.len().min(z.len()));
+    if z.len() < body.len() {
+        out.push(FLAG_DEFLATE);
+        out.extend_from_slice(&z);
+    } else {
+        out.push(0);
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// The body of a series payload (inverse of [`pack`]).
+pub fn unpack(payload: &[u8]) -> DResult<std::borrow::Cow<'_, [u8]>> {
+    let (&flags, rest) = payload
+        .split_first()
+        .ok_or_else(|| DecodeError("empty payload".into()))?;
+    match flags {
+        0 => Ok(std::borrow::Cow::Borrowed(rest)),
+        FLAG_DEFLATE => Ok(std::borrow::Cow::Owned(inflate(rest)?)),
+        f => err(format!("unknown flags {f:#04x}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_are_lossless_for_any_pair() {
+        for (a, b) in [(0, u64::MAX), (u64::MAX, 0), (5, 3), (1 << 63, 7)] {
+            let mut out = Vec::new();
+            put_delta(&mut out, a, b);
+            assert_eq!(Dec::new(&out).delta(a).unwrap(), b);
+        }
+    }
+
+    #[test]
+    fn counts_and_lengths_are_checked_before_use() {
+        let mut out = Vec::new();
+        put_u64(&mut out, u64::MAX);
+        assert!(Dec::new(&out).count(1, "rows").is_err());
+        assert!(Dec::new(&out).bytes().is_err());
+        assert!(Dec::new(&[0x80]).u64().is_err(), "cut varint");
+        assert!(Dec::new(&[0xff; 11]).u64().is_err(), "overlong varint");
+    }
+
+    #[test]
+    fn pack_deflates_only_when_it_pays() {
+        let zeros = vec![0u8; 1000];
+        let p = pack(&zeros);
+        assert_eq!(p[0], FLAG_DEFLATE);
+        assert!(p.len() < 100);
+        assert_eq!(unpack(&p).unwrap().as_ref(), zeros.as_slice());
+        let tiny = [7u8];
+        assert_eq!(pack(&tiny), vec![0, 7]);
+        assert!(unpack(&[2, 0]).is_err());
+        assert!(unpack(&[FLAG_DEFLATE, 0xff, 0xff]).is_err());
+    }
+}

@@ -1,0 +1,76 @@
+//! Payloads of the frames that are not series: probe latency windows and
+//! notes.
+
+use super::codec::{err, pack, put_str, put_u64, unpack, DResult, Dec};
+use super::format::ProbeRecord;
+
+pub fn encode_probes(windows: &[ProbeRecord]) -> Vec<u8> {
+    let mut b = Vec::new();
+    put_u64(&mut b, windows.len() as u64);
+    for w in windows {
+        put_str(&mut b, &w.probe);
+        put_u64(&mut b, w.cpu.map_or(0, |c| c as u64 + 1));
+        for v in [
+            w.start_ns, w.wall_ns, w.samples, w.p50_ns, w.p99_ns, w.max_ns,
+        ] {
+            put_u64(&mut b, v);
+        }
+        put_u64(&mut b, w.buckets.len() as u64);
+        for &(le, n) in &w.buckets {
+            put_u64(&mut b, le);
+            put_u64(&mut b, n);
+        }
+    }
+    pack(&b)
+}
+
+pub fn decode_probes(payload: &[u8]) -> DResult<Vec<ProbeRecord>> {
+    let body = unpack(payload)?;
+    let mut d = Dec::new(&body);
+    let n = d.count(9, "window")?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let probe = d.str()?.to_string();
+        let cpu = match d.u64()? {
+            0 => None,
+            c => Some(u32::try_from(c - 1).or_else(|_| err(format!("cpu {c} too large")))?),
+        };
+        let mut v = [0u64; 6];
+        for x in v.iter_mut() {
+            *x = d.u64()?;
+        }
+        let nb = d.count(2, "bucket")?;
+        let mut buckets = Vec::with_capacity(nb);
+        for _ in 0..nb {
+            buckets.push((d.u64()?, d.u64()?));
+        }
+        let [start_ns, wall_ns, samples, p50_ns, p99_ns, max_ns] = v;
+        out.push(ProbeRecord {
+            probe,
+            cpu,
+            start_ns,
+            wall_ns,
+            samples,
+            p50_ns,
+            p99_ns,
+            max_ns,
+            buckets,
+        });
+    }
+    d.finish()?;
+    Ok(out)
+}
+
+pub fn encode_note(t_ns: u64, text: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    put_u64(&mut b, t_ns);
+    b.extend_from_slice(text.as_bytes());
+    b
+}
+
+pub fn decode_note(payload: &[u8]) -> DResult<(u64, String)> {
+    let mut d = Dec::new(payload);
+    let t = d.u64()?;
+    let text = std::str::from_utf8(d.rest()).or_else(|_| err("note is not UTF-8"))?;
+    Ok((t, text.to_string()))
+}
