@@ -95,6 +95,16 @@ pub enum Command {
                             alert rules and a dashboard are in deploy/."
     )]
     Serve(crate::serve_cmd::ServeArgs),
+    /// Live terminal view: per-CPU busy/steal/idle, steal per 100 ms, findings, VMs on a host
+    #[command(
+        after_help = "Examples:\n  stealscope top                          10 Hz: 100 ms steal windows\n  \
+                            stealscope top --rate 50 --findings-interval 10s\n\n\
+                            Keys: q, Esc or Ctrl-C quit; ? or h help; p pause; + and - sampling rate; \
+                            s sort the VM table. Bars cover the last second; each sparkline cell is one \
+                            window. The doctor rules run in the background over each --findings-interval. \
+                            Needs a terminal (exit 2 otherwise)."
+    )]
+    Top(crate::top_cmd::TopArgs),
     /// Simulate a host or a fleet: per-vCPU steal under cgroup layouts and placement policies
     #[command(
         after_help = "Examples:\n  stealscope sim scenarios/talk-cgroups.toml            compare its cases, 5 seeds\n  \

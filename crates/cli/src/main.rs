@@ -10,6 +10,7 @@ mod record_cmd;
 mod report_cmd;
 mod serve_cmd;
 mod sim_cmd;
+mod top_cmd;
 
 use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
@@ -146,6 +147,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Sim(a) => sim_cmd::run(&a),
         Command::Report(a) => report_cmd::run(&a),
+        Command::Top(a) => top_cmd::run(&a),
         Command::Man { dir } => {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             clap_mangen::generate_to(Cli::command(), &dir)

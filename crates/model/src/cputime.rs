@@ -167,6 +167,35 @@ impl CpuInterval {
     pub fn idle_pct(&self) -> f64 {
         self.pct(self.secs.idle_all())
     }
+    /// Busy, steal and idle as shares of the time the kernel accounted to
+    /// the CPU (the sum of its columns), as top and mpstat print them: they
+    /// add up to 100 however late the reader woke up, which a live view of
+    /// 100 ms windows on a loaded machine needs (a reading 20 ms late would
+    /// be 20 % off against wall time). None when nothing was accounted.
+    pub fn accounted_shares(&self) -> Option<Shares> {
+        let t = self.secs.total();
+        (t > 0.0 && t.is_finite()).then(|| Shares {
+            busy: 100.0 * self.secs.util() / t,
+            steal: self.has_steal.then(|| 100.0 * self.secs.steal / t),
+            idle: 100.0 * self.secs.idle_all() / t,
+        })
+    }
+    /// Adds another interval of the same CPU (or another CPU, for a total):
+    /// seconds and wall time add, steal is known only if known in both.
+    pub fn add(&mut self, o: &CpuInterval) {
+        self.secs.add(&o.secs);
+        self.wall_s += o.wall_s;
+        self.has_steal &= o.has_steal;
+    }
+}
+
+/// See [`CpuInterval::accounted_shares`]; steal is None when the kernel has
+/// no steal column.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shares {
+    pub busy: f64,
+    pub steal: Option<f64>,
+    pub idle: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -301,6 +330,13 @@ mod tests {
         assert!((c.busy_pct() - 30.0).abs() < 1e-9);
         assert!((c.idle_pct() - 40.0).abs() < 1e-9);
         assert!(d.anomalies.is_empty());
+        // 150 + 200 + 100 ticks accounted: shares of those, not of 5 s.
+        let s = c.accounted_shares().unwrap();
+        assert!((s.busy - 100.0 * 150.0 / 450.0).abs() < 1e-9);
+        assert!((s.steal.unwrap() - 100.0 * 100.0 / 450.0).abs() < 1e-9);
+        assert!((s.busy + s.steal.unwrap() + s.idle - 100.0).abs() < 1e-9);
+        let none = delta(&a, &a, 5.0, 100.0).cpus[0];
+        assert_eq!(none.accounted_shares(), None);
     }
 
     #[test]

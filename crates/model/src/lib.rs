@@ -8,7 +8,7 @@ pub mod hw;
 pub mod irq_rates;
 pub mod windows;
 
-pub use cputime::{delta, Anomaly, CpuInterval, IntervalDelta, ModeSecs};
+pub use cputime::{delta, Anomaly, CpuInterval, IntervalDelta, ModeSecs, Shares};
 pub use windows::{classify, split, Sample, StealSplit, WindowClass};
 pub mod machine;
 pub mod observation;
@@ -17,6 +17,7 @@ pub use machine::MachineModel;
 pub use observation::{collect, Observation};
 pub mod capture;
 pub mod host;
+pub mod recent;
 pub mod recording;
 pub mod running;
 pub mod running_hw;

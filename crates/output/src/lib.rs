@@ -7,3 +7,4 @@ pub mod metrics;
 pub mod place;
 pub mod sim;
 pub mod text;
+pub mod tui;

@@ -5,6 +5,7 @@ pub mod libvirt;
 pub mod perf_raw;
 pub mod place;
 pub mod testenv;
+pub mod tmux;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -8,6 +8,7 @@ pub mod observation;
 pub mod scanner;
 pub mod tracker;
 pub mod vcpu_times;
+pub mod vm_rates;
 pub mod watch;
 
 pub use derived::{host_model, HostModel, HypervisorSplit, VcpuSteal, VmSteal};
@@ -15,4 +16,5 @@ pub use discovery::{ThreadRole, VmKind};
 pub use observation::{collect_host, HostObservation, VcpuSource, VmObs};
 pub use tracker::HostTracker;
 pub use vcpu_times::{vcpu_times, vm_labels, VcpuTimes};
+pub use vm_rates::{vm_rates, VmRate, VmRateTracker};
 pub use watch::VmmWatch;

@@ -1,0 +1,208 @@
+//! `stealscope top`: the live view. Three threads: the sampler
+//! (top_cmd/sampler.rs), the rule runner (top_cmd/rules.rs) and this one,
+//! which handles keys, resizes and signals and draws (crates/output/src/tui).
+//! The terminal is restored on every way out: q, Esc or Ctrl-C, SIGTERM,
+//! SIGINT or SIGHUP (see [`end_on_signals`]), an error, and a panic (the
+//! hook ratatui installs).
+
+mod keys;
+mod rules;
+mod sampler;
+mod state;
+
+use crate::args::{parse_duration, parse_rate};
+use clap::Args;
+use ratatui::crossterm::event::{self, Event};
+use ratatui::DefaultTerminal;
+use state::{Shared, View};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use stealscope_actuators::apply::FAILPOINT_ENV;
+use stealscope_model::capture::{clk_tck, StatSampler};
+use stealscope_model::machine::DEFAULT_CLK_TCK;
+use stealscope_output::tui::{self, FindingsInput, TopInput, UiState};
+use stealscope_readers::{RootFs, Source};
+
+type Error = Box<dyn std::error::Error>;
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Sampling rate, Hz: one steal window per sample (10 Hz = 100 ms); + and - change it live
+    #[arg(long, default_value_t = 10.0, value_parser = parse_top_rate)]
+    pub rate: f64,
+    /// Run the doctor rules this often, over the interval just past
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub findings_interval: Duration,
+    /// Read /proc and /sys under this directory instead of /
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+}
+
+fn parse_top_rate(s: &str) -> Result<f64, String> {
+    let v = parse_rate(s)?;
+    if v <= 0.0 {
+        return Err("top samples continuously: the rate must be above 0 Hz".into());
+    }
+    Ok(v)
+}
+
+/// The screen is redrawn this often (and at once after a key or a resize):
+/// the bars cover a second, the sparklines move one cell per window.
+const FRAME: Duration = Duration::from_millis(100);
+
+/// `STEALSCOPE_FAILPOINT=top-panic`: panic after the first frame, so that a
+/// test sees the terminal restored by the panic hook.
+const PANIC_FAILPOINT: &str = "top-panic";
+
+pub fn run(a: &TopArgs) -> Result<(), Error> {
+    if !std::io::stdout().is_terminal() {
+        return Err("top is interactive and stdout is not a terminal (for a report use `stealscope doctor`, for metrics `stealscope serve`)".into());
+    }
+    if !a.root.join("proc").is_dir() {
+        return Err(format!("{}: no proc/ under this root", a.root.display()).into());
+    }
+    // Opened before the terminal is taken over, so errors print plainly.
+    let stat_file = StatSampler::open(&a.root)?;
+    let hostname = RootFs::new(&a.root)
+        .read_value("/proc/sys/kernel/hostname")
+        .ok()
+        .flatten();
+    end_on_signals()?;
+    let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
+    let shared = Arc::new(Shared::new(clk, a.rate));
+    let (stop_sampler, sampler_rx) = mpsc::channel::<()>();
+    let (stop_rules, rules_rx) = mpsc::channel::<()>();
+    let workers = [
+        {
+            let (shared, root) = (shared.clone(), a.root.clone());
+            std::thread::Builder::new()
+                .name("sampler".into())
+                .spawn(move || sampler::run(stat_file, &root, &shared, &sampler_rx))?
+        },
+        {
+            let (shared, root, every) = (shared.clone(), a.root.clone(), a.findings_interval);
+            std::thread::Builder::new()
+                .name("rules".into())
+                .spawn(move || rules::run(&root, every, &shared, &rules_rx))?
+        },
+    ];
+    let mut terminal = ratatui::try_init()?;
+    let screen = Screen {
+        shared: &shared,
+        hostname: hostname.as_deref(),
+        every: a.findings_interval,
+        workers: &workers,
+    };
+    let result = screen.run(&mut terminal);
+    ratatui::restore();
+    drop((stop_sampler, stop_rules));
+    for w in workers {
+        let _ = w.join();
+    }
+    result
+}
+
+/// On SIGTERM, SIGINT or SIGHUP: restore the terminal and exit 0, from a
+/// thread of its own. A flag for the main loop would not do: once the
+/// terminal is gone (the SIGHUP case) crossterm's input poll spins and never
+/// returns, whatever its timeout (crossterm#793). Holding the stdout lock
+/// until the exit keeps the main thread from drawing over the restored
+/// screen.
+fn end_on_signals() -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                let _out = std::io::stdout().lock();
+                // A terminal that is gone cannot be restored: nothing to say.
+                let _ = ratatui::try_restore();
+                std::process::exit(0);
+            }
+        })?;
+    Ok(())
+}
+
+struct Screen<'a> {
+    shared: &'a Shared,
+    hostname: Option<&'a str>,
+    every: Duration,
+    workers: &'a [JoinHandle<()>],
+}
+
+impl Screen<'_> {
+    fn run(&self, terminal: &mut DefaultTerminal) -> Result<(), Error> {
+        let mut ui = UiState {
+            rate_hz: self.shared.rate_hz(),
+            ..Default::default()
+        };
+        // While paused: the view as it was, and when.
+        let mut frozen: Option<(View, Instant)> = None;
+        let fail = std::env::var(FAILPOINT_ENV).is_ok_and(|v| v == PANIC_FAILPOINT);
+        loop {
+            if self.workers.iter().any(JoinHandle::is_finished) {
+                return Err("a sampling thread stopped (see the message above)".into());
+            }
+            match &frozen {
+                Some((view, at)) => self.draw(terminal, view, *at, &ui)?,
+                None => {
+                    let live = self.shared.lock();
+                    self.draw(terminal, &live.view, Instant::now(), &ui)?;
+                }
+            }
+            if fail {
+                panic!("failpoint {PANIC_FAILPOINT}");
+            }
+            let ready = match event::poll(FRAME) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => false,
+                r => r?,
+            };
+            if !ready {
+                continue;
+            }
+            // A resize needs nothing but the redraw at the top of the loop.
+            if let Event::Key(k) = event::read()? {
+                match keys::handle(k, &mut ui) {
+                    keys::Outcome::Quit => return Ok(()),
+                    keys::Outcome::PauseChanged => {
+                        frozen = ui
+                            .paused
+                            .then(|| (self.shared.lock().view.clone(), Instant::now()));
+                    }
+                    keys::Outcome::RateChanged => self.shared.set_rate_hz(ui.rate_hz),
+                    keys::Outcome::Continue => {}
+                }
+            }
+        }
+    }
+
+    fn draw(
+        &self,
+        terminal: &mut DefaultTerminal,
+        view: &View,
+        now: Instant,
+        ui: &UiState,
+    ) -> Result<(), Error> {
+        let input = TopInput {
+            hostname: self.hostname,
+            windows: &view.windows,
+            vms: view.host.then(|| view.vms.rates()),
+            findings: FindingsInput {
+                findings: &view.findings,
+                age_s: view
+                    .findings_at
+                    .map(|t| now.saturating_duration_since(t).as_secs_f64()),
+                every_s: self.every.as_secs_f64(),
+                error: view.findings_error.as_deref(),
+            },
+            ui,
+            notice: view.sample_error.as_deref().or(view.host_error.as_deref()),
+        };
+        terminal.draw(|f| tui::draw(f, &input))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,237 @@
+//! The screens of `stealscope top`, drawn with ratatui from the model: one
+//! file per panel, [`layout`] deciding which panels fit. Numbers come from
+//! the model ([`RecentWindows`], [`VmRate`], findings); nothing here reads
+//! the system, so every panel is tested on a `TestBackend`.
+
+pub mod cpu_bars;
+pub mod findings;
+pub mod header;
+pub mod help;
+pub mod layout;
+pub mod steal_lines;
+pub mod vm_table;
+
+use ratatui::layout::Rect;
+use ratatui::text::Line;
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+use stealscope_analysis::Finding;
+use stealscope_model::host::VmRate;
+use stealscope_model::recent::RecentWindows;
+
+pub use vm_table::VmSort;
+
+/// What the user chose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UiState {
+    pub rate_hz: f64,
+    pub paused: bool,
+    pub help: bool,
+    pub sort: VmSort,
+}
+
+impl Default for UiState {
+    fn default() -> Self {
+        UiState {
+            rate_hz: 10.0,
+            paused: false,
+            help: false,
+            sort: VmSort::Steal,
+        }
+    }
+}
+
+/// The rule engine's latest answer.
+#[derive(Debug, Clone, Copy)]
+pub struct FindingsInput<'a> {
+    pub findings: &'a [Finding],
+    /// How long ago the rules last ran; None before the first run.
+    pub age_s: Option<f64>,
+    /// The interval each run covers (and how often it runs).
+    pub every_s: f64,
+    /// Why the last run failed, if it did.
+    pub error: Option<&'a str>,
+}
+
+/// Everything one frame shows.
+#[derive(Debug, Clone, Copy)]
+pub struct TopInput<'a> {
+    pub hostname: Option<&'a str>,
+    pub windows: &'a RecentWindows,
+    /// None until a host scan found a VM (a guest, or a host with none yet).
+    pub vms: Option<&'a [VmRate]>,
+    pub findings: FindingsInput<'a>,
+    pub ui: &'a UiState,
+    /// A problem to show in the header (a failed read), if any.
+    pub notice: Option<&'a str>,
+}
+
+/// Below this there is no room for any panel: one line says so.
+pub const MIN_WIDTH: u16 = 16;
+pub const MIN_HEIGHT: u16 = 2;
+
+pub fn draw(frame: &mut Frame, input: &TopInput) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!("too small ({}x{})", area.width, area.height);
+        frame.render_widget(Paragraph::new(Line::from(msg)), area);
+        return;
+    }
+    let areas = layout::split(area, input);
+    header::render(frame, areas.header, input);
+    if let Some(a) = areas.bars {
+        cpu_bars::render(frame, a, input.windows);
+    }
+    if let Some(a) = areas.steal {
+        steal_lines::render(frame, a, input.windows);
+    }
+    if let Some(a) = areas.findings {
+        findings::render(frame, a, &input.findings);
+    }
+    if let (Some(a), Some(vms)) = (areas.vms, input.vms) {
+        vm_table::render(frame, a, vms, input.ui.sort);
+    }
+    if input.ui.help {
+        help::render(frame, area);
+    }
+}
+
+/// `area` without its first row (the panel's heading), and that row.
+fn heading_and_body(area: Rect) -> (Rect, Rect) {
+    let head = Rect { height: 1, ..area };
+    let body = Rect {
+        y: area.y.saturating_add(1),
+        height: area.height.saturating_sub(1),
+        ..area
+    };
+    (head, body)
+}
+
+/// A percentage as the panels print it: one decimal, "n/a" when unknown.
+fn pct(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{v:.1}%"),
+        _ => "n/a".to_string(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Builds model input from /proc/stat text and reads a rendered buffer.
+    use super::*;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+    use stealscope_readers::stat::parse;
+
+    /// Ten 100 ms windows at 100 ticks/s; per CPU (user, steal) ticks of
+    /// each window, the rest idle.
+    pub fn windows(per_cpu: &[(u32, u64, u64)], n: usize) -> RecentWindows {
+        let mut r = RecentWindows::new(100.0, 1000);
+        for k in 0..=n as u64 {
+            let mut s = String::from("cpu  0 0 0 0 0 0 0 0\n");
+            for (cpu, user, steal) in per_cpu {
+                let idle = 10 - user - steal;
+                s.push_str(&format!(
+                    "cpu{cpu} {} 0 0 {} 0 0 0 {}\n",
+                    k * user,
+                    k * idle,
+                    k * steal
+                ));
+            }
+            r.push(k * 100_000_000, parse(&s, "/proc/stat").unwrap());
+        }
+        r
+    }
+
+    pub fn screen(w: u16, h: u16, f: impl FnOnce(&mut Frame)) -> Vec<String> {
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(f).unwrap();
+        let buf = t.backend().buffer();
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>())
+            .collect()
+    }
+
+    pub fn input<'a>(
+        windows: &'a RecentWindows,
+        vms: Option<&'a [VmRate]>,
+        findings: &'a [Finding],
+        ui: &'a UiState,
+    ) -> TopInput<'a> {
+        TopInput {
+            hostname: Some("testhost"),
+            windows,
+            vms,
+            findings: FindingsInput {
+                findings,
+                age_s: Some(2.0),
+                every_s: 5.0,
+                error: None,
+            },
+            ui,
+            notice: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use stealscope_analysis::Severity;
+
+    #[test]
+    fn every_size_renders_without_panic() {
+        let w = windows(&[(0, 3, 2), (1, 9, 1), (2, 0, 0), (3, 5, 5)], 40);
+        let vms = [VmRate {
+            vm: "web".into(),
+            vcpus: 2,
+            steal_pct: Some(3.0),
+            run_pct: None,
+        }];
+        let f = [Finding::new("steal.idle", Severity::Warning, "t")];
+        let empty = RecentWindows::new(100.0, 10);
+        for help in [false, true] {
+            let ui = UiState {
+                help,
+                ..Default::default()
+            };
+            for (win, vms) in [(&w, Some(&vms[..])), (&empty, None)] {
+                for width in 0..50 {
+                    for height in 0..25 {
+                        screen(width, height, |fr| draw(fr, &input(win, vms, &f, &ui)));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiny_terminal_says_so() {
+        let w = windows(&[(0, 3, 2)], 5);
+        let ui = UiState::default();
+        let rows = screen(15, 3, |fr| draw(fr, &input(&w, None, &[], &ui)));
+        assert_eq!(rows[0].trim_end(), "too small (15x3");
+    }
+
+    #[test]
+    fn full_screen_has_every_panel() {
+        let w = windows(&[(0, 3, 2), (1, 9, 1)], 20);
+        let vms = [VmRate {
+            vm: "web".into(),
+            vcpus: 2,
+            steal_pct: Some(3.0),
+            run_pct: Some(40.0),
+        }];
+        let f = [Finding::new(
+            "steal.busy",
+            Severity::Critical,
+            "the host is oversubscribed",
+        )];
+        let ui = UiState::default();
+        let text = screen(100, 30, |fr| draw(fr, &input(&w, Some(&vms), &f, &ui))).join("\n");
+        for want in ["cpu0", "cpu1", "steal.busy", "web", "VM", "testhost"] {
+            assert!(text.contains(want), "{want} missing in\n{text}");
+        }
+    }
+}
