@@ -61,6 +61,23 @@ fn chromium(bin: &Path, url: &str, extra: &[String]) -> Output {
     out
 }
 
+/// The DOM after loading `url` and Chromium's console (stderr), with the
+/// net log of that load in `net`.
+fn dom_and_net_log(bin: &Path, url: &str, net: &Path) -> (String, String) {
+    let out = chromium(
+        bin,
+        url,
+        &[
+            "--dump-dom".into(),
+            format!("--log-net-log={}", net.display()),
+        ],
+    );
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 fn file_url(p: &Path) -> String {
     format!("file://{}", p.canonicalize().unwrap().display())
 }
@@ -190,15 +207,7 @@ fn report_of_this_machine_in_chromium() {
 
     // DOM after load, with the net log of that load.
     let net = dir.path().join("net.json");
-    let dom = chromium(
-        &chromium_bin,
-        &url,
-        &[
-            "--dump-dom".into(),
-            format!("--log-net-log={}", net.display()),
-        ],
-    );
-    let dom_text = String::from_utf8_lossy(&dom.stdout);
+    let (dom_text, console) = dom_and_net_log(&chromium_bin, &url, &net);
     for id in PLOTS {
         assert!(
             dom_text.contains(&format!("id=\"{id}\"")),
@@ -236,7 +245,6 @@ fn report_of_this_machine_in_chromium() {
         "requests besides the file: {urls:?}"
     );
     assert!(events.is_empty(), "network events: {events:?}");
-    let console = String::from_utf8_lossy(&dom.stderr);
     assert!(
         !console.contains("Content Security Policy"),
         "the page tried something the CSP blocked: {console}"
@@ -251,14 +259,7 @@ fn report_of_this_machine_in_chromium() {
     )
     .unwrap();
     let net2 = dir.path().join("net2.json");
-    chromium(
-        &chromium_bin,
-        &file_url(&control),
-        &[
-            "--dump-dom".into(),
-            format!("--log-net-log={}", net2.display()),
-        ],
-    );
+    dom_and_net_log(&chromium_bin, &file_url(&control), &net2);
     let (urls, events) = net_activity(&net2);
     assert!(
         urls.iter().any(|u| u == "http://127.0.0.1:9/probe.png") && !events.is_empty(),
@@ -324,15 +325,7 @@ fn report_of_a_simulation_in_chromium() {
 
     let url = file_url(&html);
     let net = dir.path().join("net.json");
-    let dom = chromium(
-        &chromium_bin,
-        &url,
-        &[
-            "--dump-dom".into(),
-            format!("--log-net-log={}", net.display()),
-        ],
-    );
-    let dom = String::from_utf8_lossy(&dom.stdout);
+    let (dom, _) = dom_and_net_log(&chromium_bin, &url, &net);
     let cases = sim["cases"].as_array().unwrap();
     assert!(cases.len() >= 2);
     assert_eq!(dom.matches("<tr class=\"sim-case\"").count(), cases.len());

@@ -74,7 +74,7 @@ impl<'a> Series<'a> {
     }
 }
 
-pub(crate) const STYLE: &str = r#"
+const STYLE: &str = r#"
 body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1000px; padding: 0 16px 40px; color: #222; background: #fff; }
 h1 { font-size: 22px; margin: 18px 0 4px; }
 h2 { font-size: 18px; margin: 28px 0 6px; border-bottom: 1px solid #ddd; }
@@ -99,6 +99,22 @@ pre { white-space: pre-wrap; font-size: 12px; }
 nav a { margin-right: 12px; }
 "#;
 
+/// The `<head>` of every page: the CSP, the title and the style sheet.
+pub(crate) fn head(title: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta http-equiv="Content-Security-Policy" content=(CSP);
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            meta name="generator" content=(format!("stealscope {}", env!("CARGO_PKG_VERSION")));
+            // An empty icon, so no browser asks for /favicon.ico.
+            link rel="icon" href="data:,";
+            title { (title) }
+            style { (PreEscaped(STYLE)) }
+        }
+    }
+}
+
 /// The page. Sections: meta, findings, plots, notes.
 pub fn render(input: &HtmlInput) -> String {
     let r = input.report;
@@ -119,16 +135,7 @@ pub fn render(input: &HtmlInput) -> String {
     let page: Markup = html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta http-equiv="Content-Security-Policy" content=(CSP);
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="generator" content=(format!("stealscope {}", env!("CARGO_PKG_VERSION")));
-                // An empty icon, so no browser asks for /favicon.ico.
-                link rel="icon" href="data:,";
-                title { (title) }
-                style { (PreEscaped(STYLE)) }
-            }
+            (head(&title))
             body {
                 header {
                     h1 { (title) }

@@ -6,9 +6,9 @@
 //! from a colleague's file by any build.
 
 use super::bars::{self, Bars};
+use super::head;
 use super::svg::{figure, fmt_num};
-use super::{CSP, STYLE};
-use maud::{html, Markup, PreEscaped, DOCTYPE};
+use maud::{html, Markup, DOCTYPE};
 use serde::Deserialize;
 
 pub const SCHEMA: &str = "stealscope/sim/1";
@@ -223,14 +223,7 @@ pub fn render(p: &SimPage, source: &str) -> String {
     let page = html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta http-equiv="Content-Security-Policy" content=(CSP);
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                link rel="icon" href="data:,";
-                title { (title) }
-                style { (PreEscaped(STYLE)) }
-            }
+            (head(&title))
             body {
                 h1 { (title) }
                 @if let Some(d) = &p.description { p { (d) } }
