@@ -198,11 +198,7 @@ fn live_and_offline_reports_are_identical() {
     // `snapshot` writes the SPEC layout.
     let p = tmp.path().join("s2");
     let out = run(&["snapshot", "-o", p.to_str().unwrap(), "--interval", "500ms"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let meta: Value =
         serde_json::from_str(&std::fs::read_to_string(p.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["format"], "stealscope-snapshot/1");

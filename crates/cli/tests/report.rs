@@ -184,18 +184,10 @@ fn report_of_this_machine_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("snap");
     let out = run(&["snapshot", "-o", snap.to_str().unwrap(), "--interval", "2s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let html = dir.path().join("report.html");
     let out = report(&snap, &html);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let doctor = json(&run(&[
         "doctor",
         "--snapshot",
@@ -307,21 +299,13 @@ fn report_of_a_simulation_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = repo().join("scenarios/talk-cgroups.toml");
     let out = run(&["sim", scenario.to_str().unwrap(), "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let sim: Value = serde_json::from_slice(&out.stdout).unwrap();
     let sim_path = dir.path().join("sim.json");
     std::fs::write(&sim_path, &out.stdout).unwrap();
     let html = dir.path().join("sim.html");
     let out = report(&sim_path, &html);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 
     let url = file_url(&html);
     let net = dir.path().join("net.json");
@@ -403,18 +387,10 @@ fn report_of_a_recording_draws_its_series() {
         "--irq-rate",
         "5",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let html = dir.path().join("r.html");
     let out = report(&rec, &html);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let page = std::fs::read_to_string(&html).unwrap();
     for id in ["plot-irq-rate", "plot-probe-latency", "plot-steal-heatmap"] {
         assert!(

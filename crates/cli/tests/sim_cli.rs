@@ -3,18 +3,14 @@
 //! line and key.
 
 mod common;
-use common::{repo, run};
+use common::{assert_ok, repo, run};
 
 #[test]
 fn sim_reports_every_case_in_text_and_json() {
     let scenario = repo().join("scenarios/calibration-2cpu.toml");
     let s = scenario.to_str().unwrap();
     let out = run(&["sim", s, "--seed", "1", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "stealscope/sim/1");
     let text = std::fs::read_to_string(repo().join("schemas/sim.schema.json")).unwrap();
@@ -62,11 +58,7 @@ fn fleet_report_in_json() {
         "none",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["fleet"]["hosts"], 2);
     assert_eq!(v["fleet"]["cases"][0]["name"], "none");

@@ -54,13 +54,18 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-pub fn json(out: &Output) -> serde_json::Value {
+/// The command succeeded; else its exit status and stderr.
+pub fn assert_ok(out: &Output) {
     assert!(
         out.status.success(),
         "exit {:?}: {}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+pub fn json(out: &Output) -> serde_json::Value {
+    assert_ok(out);
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
