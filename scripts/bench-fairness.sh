@@ -64,13 +64,14 @@ measure() {
 
 cfg() { printf 'manage = ["fair*"]\nfairness = "%s"\nshared_group = "/stealscope-bench.shared"\n' "$1" > "$work/place.toml"; }
 
+. scripts/lib.sh
 clk=$(getconf CLK_TCK)
 # 4 busy vCPUs on $(nproc) CPUs cannot all run more than CPUs/vCPUs of the time.
 least=$(awk -v c="$(nproc)" 'BEGIN{e=100*(1-c/4); if(e<0)e=0; print e}')
 # Busy ticks of the whole machine (every mode but idle and iowait).
 busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 # utime+stime ticks of the three QEMU processes (all their threads).
-qemu_ticks() { local t=0 p; for p in "${PID[@]}"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
+qemu_ticks() { local t=0 p; for p in "${PID[@]}"; do t=$((t + $(proc_cpu_ticks "$p"))); done; echo $t; }
 # "valid" or the reason the round is rejected, from a measure line and the
 # other load (% of one CPU) during it.
 judge() {

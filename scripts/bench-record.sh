@@ -21,6 +21,7 @@ if [[ ! -x $SADC ]]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sysstat >/dev/null
 fi
 
+. scripts/lib.sh
 cargo build --release --quiet -p stealscope --bin stealscope --example sample_floor >&2
 BIN=${CARGO_TARGET_DIR:-target}/release/stealscope
 FLOOR=${CARGO_TARGET_DIR:-target}/release/examples/sample_floor
@@ -35,7 +36,7 @@ trap cleanup EXIT
 
 tck=$(getconf CLK_TCK)
 # utime+stime of a process in seconds (/proc/PID/stat fields 14 and 15).
-stat_cpu_s() { awk -v t="$tck" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / t }' /proc/"$1"/stat; }
+stat_cpu_s() { awk -v c="$(proc_cpu_ticks "$1")" -v t="$tck" 'BEGIN { printf "%.2f", c / t }'; }
 # The same from schedstat, ns exact, all threads.
 sched_cpu_s() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.4f", s / 1e9 }'; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' /proc/"$1"/status; }
