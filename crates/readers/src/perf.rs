@@ -385,15 +385,19 @@ impl CpuCounters {
         let mut devices = None;
         if !dev_wanted.is_empty() {
             let (d, dev_failures) = MsrDevices::open(dev_dir, cpus, &dev_wanted, monotonic_ns());
-            global = with_device_failures(global, &dev_failures, &d.opened());
-            devices = Some(d);
+            let dev_opened = d.opened();
+            global = with_device_failures(global, &dev_failures, &dev_opened);
+            // Devices that read nothing are not kept open.
+            if !dev_opened.is_empty() {
+                opened.extend(dev_opened);
+                devices = Some(d);
+            }
         }
-        opened.extend(devices.iter().flat_map(|d| d.opened()));
         opened.sort();
         opened.dedup();
         CpuCounters {
             cpus: out,
-            devices: devices.filter(|d| !d.opened().is_empty()),
+            devices,
             missing: merge_missing(global, failures, cpus.len(), &opened),
             opened,
         }
