@@ -71,8 +71,7 @@ impl Sampler {
     pub fn run(mut self, root: &Path, rate_hz: f64, shared: &Shared, stop: &Stop) {
         let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
         if let Some(h) = &self.hw {
-            let c = h.counters();
-            shared.set_counters(c.opened().to_vec(), c.missing().to_vec());
+            shared.set_counters_opened(h.counters().opened().to_vec());
         }
         shared.update(|s| {
             s.cpu = RunningCpuTimes::new(clk);

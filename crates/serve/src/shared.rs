@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use stealscope_output::metrics::{Exporter, Format, MetricsState, SharedState};
-use stealscope_readers::perf::{Counter, CounterCapture, CounterSample, Missing};
+use stealscope_readers::perf::{Counter, CounterCapture, CounterSample};
 use stealscope_readers::snapshot::RawSample;
 
 pub(crate) struct Shared {
@@ -18,7 +18,9 @@ pub(crate) struct Shared {
     series: Mutex<VecDeque<(RawSample, Option<CounterSample>)>>,
     /// Bound on the series: twice a rule interval, in case a run is slow.
     series_cap: usize,
-    counters: std::sync::OnceLock<(Vec<Counter>, Vec<Missing>)>,
+    /// The counters the sampler opened (those it could not are in the
+    /// metrics state, `hw_missing`).
+    counters_opened: std::sync::OnceLock<Vec<Counter>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -33,7 +35,7 @@ impl Shared {
             generation: AtomicU64::new(0),
             series: Mutex::new(VecDeque::new()),
             series_cap: (2.0 * rate_hz * findings_every.as_secs_f64()) as usize + 16,
-            counters: std::sync::OnceLock::new(),
+            counters_opened: std::sync::OnceLock::new(),
         }
     }
 
@@ -62,18 +64,18 @@ impl Shared {
         (samples, counters)
     }
 
-    /// Set once by the sampler: the counters it opened and those it could not.
-    pub fn set_counters(&self, opened: Vec<Counter>, missing: Vec<Missing>) {
-        let _ = self.counters.set((opened, missing));
+    /// Set once by the sampler: the counters it opened.
+    pub fn set_counters_opened(&self, opened: Vec<Counter>) {
+        let _ = self.counters_opened.set(opened);
     }
 
     /// What the sampler's counter readings hold; None before it started or
     /// off the live root.
     pub fn counter_capture(&self, samples: Vec<CounterSample>) -> Option<CounterCapture> {
-        let (opened, missing) = self.counters.get()?;
+        let opened = self.counters_opened.get()?;
         Some(CounterCapture {
             opened: opened.clone(),
-            missing: missing.clone(),
+            missing: lock(&self.state).hw_missing.clone(),
             samples,
         })
     }
@@ -179,7 +181,7 @@ mod tests {
             cpus: Vec::new(),
         };
         assert!(s.counter_capture(vec![]).is_none(), "no sampler yet");
-        s.set_counters(vec![Counter::Tsc], Vec::new());
+        s.set_counters_opened(vec![Counter::Tsc]);
         for t in 0..4 {
             // A failed /proc/stat read has no counter reading either.
             s.push_sample(raw(t), (t != 2).then(|| reading(t)));
