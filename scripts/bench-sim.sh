@@ -6,9 +6,10 @@
 # with a comment line holding the date and the load average during the run).
 # Where the real outcome is stable (every vCPU within 5 pp over the rounds) the
 # simulated mean must be within 5 pp of the real mean, per vCPU; where it is
-# not, the simulated range of the spread must cover the real one. Rounds taken
-# while the 1-minute load average was above 6 (other work on the 2 CPUs) are
-# shown but not judged.
+# not, the simulated range of the spread must cover the real one. Every round
+# in RESULTS passed bench-fairness.sh's validity checks (other work measured
+# under 10 % of a CPU, the clocks consistent); the load average is shown only
+# (the experiment's own threads make it 7-9: 4 busy vCPUs, QEMU's main loops).
 # Prints a Markdown section on stdout.
 #
 #   SEEDS=20 scripts/bench-sim.sh /path/to/fairness-results.txt ...
@@ -37,15 +38,13 @@ for path in sys.argv[3:]:
             rounds.setdefault(f[0], []).append((float(f[2]), [float(x) for x in f[3:7]], load))
     runs.append((head, rounds))
 names = ["A0", "A1", "B0", "C0"]
-# The 4 busy vCPU threads alone make a load average of about 4; well above
-# that, other work shares the 2 CPUs and the round says little about the VMs.
-LOADED = 6.0
-earlier = {"equal": "33-35", "weights": "5, then 27", "shared-group": "0-2"}
+earlier = {"equal": "33-35", "weights": "5, then 27", "shared-group": "0-2", "stealscope": ""}
 print("## Issue 8: simulator against the real two-CPU experiment")
 print()
 print(f"Command: `SEEDS={seeds} scripts/bench-sim.sh RESULTS...`: `stealscope sim scenarios/calibration-2cpu.toml --seeds {seeds}`")
-print("(2 CPUs; VM A with 2 busy vCPUs, B and C with 1; per-VM cpu groups; `weights` and `shared-group` applied by the")
-print("planner, as `place apply` does in the real experiment; 20 s windows) beside the rounds of `scripts/bench-fairness.sh`.")
+print("(2 CPUs; VM A with 2 busy vCPUs, B and C with 1; per-VM cpu groups; `weights` and `shared-group` with threads left")
+print("to the load balancer, and stealscope's defaults (one group, vCPUs pinned one per CPU balanced by demand), applied by the")
+print("planner as `place apply` does in the real experiment; 20 s windows) beside the rounds of `scripts/bench-fairness.sh`.")
 print("Steal per vCPU in %; the simulated figures are the mean and, in brackets, the range over the seeds.")
 print()
 real_by = {}
@@ -63,12 +62,11 @@ for case in sim["cases"]:
     print(f"| {mech} | sim, {seeds} seeds | " + " | ".join(cells) + f" | {sp['mean']:.1f} ({sp['min']:.1f}-{sp['max']:.1f}) |")
     rs = real_by.get(mech, [])
     for i, (spread, vals, load) in enumerate(rs):
-        note = "" if load is None else f", load {load:.1f}" + (" (busy machine: not judged)" if load > LOADED else "")
+        note = "" if load is None else f", load {load:.1f}"
         print(f"| {mech} | real, round {i + 1}{note} | " + " | ".join(f"{x:.1f}" for x in vals) + f" | {spread:.1f} |")
     print(f"| {mech} | real, earlier (SPEC) | | | | | {earlier.get(mech, '')} |")
-    rs = [r for r in rs if r[2] is None or r[2] <= LOADED]
     if not rs:
-        verdicts.append(f"- {mech}: no real round on a quiet machine.")
+        verdicts.append(f"- {mech}: no real round.")
         continue
     per = list(zip(*[vals for _, vals, _ in rs]))
     stable = all(max(p) - min(p) <= 5.0 for p in per)

@@ -8,7 +8,10 @@
 #
 #   (a) a filler bound to node 1 leaves about MIB free there; moving the hog
 #       (MIB on node 0) to node 1 must be refused and move nothing;
-#   (b) with the filler gone the same move must go through in steps.
+#   (b) with the filler gone the same move must go through in steps;
+#   (c) a second hog whose memory stays bound to node 0 by its own policy
+#       (numa_maps "bind:0"): moving it to node 1 must be refused, naming
+#       the policy, and move nothing, although node 1 has room.
 
 hog_mib=24
 # shellcheck disable=SC2013  # words, as /init reads them
@@ -24,10 +27,10 @@ numa_maps() {
     cat "/proc/$hog/numa_maps"
     mark "$1-NUMA-MAPS-END"
 }
-# start NAME NODE MIB: runs numa_hog in the background, waits for READY
+# start NAME NODE MIB [keep-bind]: runs numa_hog in the background, waits for READY
 # (60 s at most), leaves its pid in $started.
 start() {
-    /bin/numa_hog "$2" "$3" >"/tmp/$1.out" 2>&1 &
+    /bin/numa_hog "$2" "$3" ${4:+"$4"} >"/tmp/$1.out" 2>&1 &
     started=$!
     i=0
     until grep -q READY "/tmp/$1.out"; do
@@ -69,4 +72,11 @@ numa_maps B-BEFORE
 move B
 numa_maps B-AFTER
 nodes B-AFTER
+
+start bound 0 8 keep-bind
+hog=$started
+numa_maps C-BEFORE
+nodes C
+move C
+numa_maps C-AFTER
 mark DONE

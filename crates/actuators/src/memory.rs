@@ -19,6 +19,7 @@ use nix::errno::Errno;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
+use stealscope_readers::mempolicy::Confinement;
 use stealscope_readers::{maps, numa, ReadError, RootFs, Source};
 
 /// Safety limits of a move (from the placement config).
@@ -161,6 +162,24 @@ pub fn move_with(
     let text = numa_maps(src, pid)?;
     let before = numa::parse_numa_maps(&text);
     let to_move = off_node_bytes(&before, to_node);
+    // move_pages ignores the process's own policies: moving against them
+    // overrides its owner's binding, and its next allocations go back.
+    let against = Confinement::from_numa_maps(&text);
+    let against = against.against(to_node);
+    if !against.is_empty() {
+        let bytes: u64 = against.iter().map(|(_, b)| b).sum();
+        return Err(MemoryError::Refused(format!(
+            "pid {pid} to node {to_node}: {} of its memory is under its own NUMA policy {}, which keeps it off node {to_node}; \
+             moving it would override its owner's binding and new pages would go back: change the binding instead \
+             (libvirt <numatune>, QEMU memory-backend host-nodes, numactl)",
+            mib(bytes),
+            against
+                .iter()
+                .map(|(t, b)| format!("{t} ({})", mib(*b)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     let checked = safety::read(src, to_node, to_move, limits)?;
     if let Some(why) = checked.verdict(limits) {
         return Err(MemoryError::Refused(format!(

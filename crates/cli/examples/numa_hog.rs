@@ -2,11 +2,13 @@
 //! allocates and touches MIB MiB of anonymous memory on NODE, prints
 //! "READY pid=<pid> node=<node> mib=<mib>" and sleeps until killed.
 //!
-//! Usage: numa_hog NODE MIB
+//! Usage: numa_hog NODE MIB [keep-bind]
 //!
 //! The pages are placed with set_mempolicy(MPOL_BIND, {NODE}) while they
 //! are touched (so they cannot land elsewhere), then the policy goes back to
-//! the default: like a VM whose memory ended up on one node.
+//! the default: like a VM whose memory ended up on one node. With
+//! `keep-bind` the binding stays (numa_maps then shows "bind:NODE"): like a
+//! VM whose owner bound its memory (QEMU host-nodes, numactl --membind).
 
 use std::io::Write;
 
@@ -34,8 +36,16 @@ fn main() {
         args.get(1).and_then(|v| v.parse::<u32>().ok()),
         args.get(2).and_then(|v| v.parse::<usize>().ok()),
     );
+    let keep_bind = match args.get(3).map(String::as_str) {
+        None => false,
+        Some("keep-bind") => true,
+        Some(other) => {
+            eprintln!("numa_hog: unknown option {other:?} (only keep-bind)");
+            std::process::exit(2);
+        }
+    };
     let (Some(node), Some(mib)) = parsed else {
-        eprintln!("usage: numa_hog NODE MIB");
+        eprintln!("usage: numa_hog NODE MIB [keep-bind]");
         std::process::exit(2);
     };
     if node >= 64 {
@@ -69,7 +79,9 @@ fn main() {
         // SAFETY: inside the mapping.
         unsafe { (base as *mut u8).add(off).write_volatile(1) };
     }
-    if let Err(e) = set_policy(libc::MPOL_DEFAULT, None) {
+    if keep_bind {
+        // Nothing to undo: the task policy stays, and numa_maps shows it.
+    } else if let Err(e) = set_policy(libc::MPOL_DEFAULT, None) {
         eprintln!("numa_hog: set_mempolicy(MPOL_DEFAULT): {e}");
         std::process::exit(1);
     }

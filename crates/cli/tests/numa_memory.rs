@@ -4,7 +4,9 @@
 //! testenv/guest/numa-memory.sh, which reports over the serial console:
 //! (a) node 1 filled so the hog does not fit: refused with the numbers,
 //!     exit 2, nothing moved; (b) room again: moved in several steps and
-//!     numa_maps shows the pages on node 1. Expectations come from what the
+//!     numa_maps shows the pages on node 1; (c) a hog whose own policy binds
+//!     its memory to node 0: refused naming the policy, nothing moved,
+//!     though node 1 has room. Expectations come from what the
 //!     guest reports (node free memory, the hog's numa_maps), not constants.
 
 mod common;
@@ -317,5 +319,38 @@ fn memory_move_refused_without_room_and_stepped_with_room() {
     assert!(
         (taken - moved).abs() <= 4.0 * MIB,
         "moved {moved}, node 1 free dropped {taken}"
+    );
+
+    // (c) A hog whose memory its own policy binds to node 0: refused, though
+    // node 1 has room (the move would override the binding).
+    let bound_pid: u32 = g
+        .all("STARTED")
+        .iter()
+        .find(|l| l.starts_with("bound "))
+        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("pid=")))
+        .and_then(|p| p.parse().ok())
+        .expect("bound hog pid");
+    let text_c = g.numa_maps_text("C-BEFORE", true);
+    assert!(
+        text_c.lines().any(|l| l.contains(" bind:0 ")),
+        "the bound hog's numa_maps shows no bind:0:\n{text_c}"
+    );
+    let before_c = g.numa_maps("C-BEFORE");
+    assert!(
+        off_node1(&before_c) <= g.node1_free("C") - MARGIN_MIB * MIB,
+        "scenario (c) lacks room, so it would not test the policy: {before_c:?}"
+    );
+    assert_eq!(g.line("C-RC"), "2", "exit code: {:?}", g.all("C-ERR"));
+    let err = g.line("C-ERR");
+    assert!(
+        err.starts_with(&format!("stealscope: refused: pid {bound_pid} to node 1: ")),
+        "{err}"
+    );
+    assert!(err.contains("its own NUMA policy bind:0"), "{err}");
+    assert_eq!(g.all("C-ERR").len(), 1, "one line: {:?}", g.all("C-ERR"));
+    assert_eq!(
+        g.numa_maps("C-AFTER"),
+        before_c,
+        "a move refused for the policy moved pages"
     );
 }

@@ -32,6 +32,20 @@ pub enum Fairness {
     None,
 }
 
+/// Where a shared VM's vCPU threads may run inside its node's pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VcpuMapping {
+    /// Pinned one per pool CPU, balanced by demand, while the pool is
+    /// overcommitted (demand per pool CPU at or above `pin_above`; released
+    /// below 90 % of it); the whole pool otherwise.
+    Auto,
+    /// Always the whole pool: the kernel's load balancer places threads.
+    Pool,
+    /// Always pinned one per pool CPU, balanced by demand.
+    Pinned,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -45,6 +59,11 @@ pub struct Config {
     pub fairness: Fairness,
     /// cpu group (relative to the cpu controller's mount) for `shared-group`.
     pub shared_group: String,
+    /// Pool or pinned vCPU threads (see [`VcpuMapping`]).
+    pub vcpu_mapping: VcpuMapping,
+    /// Shared demand per pool CPU at which `auto` pins (1.0: every pool CPU
+    /// would be busy anyway, so pinning costs no idle CPU).
+    pub pin_above: f64,
     /// Seconds between daemon passes.
     pub interval_s: f64,
     /// A VM is not moved to another node again within this many seconds.
@@ -76,6 +95,8 @@ impl Default for Config {
             housekeeping_cpus: String::new(),
             fairness: Fairness::SharedGroup,
             shared_group: "/stealscope.shared".into(),
+            vcpu_mapping: VcpuMapping::Auto,
+            pin_above: 1.0,
             interval_s: 10.0,
             min_move_interval_s: 600.0,
             hysteresis: 0.25,
@@ -126,6 +147,7 @@ impl Config {
             }
         };
         pos(self.interval_s, "interval_s")?;
+        pos(self.pin_above, "pin_above")?;
         if !(self.min_move_interval_s.is_finite() && self.min_move_interval_s >= 0.0) {
             return Err("min_move_interval_s must be 0 or more".into());
         }
@@ -225,6 +247,8 @@ mod tests {
         assert_eq!(c.housekeeping().unwrap(), vec![0, 1]);
         assert!(c.dedicated_matcher().unwrap().is_match("db-7"));
         assert_eq!(c.fairness, Fairness::Weights);
+        let c = parse("vcpu_mapping = \"pool\"\npin_above = 1.5\n").unwrap();
+        assert_eq!((c.vcpu_mapping, c.pin_above), (VcpuMapping::Pool, 1.5));
     }
 
     #[test]
@@ -235,6 +259,8 @@ mod tests {
             ("housekeeping_cpus = \"3-1\"", "housekeeping_cpus"),
             ("dedicated = [\"[\"]", "dedicated"),
             ("mem_step_mib = 0", "mem_step_mib"),
+            ("pin_above = -1", "pin_above must be a positive"),
+            ("vcpu_mapping = \"pin\"", "unknown variant `pin`"),
             ("shared_group = \"x\"", "shared_group"),
             (
                 "hysteresis = \"a\"",

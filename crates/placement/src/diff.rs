@@ -113,7 +113,11 @@ pub fn actions(host: &HostInput, cfg: &Config, plans: &[VmPlan]) -> (Vec<Action>
                     cpus: cpus.clone(),
                     from: t.cpus_allowed.clone(),
                     via: vm.knob.clone(),
-                    reason: p.reasons.first().cloned().unwrap_or_default(),
+                    reason: p
+                        .mapping
+                        .clone()
+                        .or_else(|| p.reasons.first().cloned())
+                        .unwrap_or_default(),
                 });
             }
         }

@@ -5,6 +5,7 @@
 use crate::action::{CgroupRef, Knob};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use stealscope_readers::mempolicy::Confinement;
 use stealscope_readers::process::CgroupMembership;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,6 +94,10 @@ pub struct VmInput {
     pub others: Vec<ThreadInput>,
     /// Resident bytes per node (numa_maps); None when unreadable.
     pub mem_by_node: Option<BTreeMap<u32, u64>>,
+    /// Memory the VM's own NUMA policies place (bind, preferred, interleave):
+    /// its memory may only go where they allow. None when none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_policy: Option<Confinement>,
     /// The cpu group the VM process is in now (any group, even the root).
     pub cpu_group: Option<CgroupRef>,
     /// Its current weight there, in the group's own units.

@@ -11,13 +11,14 @@ mod diff;
 pub mod history;
 pub mod input;
 pub mod live;
+mod mapping;
 mod nodes;
 pub mod numad;
 pub mod plan;
 pub mod synthetic;
 
 pub use action::{Action, CgroupRef, Knob};
-pub use config::{Config, ConfigError, Fairness};
+pub use config::{Config, ConfigError, Fairness, VcpuMapping};
 pub use history::History;
 pub use input::{HostInput, NodeInput, ThreadInput, Topology, VmInput};
 pub use plan::{plan, Plan, VmPlan};

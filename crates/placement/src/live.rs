@@ -1,5 +1,5 @@
-//! The planner's input from a host observed twice (utilisation is the
-//! run-time delta of each thread between the two), plus the topology, swap,
+//! The planner's input from a host observed twice (demand is each thread's
+//! run time plus run-queue wait between the two), plus the topology, swap,
 //! cgroup mounts and whether numad runs. Reads through a `Source`, so tests
 //! run on fixtures.
 
@@ -35,11 +35,15 @@ fn controller_in(src: &dyn Source, m: &CgroupMounts) -> Result<Option<CpuControl
         }))
 }
 
+/// Demand: run time plus run-queue wait over the interval, as a share of
+/// one CPU. Run time alone is capped by the contention being planned for
+/// (4 busy threads on 2 CPUs each "use" 0.5); a thread can want at most 1.
 fn thread(t1: &ThreadObs, t0: Option<&ThreadObs>, wall_s: f64) -> ThreadInput {
     let util = match (t0.and_then(|t| t.sched), t1.sched) {
         // A counter that went backwards (a reused tid) is no measurement.
-        (Some(a), Some(b)) if b.run_ns >= a.run_ns && wall_s > 0.0 => {
-            Some((b.run_ns - a.run_ns) as f64 / 1e9 / wall_s)
+        (Some(a), Some(b)) if b.run_ns >= a.run_ns && b.wait_ns >= a.wait_ns && wall_s > 0.0 => {
+            let ns = (b.run_ns - a.run_ns) + (b.wait_ns - a.wait_ns);
+            Some((ns as f64 / 1e9 / wall_s).min(1.0))
         }
         _ => None,
     };
@@ -115,6 +119,7 @@ pub fn host_input(
                 vcpus: v.vcpus.iter().map(|(i, t)| (*i, th(t))).collect(),
                 others: v.others.iter().map(th).collect(),
                 mem_by_node: v.numa_bytes.clone(),
+                mem_policy: v.mem_policy.clone(),
                 // The group whose weight the VM's weight is (libvirt's scope,
                 // where `virsh schedinfo` writes, not its emulator group).
                 cpu_group: ctl.as_ref().and_then(|c| {
@@ -136,4 +141,41 @@ pub fn host_input(
         cpu_controller: ctl,
         vms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stealscope_model::host::discovery::ThreadRole;
+    use stealscope_readers::process::TaskSchedstat;
+
+    fn obs(run_ms: u64, wait_ms: u64) -> ThreadObs {
+        ThreadObs {
+            tid: 7,
+            comm: "CPU 0/KVM".into(),
+            role: ThreadRole::Vcpu(0),
+            sched: Some(TaskSchedstat {
+                run_ns: run_ms * 1_000_000,
+                wait_ns: wait_ms * 1_000_000,
+                slices: 1,
+            }),
+            cpus_allowed: Some(vec![0, 1]),
+        }
+    }
+
+    #[test]
+    fn demand_is_run_plus_wait_capped_at_one_cpu() {
+        // Busy, sharing a CPU with another busy thread: ran half, waited half.
+        let d = thread(&obs(1500, 1500), Some(&obs(1000, 1000)), 1.0).util;
+        assert!((d.unwrap() - 1.0).abs() < 1e-9, "{d:?}");
+        // Mostly idle: ran 100 ms, waited 20 ms of a second.
+        let d = thread(&obs(1100, 1020), Some(&obs(1000, 1000)), 1.0).util;
+        assert!((d.unwrap() - 0.12).abs() < 1e-9, "{d:?}");
+        // Counted over a slightly shorter wall time than the counters: capped.
+        let d = thread(&obs(2000, 2000), Some(&obs(1000, 1000)), 1.9).util;
+        assert_eq!(d, Some(1.0));
+        // A reused tid (counters went back) or no first reading: no measurement.
+        assert_eq!(thread(&obs(10, 10), Some(&obs(1000, 1000)), 1.0).util, None);
+        assert_eq!(thread(&obs(10, 10), None, 1.0).util, None);
+    }
 }

@@ -33,6 +33,18 @@ impl NodeState {
     /// Whether the VM's memory fits here with the margin; Ok(None) when
     /// memory is unknown (the applier re-checks live before any move).
     pub fn mem_fits(&self, vm: &VmInput, cfg: &Config) -> Result<Option<u64>, String> {
+        // The VM's own memory policy decides where its pages go: a node it
+        // excludes would get the vCPUs while new pages keep landing elsewhere.
+        if let Some(c) = &vm.mem_policy {
+            let against = c.against(self.id);
+            if !against.is_empty() {
+                return Err(format!(
+                    "node {}: the VM's own memory policy keeps its memory off this node ({})",
+                    self.id,
+                    c.describe(&against)
+                ));
+            }
+        }
         let (Some(incoming), Some(free), Some(total)) =
             (self.incoming(vm), self.mem_free, self.mem_total)
         else {

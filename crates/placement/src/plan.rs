@@ -37,6 +37,9 @@ pub struct VmPlan {
     /// CPUs for the emulator and I/O threads.
     pub other_cpus: Vec<u32>,
     pub reasons: Vec<String>,
+    /// Why its vCPUs are pinned one per CPU, when they are (mapping.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -173,6 +176,8 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
             all
         };
     }
+    // After the emulator threads took the VMs' pools: they are not pinned.
+    crate::mapping::map_pools(&mut out.vms, host, &nodes, cfg);
     out.vms.sort_by_key(|p| p.pid);
     let (actions, warnings) = crate::diff::actions(host, cfg, &out.vms);
     out.actions = actions;
@@ -279,12 +284,31 @@ fn place_dedicated(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> Result<V
                 .collect(),
             other_cpus: Vec::new(),
             reasons,
+            mapping: None,
         });
     }
     Err(why.join("; "))
 }
 
 fn mem_reason(vm: &VmInput, node: u32, incoming: Option<u64>) -> String {
+    let base = mem_reason_bytes(vm, node, incoming);
+    match &vm.mem_policy {
+        Some(c) => {
+            let all: Vec<(&str, u64)> = c
+                .bytes_by_policy
+                .iter()
+                .map(|(t, b)| (t.as_str(), *b))
+                .collect();
+            format!(
+                "{base}; the VM's own memory policy ({}) allows node {node}",
+                c.describe(&all)
+            )
+        }
+        None => base,
+    }
+}
+
+fn mem_reason_bytes(vm: &VmInput, node: u32, incoming: Option<u64>) -> String {
     match (vm.mem_bytes(), incoming) {
         (Some(total), Some(0)) => format!("memory: all {} MiB already on node {node}", mib(total)),
         (Some(total), Some(b)) => format!(
@@ -363,7 +387,7 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
         }
         (Some(c), _) => {
             reasons.push(format!(
-                "stays on node {}: its pool has room ({:.2} CPUs of demand per pool CPU with it)",
+                "stays on node {}: no other node is better ({:.2} CPUs of demand per pool CPU with it)",
                 nodes[c].id,
                 nodes[c].pressure_with(demand)
             ));
@@ -420,6 +444,7 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
             .collect(),
         other_cpus: Vec::new(),
         reasons,
+        mapping: None,
     }
 }
 

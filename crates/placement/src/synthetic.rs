@@ -100,6 +100,7 @@ pub fn vm(pid: u32, vcpus: u32, util: f64, mem: u64, mem_node: u32, allowed: &[u
             ..t(pid * 1000)
         }],
         mem_by_node: Some(BTreeMap::from([(mem_node, mem)])),
+        mem_policy: None,
         cpu_group: Some(crate::action::CgroupRef {
             v2: false,
             dir: format!("/sys/fs/cgroup/cpu/machine/vm{pid}"),

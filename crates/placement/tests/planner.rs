@@ -136,6 +136,66 @@ fn a_node_without_room_for_the_memory_is_not_chosen_and_the_reason_has_numbers()
 }
 
 #[test]
+fn a_vm_whose_own_memory_policy_binds_it_stays_where_the_policy_allows() {
+    use stealscope_readers::mempolicy::Confinement;
+    let mut h = host(2, 4, false, 64 * GIB, 0.8);
+    let all = h.topology.cpus.clone();
+    // Four busy 2-vCPU VMs with memory on node 0, as in the spreading test:
+    // two would go to node 1, but VMs 1-3 have their memory bound to node 0
+    // by their owner (numa_maps "bind:0"), so only VM 4 may move.
+    for pid in 1..=4 {
+        let mut v = vm(pid, 2, 1.0, GIB, 0, &all);
+        if pid < 4 {
+            v.mem_policy = Some(Confinement::from_numa_maps(&format!(
+                "7f0000000000 bind:0 anon={p} N0={p} kernelpagesize_kB=4\n",
+                p = GIB / 4096
+            )));
+        }
+        h.vms.push(v);
+    }
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    for pid in 1..=3 {
+        let v = vm_plan(&p, pid);
+        assert_eq!(v.node, Some(0), "{:?}", v.reasons);
+        assert!(
+            v.reasons
+                .iter()
+                .any(|r| r.contains("own memory policy (bind:0 on 1024 MiB) allows node 0")),
+            "{:?}",
+            v.reasons
+        );
+    }
+    assert_eq!(vm_plan(&p, 4).node, Some(1));
+    let moves: Vec<u32> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::MigrateMemory { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(moves, vec![4]);
+    // Interleaved over both nodes by its owner: no single node is right, so
+    // it spans them and its memory stays interleaved, the reason naming it.
+    let mut h2 = host(2, 4, false, 64 * GIB, 0.8);
+    let all2 = h2.topology.cpus.clone();
+    let mut wide = vm(9, 2, 1.0, GIB, 1, &all2);
+    wide.mem_policy = Some(Confinement::from_numa_maps(
+        "7f00 interleave:0-1 anon=262144 N0=131072 N1=131072\n",
+    ));
+    h2.vms.push(wide);
+    let p2 = plan(&h2, &cfg(), &History::default(), 0.0);
+    let v = vm_plan(&p2, 9);
+    assert_eq!(v.node, None);
+    assert!(
+        v.reasons.iter().any(|r| r.contains("spans nodes")
+            && r.contains("node 1: the VM's own memory policy keeps its memory off this node (interleave:0-1 on 1024 MiB)")),
+        "{:?}",
+        v.reasons
+    );
+}
+
+#[test]
 fn hysteresis_and_minimum_interval_keep_vms_still() {
     let mut h = host(2, 4, false, 64 * GIB, 0.8);
     let n0: Vec<u32> = h.topology.nodes[0].cpus.clone();
@@ -355,4 +415,190 @@ fn the_node_of_a_vm_is_the_one_holding_every_vcpu_mask() {
     let mut empty = vm(4, 1, 0.5, 1 << 30, 0, &[]);
     empty.vcpus.clear();
     assert_eq!(empty.cpus_node(&node_of), None);
+}
+
+/// Applies a plan's vCPU masks to the input, as `place apply` would.
+fn applied(
+    h: &stealscope_placement::HostInput,
+    p: &stealscope_placement::Plan,
+) -> stealscope_placement::HostInput {
+    let mut h = h.clone();
+    for vm in &mut h.vms {
+        let vp = vm_plan(p, vm.pid);
+        for (_, t) in &mut vm.vcpus {
+            t.cpus_allowed = vp
+                .vcpus
+                .iter()
+                .find(|(_, tid, _)| *tid == t.tid)
+                .unwrap()
+                .2
+                .clone();
+        }
+    }
+    h
+}
+
+/// The talk's experiment on two CPUs: VM A with 2 busy vCPUs, B and C with 1.
+fn two_cpu_host(util: f64) -> stealscope_placement::HostInput {
+    let mut h = host(1, 2, false, 64 * GIB, 0.8);
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(1, 2, util, GIB, 0, &all));
+    h.vms.push(vm(2, 1, util, GIB, 0, &all));
+    h.vms.push(vm(3, 1, util, GIB, 0, &all));
+    h
+}
+
+/// CPU -> (threads, demand) of a plan's pinned vCPUs; None if any is not pinned.
+fn per_cpu(
+    h: &stealscope_placement::HostInput,
+    p: &stealscope_placement::Plan,
+) -> Option<BTreeMap<u32, (usize, f64)>> {
+    let mut m: BTreeMap<u32, (usize, f64)> = BTreeMap::new();
+    for v in &p.vms {
+        let input = h.vms.iter().find(|x| x.pid == v.pid).unwrap();
+        for (_, tid, cpus) in &v.vcpus {
+            if cpus.len() != 1 {
+                return None;
+            }
+            let util = input
+                .vcpus
+                .iter()
+                .find(|(_, t)| t.tid == *tid)
+                .unwrap()
+                .1
+                .util
+                .unwrap();
+            let e = m.entry(cpus[0]).or_default();
+            e.0 += 1;
+            e.1 += util;
+        }
+    }
+    Some(m)
+}
+
+#[test]
+fn an_overcommitted_pool_is_pinned_one_vcpu_per_cpu_balanced_and_stays_so() {
+    let h = two_cpu_host(1.0);
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    // 4 busy vCPUs on 2 CPUs: demand 2.0 per CPU, pinned 2 + 2.
+    let m = per_cpu(&h, &p).expect("every vCPU pinned");
+    assert_eq!(m.len(), 2, "{m:?}");
+    for (cpu, (n, d)) in &m {
+        assert_eq!(*n, 2, "CPU {cpu}: {m:?}");
+        assert!((d - 2.0).abs() < 1e-9, "CPU {cpu}: {m:?}");
+    }
+    // A's two vCPUs are on different CPUs (they never run at once otherwise).
+    let a = vm_plan(&p, 1);
+    assert_ne!(a.vcpus[0].2, a.vcpus[1].2);
+    assert!(
+        a.reasons.iter().any(|r| r.contains("vCPU mapping")
+            && r.contains("overcommitted: 2.00 CPUs of demand per pool CPU")),
+        "{:?}",
+        a.reasons
+    );
+    let aff: Vec<&Action> = p
+        .actions
+        .iter()
+        .filter(|x| matches!(x, Action::Affinity { vcpu: Some(_), .. }))
+        .collect();
+    assert_eq!(aff.len(), 4);
+    for x in aff {
+        let Action::Affinity { reason, .. } = x else {
+            unreachable!()
+        };
+        assert!(
+            reason.starts_with("vCPU mapping: each vCPU pinned"),
+            "{reason}"
+        );
+    }
+    // Applied, then planned again with slightly different measurements: no move.
+    let mut again = applied(&h, &p);
+    for (k, vm) in again.vms.iter_mut().enumerate() {
+        for (_, t) in &mut vm.vcpus {
+            t.util = Some(0.97 + 0.01 * k as f64);
+        }
+    }
+    let p2 = plan(&again, &cfg(), &History::default(), 10.0);
+    assert!(
+        !p2.actions
+            .iter()
+            .any(|x| matches!(x, Action::Affinity { .. })),
+        "{:#?}",
+        p2.actions
+    );
+}
+
+#[test]
+fn a_pool_with_room_is_left_to_the_balancer_and_auto_has_hysteresis() {
+    // 4 vCPUs at 0.3: 0.6 CPUs of demand per CPU: the whole pool each.
+    let h = two_cpu_host(0.3);
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    assert!(per_cpu(&h, &p).is_none());
+    assert!(p
+        .vms
+        .iter()
+        .all(|v| v.vcpus.iter().all(|(_, _, c)| c == &vec![0, 1])));
+    assert!(p.vms.iter().all(|v| v.mapping.is_none()));
+    // Pinned earlier, now at 0.95 of pin_above: stays pinned; at 0.85: released.
+    let pinned = applied(
+        &h,
+        &plan(&two_cpu_host(1.0), &cfg(), &History::default(), 0.0),
+    );
+    for (util, stays) in [(0.475, true), (0.425, false)] {
+        let mut x = pinned.clone();
+        for vm in &mut x.vms {
+            for (_, t) in &mut vm.vcpus {
+                t.util = Some(util);
+            }
+        }
+        let p = plan(&x, &cfg(), &History::default(), 0.0);
+        assert_eq!(
+            per_cpu(&x, &p).is_some(),
+            stays,
+            "demand {util} per vCPU: {:?}",
+            p.vms
+        );
+        if stays {
+            assert!(vm_plan(&p, 1)
+                .reasons
+                .iter()
+                .any(|r| r.contains("stays pinned")));
+        }
+    }
+    // `pool` never pins, `pinned` always does.
+    let pool = Config {
+        vcpu_mapping: stealscope_placement::VcpuMapping::Pool,
+        ..cfg()
+    };
+    assert!(per_cpu(
+        &h,
+        &plan(&two_cpu_host(1.0), &pool, &History::default(), 0.0)
+    )
+    .is_none());
+    let always = Config {
+        vcpu_mapping: stealscope_placement::VcpuMapping::Pinned,
+        ..cfg()
+    };
+    let m = per_cpu(&h, &plan(&h, &always, &History::default(), 0.0)).expect("pinned");
+    assert!(m.values().all(|(n, _)| *n == 2), "{m:?}");
+}
+
+#[test]
+fn pinning_balances_demand_not_thread_counts() {
+    // One busy 1-vCPU VM and four light ones on 2 CPUs (pressure 1.2): the
+    // busy vCPU gets a CPU nearly to itself.
+    let mut h = host(1, 2, false, 64 * GIB, 0.8);
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(1, 1, 1.0, GIB, 0, &all));
+    for pid in 2..=5 {
+        h.vms.push(vm(pid, 1, 0.35, GIB, 0, &all));
+    }
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let m = per_cpu(&h, &p).expect("pinned");
+    let busy_cpu = vm_plan(&p, 1).vcpus[0].2[0];
+    let (n, d) = m[&busy_cpu];
+    assert_eq!(n, 2, "{m:?}");
+    assert!((d - 1.35).abs() < 1e-9, "{m:?}");
+    let other = m.iter().find(|(c, _)| **c != busy_cpu).unwrap().1;
+    assert_eq!(other.0, 3, "{m:?}");
 }

@@ -23,6 +23,7 @@ pub mod kvm_exits;
 pub mod kvm_params;
 pub mod kvm_stats;
 pub mod maps;
+pub mod mempolicy;
 pub mod msr_dev;
 pub mod numa;
 pub mod perf;

@@ -267,6 +267,7 @@ pub fn host_input(h: &Host, util: impl Fn(usize) -> Option<f64>) -> HostInput {
                         .map(|(n, m)| (n as u32, (m * GIB) as u64))
                         .collect::<BTreeMap<_, _>>(),
                 ),
+                mem_policy: None,
                 cpu_group: Some(CgroupRef {
                     v2: false,
                     dir: group_dir,

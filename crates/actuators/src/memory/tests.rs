@@ -360,3 +360,39 @@ fn stops_when_a_check_cannot_be_made_mid_move() {
         "{s}"
     );
 }
+
+#[test]
+fn refuses_to_move_memory_against_its_own_policy() {
+    let (mut fs, mut p) = process(20);
+    let text = fs
+        .read_text(&format!("/proc/{PID}/numa_maps"))
+        .unwrap()
+        .unwrap();
+    // The anonymous mapping bound to node 0 by its owner (mbind / QEMU host-nodes).
+    let bound = text.replacen(" default anon=", " bind=static:0 anon=", 1);
+    fs.insert(&format!("/proc/{PID}/numa_maps"), bound.clone());
+    let m = refused(run(&fs, &mut p, false).0);
+    assert_eq!(p.moves, 0);
+    for want in [
+        "pid 42 to node 1: 20.0 MiB of its memory is under its own NUMA policy bind=static:0 (20.0 MiB)",
+        "keeps it off node 1",
+        "numatune",
+    ] {
+        assert!(m.contains(want), "{want:?} not in {m:?}");
+    }
+    assert!(!m.contains('\n'));
+    // Dry runs refuse the same way.
+    assert_eq!(refused(run(&fs, &mut p, true).0), m);
+    // Interleaved over both nodes: moving it all to node 1 would undo that.
+    let inter = text.replacen(" default anon=", " interleave:0-1 anon=", 1);
+    fs.insert(&format!("/proc/{PID}/numa_maps"), inter);
+    assert!(refused(run(&fs, &mut p, true).0).contains("interleave:0-1 (20.0 MiB)"));
+    // A binding that includes node 1, or a preference for it, is no obstacle.
+    for ok in [" bind:0-1 anon=", " prefer:1 anon=", " local anon="] {
+        fs.insert(
+            &format!("/proc/{PID}/numa_maps"),
+            text.replacen(" default anon=", ok, 1),
+        );
+        assert!(run(&fs, &mut p, true).0.is_ok(), "{ok}");
+    }
+}

@@ -16,6 +16,7 @@ use stealscope_readers::cgroupfs::{self, CgroupMounts, CpuWeight};
 use stealscope_readers::kvm_debugfs::{self, KvmVm};
 use stealscope_readers::kvm_exits::ExitSample;
 use stealscope_readers::kvm_stats;
+use stealscope_readers::mempolicy::Confinement;
 use stealscope_readers::numa::{self, Node};
 use stealscope_readers::process::{self as proc_, CgroupMembership, TaskSchedstat, TaskStatus};
 use stealscope_readers::{ReadError, Source};
@@ -79,6 +80,9 @@ pub struct VmObs {
     pub status: Option<TaskStatus>,
     /// Resident memory per NUMA node, bytes (numa_maps).
     pub numa_bytes: Option<BTreeMap<u32, u64>>,
+    /// Memory the VM's own NUMA policies place (numa_maps), when any does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_policy: Option<Confinement>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -217,14 +221,18 @@ fn read_vm(
     let status = proc_::task_status(src, pid, pid)?;
     // numa_maps walks the VM's page tables (costly for large VMs) and the
     // rules use it at the end of the interval only.
-    let numa_bytes = (side == Side::End)
+    let numa_text = (side == Side::End)
         .then(|| {
             src.read_text(&format!("/proc/{pid}/numa_maps"))
                 .ok()
                 .flatten()
         })
-        .flatten()
-        .map(|t| numa::parse_numa_maps(&t));
+        .flatten();
+    let numa_bytes = numa_text.as_deref().map(numa::parse_numa_maps);
+    let mem_policy = numa_text
+        .as_deref()
+        .map(Confinement::from_numa_maps)
+        .filter(|c| !c.is_empty());
     Ok(Some(VmObs {
         pid,
         name: vm_name(kind, cmdline, &paths, pid),
@@ -239,6 +247,7 @@ fn read_vm(
         cpu_weight,
         status,
         numa_bytes,
+        mem_policy,
     }))
 }
 

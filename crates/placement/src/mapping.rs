@@ -1,0 +1,159 @@
+//! Balanced vCPU mapping inside an overcommitted shared pool: each shared
+//! vCPU thread pinned to one pool CPU so that every CPU carries the same
+//! demand. Why: with more busy vCPU threads than CPUs the kernel's load
+//! balancer does not keep an even layout. Measured on 2 CPUs with 2+1+1
+//! busy vCPUs in one cpu group, it held 3+1 layouts for seconds, and the
+//! spread between the most and least robbed vCPU was 11-35 pp over 20 s
+//! windows; pinned 2+2 it was 0.6-2.1 pp (BENCHMARKS.md, issue 6). When the
+//! pool is overcommitted every CPU is busy anyway, so pinning costs no idle
+//! CPU; below that the pool is left to the balancer, which then uses idle
+//! CPUs better than a fixed map would.
+//!
+//! The map is greedy by demand (largest first onto the least loaded CPU),
+//! spreading a VM's vCPUs over different CPUs (vCPUs of one VM sharing a
+//! CPU never run at once: a preempted lock holder stalls the others), and
+//! keeping a thread on the CPU it is pinned to when that CPU is within
+//! `TOLERANCE` of the least loaded one, so a placed host plans no moves.
+
+use crate::config::{Config, VcpuMapping};
+use crate::input::{HostInput, VmInput};
+use crate::nodes::NodeState;
+use crate::plan::{Class, VmPlan};
+use std::collections::BTreeMap;
+use stealscope_readers::cpulist::format as cpulist;
+
+/// CPUs of demand within which a CPU counts as least loaded.
+const TOLERANCE: f64 = 0.15;
+/// `auto` keeps a pinned pool pinned down to this share of `pin_above`.
+const RELEASE: f64 = 0.9;
+
+/// Pins the shared VMs' vCPUs of every node whose pool calls for it.
+pub fn map_pools(plans: &mut [VmPlan], host: &HostInput, nodes: &[NodeState], cfg: &Config) {
+    if cfg.vcpu_mapping == VcpuMapping::Pool {
+        return;
+    }
+    let inputs: BTreeMap<u32, &VmInput> = host.vms.iter().map(|v| (v.pid, v)).collect();
+    for node in nodes {
+        let pool = node.pool();
+        if pool.is_empty() {
+            continue;
+        }
+        let members: Vec<usize> = (0..plans.len())
+            .filter(|&i| plans[i].class == Class::Shared && plans[i].node == Some(node.id))
+            .collect();
+        if members.is_empty() {
+            continue;
+        }
+        let pressure = node.pressure_with(0.0);
+        let pinned_now = members.iter().all(|&i| {
+            inputs.get(&plans[i].pid).is_some_and(|vm| {
+                vm.vcpus
+                    .iter()
+                    .all(|(_, t)| t.cpus_allowed.len() == 1 && pool.contains(&t.cpus_allowed[0]))
+            })
+        });
+        let why = match cfg.vcpu_mapping {
+            VcpuMapping::Pool => unreachable!(),
+            VcpuMapping::Pinned => "vcpu_mapping = \"pinned\"".to_string(),
+            VcpuMapping::Auto if pressure >= cfg.pin_above => format!(
+                "the pool is overcommitted: {:.2} CPUs of demand per pool CPU, at or above pin_above {:.2}",
+                pressure, cfg.pin_above
+            ),
+            VcpuMapping::Auto if pinned_now && pressure >= cfg.pin_above * RELEASE => format!(
+                "the pool stays pinned: {:.2} CPUs of demand per pool CPU, not yet below {:.2} (90 % of pin_above)",
+                pressure,
+                cfg.pin_above * RELEASE
+            ),
+            VcpuMapping::Auto => continue,
+        };
+        map_node(plans, &members, &inputs, &pool, &why);
+    }
+}
+
+/// One thread to place: (plan index, position in its plan's vcpus, VM pid,
+/// demand, the CPU it is pinned to now).
+struct Thread {
+    plan: usize,
+    slot: usize,
+    pid: u32,
+    demand: f64,
+    current: Option<u32>,
+}
+
+fn map_node(
+    plans: &mut [VmPlan],
+    members: &[usize],
+    inputs: &BTreeMap<u32, &VmInput>,
+    pool: &[u32],
+    why: &str,
+) {
+    let mut threads = Vec::new();
+    for &i in members {
+        let vm = inputs.get(&plans[i].pid);
+        for (slot, (_, tid, _)) in plans[i].vcpus.iter().enumerate() {
+            let t = vm.and_then(|v| v.vcpus.iter().find(|(_, t)| t.tid == *tid).map(|(_, t)| t));
+            threads.push(Thread {
+                plan: i,
+                slot,
+                pid: plans[i].pid,
+                // A vCPU never measured counts as busy (as in the pool's demand).
+                demand: t.and_then(|t| t.util).unwrap_or(1.0).clamp(0.0, 1.0),
+                current: t
+                    .filter(|t| t.cpus_allowed.len() == 1)
+                    .map(|t| t.cpus_allowed[0])
+                    .filter(|c| pool.contains(c)),
+            });
+        }
+    }
+    threads.sort_by(|a, b| {
+        b.demand
+            .total_cmp(&a.demand)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.slot.cmp(&b.slot))
+    });
+    let mut load = vec![0.0f64; pool.len()];
+    let mut count = vec![0usize; pool.len()];
+    // (CPU index, pid) -> vCPUs of that VM already there.
+    let mut same: BTreeMap<(usize, u32), usize> = BTreeMap::new();
+    let mut got = Vec::with_capacity(threads.len());
+    for t in &threads {
+        let least = load.iter().copied().fold(f64::INFINITY, f64::min);
+        let k = (0..pool.len())
+            .filter(|&k| load[k] <= least + TOLERANCE)
+            .min_by(|&a, &b| {
+                let key = |k: usize| {
+                    (
+                        same.get(&(k, t.pid)).copied().unwrap_or(0),
+                        Some(pool[k]) != t.current,
+                        count[k],
+                    )
+                };
+                key(a)
+                    .cmp(&key(b))
+                    .then(load[a].total_cmp(&load[b]))
+                    .then(a.cmp(&b))
+            })
+            .expect("the pool is not empty");
+        load[k] += t.demand;
+        count[k] += 1;
+        *same.entry((k, t.pid)).or_default() += 1;
+        got.push(k);
+    }
+    let per_cpu: Vec<String> = pool
+        .iter()
+        .zip(&load)
+        .map(|(c, l)| format!("CPU {c}: {l:.2}"))
+        .collect();
+    let reason = format!(
+        "vCPU mapping: each vCPU pinned to one CPU of the pool {} so every CPU carries the same demand ({}), because {why}; left to the load balancer, more busy vCPU threads than CPUs sit in uneven layouts for seconds",
+        cpulist(pool),
+        per_cpu.join(", ")
+    );
+    for (t, k) in threads.iter().zip(got) {
+        plans[t.plan].vcpus[t.slot].2 = vec![pool[k]];
+    }
+    for &i in members {
+        plans[i].reasons.push(reason.clone());
+        plans[i].mapping = Some(reason.clone());
+    }
+}
