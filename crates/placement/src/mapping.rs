@@ -4,7 +4,8 @@
 //! balancer does not keep an even layout. Measured on 2 CPUs with 2+1+1
 //! busy vCPUs in one cpu group, it held 3+1 layouts for seconds, and the
 //! spread between the most and least robbed vCPU was 11-35 pp over 20 s
-//! windows; pinned 2+2 it was 0.6-2.1 pp (BENCHMARKS.md, issue 6). When the
+//! windows; pinned 2+2 by hand it was 0.6-2.1 pp, and by `place` within 5 pp
+//! in 11 of 14 rounds (BENCHMARKS.md, issue 6). When the
 //! pool is overcommitted every CPU is busy anyway, so pinning costs no idle
 //! CPU; below that the pool is left to the balancer, which then uses idle
 //! CPUs better than a fixed map would.
