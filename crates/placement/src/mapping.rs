@@ -3,7 +3,7 @@
 //! demand. Why: with more busy vCPU threads than CPUs the kernel's load
 //! balancer does not keep an even layout. Measured on 2 CPUs with 2+1+1
 //! busy vCPUs in one cpu group, it held 3+1 layouts for seconds, and the
-//! spread between the most and least robbed vCPU was 11-35 pp over 20 s
+//! spread between the most and least robbed vCPU was 1-55 pp (most rounds above 10) over 20 s
 //! windows; pinned 2+2 by hand it was 0.6-2.1 pp, and by `place` within 5 pp
 //! in 11 of 14 rounds (BENCHMARKS.md, issue 6). When the
 //! pool is overcommitted every CPU is busy anyway, so pinning costs no idle
