@@ -79,11 +79,12 @@ fn main() {
         // SAFETY: inside the mapping.
         unsafe { (base as *mut u8).add(off).write_volatile(1) };
     }
-    if keep_bind {
-        // Nothing to undo: the task policy stays, and numa_maps shows it.
-    } else if let Err(e) = set_policy(libc::MPOL_DEFAULT, None) {
-        eprintln!("numa_hog: set_mempolicy(MPOL_DEFAULT): {e}");
-        std::process::exit(1);
+    // With keep-bind the task policy stays, and numa_maps shows it.
+    if !keep_bind {
+        if let Err(e) = set_policy(libc::MPOL_DEFAULT, None) {
+            eprintln!("numa_hog: set_mempolicy(MPOL_DEFAULT): {e}");
+            std::process::exit(1);
+        }
     }
     println!("READY pid={} node={node} mib={mib}", std::process::id());
     let _ = std::io::stdout().flush();

@@ -27,17 +27,13 @@ fn sim_reports_every_case_in_text_and_json() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    // Every [[case]] of the file, in its order.
-    let file = std::fs::read_to_string(&scenario).unwrap();
-    let mut want = Vec::new();
-    let mut in_case = false;
-    for line in file.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_case = line == "[[case]]";
-        } else if let Some(v) = line.strip_prefix("name = \"").filter(|_| in_case) {
-            want.push(v.split('"').next().unwrap().to_string());
-        }
-    }
+    // Every case of the file, in its order (as the simulator's loader reads it).
+    let want: Vec<String> = stealscope_sim::Scenario::load(&scenario)
+        .unwrap()
+        .cases
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
     assert!(want.len() >= 3, "{want:?}");
     assert_eq!(cases, want);
     for c in v["cases"].as_array().unwrap() {

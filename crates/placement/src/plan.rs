@@ -293,17 +293,10 @@ fn place_dedicated(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> Result<V
 fn mem_reason(vm: &VmInput, node: u32, incoming: Option<u64>) -> String {
     let base = mem_reason_bytes(vm, node, incoming);
     match &vm.mem_policy {
-        Some(c) => {
-            let all: Vec<(&str, u64)> = c
-                .bytes_by_policy
-                .iter()
-                .map(|(t, b)| (t.as_str(), *b))
-                .collect();
-            format!(
-                "{base}; the VM's own memory policy ({}) allows node {node}",
-                c.describe(&all)
-            )
-        }
+        Some(c) => format!(
+            "{base}; the VM's own memory policy ({}) allows node {node}",
+            c.describe(&c.all())
+        ),
         None => base,
     }
 }

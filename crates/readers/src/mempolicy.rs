@@ -103,10 +103,14 @@ impl MemPolicy {
 /// The memory a process's own policies place, summed per policy text.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Confinement {
-    /// Resident bytes under each confining policy, by its text.
-    pub bytes_by_policy: BTreeMap<String, u64>,
-    /// The policies themselves, by text.
-    pub policies: BTreeMap<String, MemPolicy>,
+    /// Each confining policy, by its text, with the resident bytes under it.
+    pub by_policy: BTreeMap<String, Confined>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confined {
+    pub policy: MemPolicy,
+    pub bytes: u64,
 }
 
 impl Confinement {
@@ -129,27 +133,36 @@ impl Confinement {
             if bytes == 0 {
                 continue;
             }
-            *out.bytes_by_policy.entry(pol.text.clone()).or_insert(0) += bytes;
-            out.policies.entry(pol.text.clone()).or_insert(pol);
+            out.by_policy
+                .entry(pol.text.clone())
+                .or_insert(Confined {
+                    policy: pol,
+                    bytes: 0,
+                })
+                .bytes += bytes;
         }
         out
     }
 
     pub fn is_empty(&self) -> bool {
-        self.bytes_by_policy.is_empty()
+        self.by_policy.is_empty()
     }
 
-    pub fn bytes(&self) -> u64 {
-        self.bytes_by_policy.values().sum()
+    /// Every confining policy with its bytes, by text.
+    pub fn all(&self) -> Vec<(&str, u64)> {
+        self.by_policy
+            .iter()
+            .map(|(t, c)| (t.as_str(), c.bytes))
+            .collect()
     }
 
     /// The policies that keep memory off `node`, with their bytes, largest first.
     pub fn against(&self, node: u32) -> Vec<(&str, u64)> {
         let mut v: Vec<(&str, u64)> = self
-            .policies
+            .by_policy
             .iter()
-            .filter(|(_, p)| !p.allows(node))
-            .map(|(t, _)| (t.as_str(), self.bytes_by_policy[t]))
+            .filter(|(_, c)| !c.policy.allows(node))
+            .map(|(t, c)| (t.as_str(), c.bytes))
             .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         v
@@ -160,7 +173,7 @@ impl Confinement {
         nodes
             .iter()
             .copied()
-            .filter(|n| self.policies.values().all(|p| p.allows(*n)))
+            .filter(|n| self.by_policy.values().all(|c| c.policy.allows(*n)))
             .collect()
     }
 
@@ -248,10 +261,10 @@ not a line
 7f5000000000 weird:0 N0=9
 ";
         let c = Confinement::from_numa_maps(text);
-        assert_eq!(c.bytes_by_policy["bind:0"], 1000 * 4096 + 2 * (2 << 20));
-        assert_eq!(c.bytes_by_policy["interleave:0-1"], 4 * 4096);
+        assert_eq!(c.by_policy["bind:0"].bytes, 1000 * 4096 + 2 * (2 << 20));
+        assert_eq!(c.by_policy["interleave:0-1"].bytes, 4 * 4096);
         // No pages under bind:1: nothing it confines.
-        assert!(!c.bytes_by_policy.contains_key("bind:1"));
+        assert!(!c.by_policy.contains_key("bind:1"));
         assert_eq!(c.against(0), vec![("interleave:0-1", 4 * 4096)]);
         assert_eq!(c.against(1).len(), 2);
         assert_eq!(c.against(1)[0].0, "bind:0");
