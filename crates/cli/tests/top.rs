@@ -138,7 +138,12 @@ fn shows_every_cpu_answers_keys_and_quits_cleanly() {
     let cpus = online_cpus();
     let s = Session::start(100, (cpus.len() as u16 + 22).max(30));
     s.run_top("");
-    let screen = s.wait_for_cpus();
+    s.wait_for_cpus();
+    // A whole frame: tmux can be captured while top is still writing one
+    // (CPU rows there, the panels below them not yet).
+    let screen = s.tmux.wait_for("a whole frame", START, |sc| {
+        shows_every_cpu(sc, &cpus) && sc.contains("steal per ") && sc.contains("findings")
+    });
     assert!(s.tmux.alternate_on());
     let has_steal = std::fs::read_to_string("/proc/stat")
         .unwrap()
