@@ -328,15 +328,45 @@ fn preempt_measures_a_known_fifo_burst_and_blames_the_thread() {
         "thread part {thread_us} us, thread held the CPU {held_us} us per burst"
     );
     assert!(thread_us >= BURST_US as f64, "thread part {thread_us} us");
-    // ...and none of them is blamed on the hypervisor.
-    let unexplained_burst_sized = gaps
+    // ...and none of them is blamed on the hypervisor. This VM has real
+    // steal of every size, so a burst-sized unexplained gap is a burst only
+    // when it starts where bursts start: the burster keeps a fixed phase
+    // (absolute deadlines), which its own gaps show.
+    let phase = |g: &Value| (f(g, "t_s") * 1e6).rem_euclid(PERIOD_US as f64);
+    let circ = |a: f64, b: f64| {
+        let d = (a - b).abs();
+        d.min(PERIOD_US as f64 - d)
+    };
+    let phases: Vec<f64> = mine.iter().map(|g| phase(g)).collect();
+    let centre = *phases
+        .iter()
+        .min_by(|a, b| {
+            let sum = |x: f64| phases.iter().map(|&p| circ(x, p)).sum::<f64>();
+            sum(**a).total_cmp(&sum(**b))
+        })
+        .unwrap();
+    // Window holding 90% of the burster's own gaps (at least 20 µs).
+    let mut spread: Vec<f64> = phases.iter().map(|&p| circ(p, centre)).collect();
+    spread.sort_by(f64::total_cmp);
+    let window = spread[spread.len() * 9 / 10].max(20.0);
+    let burst_sized = |g: &&Value| (f(g, "us") - BURST_US as f64).abs() <= 0.2 * BURST_US as f64;
+    let unexplained: Vec<&Value> = gaps
         .iter()
         .filter(|g| g["class"] == "unexplained")
-        .filter(|g| (f(g, "us") - BURST_US as f64).abs() <= 0.2 * BURST_US as f64)
+        .filter(burst_sized)
+        .collect();
+    let at_burst_phase = unexplained
+        .iter()
+        .filter(|g| circ(phase(g), centre) <= window)
         .count();
+    eprintln!(
+        "bursts start at phase {centre:.0} us of {PERIOD_US} (90% within {window:.0} us); \
+         burst-sized unexplained gaps: {} in all, {at_burst_phase} at that phase",
+        unexplained.len()
+    );
     assert!(
-        unexplained_burst_sized as u64 <= bursts / 20,
-        "{unexplained_burst_sized} burst-sized gaps blamed on the hypervisor"
+        at_burst_phase as u64 <= bursts / 50,
+        "{at_burst_phase} burst-sized gaps at the bursts' phase blamed on the hypervisor"
     );
     assert!(trace_instances().is_empty(), "{:?}", trace_instances());
 }
