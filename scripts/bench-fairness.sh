@@ -21,8 +21,11 @@
 # A round is valid only when nothing else disturbed it: the CPU time used during the window by
 # everything outside the three QEMU processes (busy time from /proc/stat minus the QEMU processes'
 # utime+stime) must stay under OTHER_MAX (default 10) % of one CPU, no vCPU may be above 100 %
-# (the VM's clock paused), the mean may not be below the least possible, and no vCPU may have run
-# and waited more than 102 % of the window (its run-queue clock and the wall clock disagree).
+# (the VM's clock paused), the mean may not be below the least possible, and every vCPU must have
+# run or waited 95-102 % of the window: a busy thread does nothing else, so outside that range its
+# reading does not cover the window (until 2026-11-26 `host` read each VM's cmdline between the clock
+# and that VM's thread times, and on this busy host one read waited seconds for the VM's mmap lock:
+# vCPUs showed 70-190 %) or the vCPU was not busy all along.
 # A disturbed round is re-run, up to RETRIES (default 3) times per round, and listed as
 # rejected; the target is judged on valid rounds only.
 # RESULTS=FILE also writes the raw rounds there ("mechanism round spread A0 A1 B0 C0 load1"
@@ -108,10 +111,12 @@ judge() {
   awk -v other="$2" -v max="$OTHER_MAX" -v least="$least" -v run="$3" '{x=0; for(i=2;i<=NF;i++) if($i>x)x=$i;
     m=0; for(i=2;i<=NF;i++) m+=$i; m/=(NF-1);
     # A busy thread cannot run and wait more than the whole window.
-    n=split(run, r, " "); over=0; for(i=1;i<=n;i++) if(r[i]+$(i+1)>over) over=r[i]+$(i+1);
+    n=split(run, r, " "); over=0; under=1000;
+    for(i=1;i<=n;i++) { t=r[i]+$(i+1); if(t>over) over=t; if(t<under) under=t }
     if (x > 100) printf "rejected: a vCPU at %.1f %% (clock paused)\n", x;
     else if (m < least - 5) printf "rejected: mean steal %.1f %% below the least possible %.1f %% (the clock jumped)\n", m, least;
-    else if (over > 102) printf "rejected: a vCPU ran and waited %.1f %% of the window (the clocks disagree)\n", over;
+    else if (over > 102) printf "rejected: a vCPU ran and waited %.1f %% of the window (its reading covers more than the window)\n", over;
+    else if (under < 95) printf "rejected: a vCPU ran and waited only %.1f %% of the window (not busy all along, or its reading covers less)\n", under;
     else if (other > max) printf "rejected: other work used %.1f %% of a CPU\n", other;
     else print "valid"}' <<< "$1"
 }
@@ -171,9 +176,9 @@ echo "Each mechanism starts from every VM in its own cpu cgroup with the default
 echo "with \`place apply --yes\` (and undone after each round). Spread = most minus least robbed vCPU."
 echo "A round counts only if everything outside the three QEMU processes used under $OTHER_MAX % of one CPU during it"
 echo "(/proc/stat busy time minus the QEMU processes' CPU time; the measurement itself is included), no vCPU is"
-echo "above 100 % of steal or 102 % of run plus steal, and the mean steal is not below the least possible (the"
-echo "sandbox VM's clock pausing shows up as these); a disturbed round is re-run (at most $RETRIES times) and listed"
-echo "below the table."
+echo "above 100 % of steal, every vCPU ran plus waited 95-102 % of the window (a busy thread does nothing else),"
+echo "and the mean steal is not below the least possible; a disturbed round is re-run (at most $RETRIES times) and"
+echo "listed below the table."
 echo
 echo "| mechanism | round | spread (pp) | steal per vCPU: A0 A1 B0 C0 (%) |"
 echo "|---|---|---|---|"

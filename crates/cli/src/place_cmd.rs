@@ -161,15 +161,18 @@ fn journal_path(c: &PlaceCommon, cfg: &Config) -> PathBuf {
 /// The host observed over `interval`, as the planner's input.
 fn observe(interval: Duration, stop: Option<&AtomicBool>) -> Result<HostInput, Error> {
     let src = RootFs::new(Path::new("/"));
-    let t0 = collect_host(&src, Side::Start)?;
+    // Timed from just before each side: collect_host reads the thread times
+    // first, and the rest of a side can take seconds on a busy host.
     let start = Instant::now();
+    let t0 = collect_host(&src, Side::Start)?;
     sleep_until(start + interval, stop);
+    let end = Instant::now();
     let t1 = collect_host(&src, Side::End)?;
     Ok(live::host_input(
         &src,
         &t0,
         &t1,
-        start.elapsed().as_secs_f64(),
+        (end - start).as_secs_f64(),
     )?)
 }
 

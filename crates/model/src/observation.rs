@@ -91,6 +91,9 @@ pub fn collect(src: &dyn Source, side: Side) -> Result<Observation, ReadError> {
     let mut notes = Vec::new();
     let n = &mut notes;
     let uptime_s = optional(n, r::kernel::uptime(src));
+    // VMs' thread times next, before any file that can wait for a VM
+    // (host::thread_times says why).
+    let thread_times = crate::host::thread_times(src);
     let interrupts = optional(n, r::interrupts::read(src));
     let cpuinfo = optional(n, r::cpuinfo::read(src));
     let cpus = optional(n, r::cpu_topology::read(src));
@@ -127,7 +130,10 @@ pub fn collect(src: &dyn Source, side: Side) -> Result<Observation, ReadError> {
     obs.memory = optional(n, r::kernel::meminfo(src));
     obs.pm_qos_us = optional(n, r::kernel::pm_qos_cpu_latency_us(src));
     obs.kvm_params = optional(n, r::kvm_params::read(src));
-    obs.host = optional(n, crate::host::collect_host(src, side));
+    obs.host = optional(
+        n,
+        thread_times.and_then(|t| crate::host::collect_host_with(src, side, t)),
+    );
     obs.notes = notes;
     Ok(obs)
 }

@@ -13,7 +13,9 @@ pub mod watch;
 
 pub use derived::{host_model, HostModel, HypervisorSplit, VcpuSteal, VmSteal};
 pub use discovery::{ThreadRole, VmKind};
-pub use observation::{collect_host, HostObservation, VcpuSource, VmObs};
+pub use observation::{
+    collect_host, collect_host_with, thread_times, HostObservation, ThreadTimes, VcpuSource, VmObs,
+};
 pub use tracker::HostTracker;
 pub use vcpu_times::{vcpu_times, vm_labels, VcpuTimes};
 pub use vm_rates::{vm_rates, VmRate, VmRateTracker};
