@@ -74,6 +74,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--schedstat", nargs=2)
     ap.add_argument("--sched-debug")
+    ap.add_argument("--all-schedstat", nargs=2)
     a = ap.parse_args()
     out_json, trace = a.json, a.trace
     vms = dict(x.split("=") for x in a.vms)
@@ -189,8 +190,11 @@ def main():
         )
     report["layouts"] = layouts(trace, threads, pid_vm)
     report["wakeups"] = wakeups(trace, threads, pid_vm)
+    report["background"] = background(trace, threads)
     if a.schedstat:
         report["schedstat"] = schedstat(*a.schedstat, threads)
+    if a.all_schedstat:
+        report["other_work"] = other_work(*a.all_schedstat, set(int(p) for p in vms.values()))
     if a.sched_debug:
         report["groups"] = sched_debug(a.sched_debug, vms)
     if out_json:
@@ -283,6 +287,157 @@ def wakeups(trace, threads, pid_vm):
             "wait_ms_p50": ms(pct(v["wait"], 0.5)), "wait_ms_p90": ms(pct(v["wait"], 0.9))}
         for k, v in sorted(out.items())
     }
+
+
+def background(trace, threads):
+    """Other work per CPU, as the load balancer sees it: how many threads
+    outside the VMs are runnable there (running or queued; the idle task
+    left out) on average, how much of the CPU they run, and both split by
+    how many of the VMs' threads sit on that CPU at the moment (a CPU
+    holding the lone vCPU against one holding three). The mean runnable
+    count is root-level load in nice-0 threads (PELT's load_avg / 1024 of a
+    nice-0 thread alone in its autogroup)."""
+    vmt = {t.tid for t in threads.values() if t.vm is not None}
+    vcpus = {t.tid for t in threads.values() if t.vm is not None and ("/TCG" in t.comm or "/KVM" in t.comm)}
+    where = {}  # thread -> CPU it is runnable on (absent: sleeping)
+    vcpu_cpu = {}
+    cur = {}
+    comm = {}
+    per_cpu, by_comm = {}, {}
+    t_prev = None
+
+    def acc(ts):
+        if t_prev is None:
+            return
+        dt = ts - t_prev
+        counts = {}
+        for tid, c in where.items():
+            if tid not in vmt:
+                counts[c] = counts.get(c, 0) + 1
+                name = re.sub(r"\d+", "N", comm.get(tid, "?"))
+                by_comm[name] = by_comm.get(name, 0.0) + dt
+        nv = {}
+        for c in vcpu_cpu.values():
+            nv[c] = nv.get(c, 0) + 1
+        for c in set(list(cur) + list(counts)):
+            pc = per_cpu.setdefault(c, {"runnable": 0.0, "running": 0.0, "by_vcpus": {}})
+            n = counts.get(c, 0)
+            run = dt if cur.get(c) not in (None, 0) and cur.get(c) not in vmt else 0.0
+            pc["runnable"] += n * dt
+            pc["running"] += run
+            k = pc["by_vcpus"].setdefault(nv.get(c, 0), [0.0, 0.0, 0.0])
+            k[0] += dt
+            k[1] += n * dt
+            k[2] += run
+
+    for line in open(trace, errors="replace"):
+        m = LINE.match(line)
+        if not m:
+            continue
+        ts, ev, rest, cpu = float(m["ts"]), m["ev"], m["rest"], int(m["cpu"])
+        acc(ts)
+        t_prev = ts
+        # Every line names the thread running on its CPU: a switch the
+        # trace lost shows as another thread there (assumed gone to sleep).
+        ctx = int(m["pid"])
+        if cur.get(cpu, ctx) != ctx:
+            old = cur[cpu]
+            if where.get(old) == cpu:
+                where.pop(old)
+        cur[cpu] = ctx
+        if ctx != 0:
+            where[ctx] = cpu
+        if ev == "sched_switch":
+            s = SWITCH.match(rest)
+            if not s:
+                continue
+            pp, np_ = int(s["pp"]), int(s["np"])
+            comm[pp], comm[np_] = s["pc"], s["nc"]
+            if pp != 0:
+                if s["st"].startswith("R"):
+                    where[pp] = cpu
+                else:
+                    where.pop(pp, None)
+            if np_ != 0:
+                where[np_] = cpu
+            cur[cpu] = np_
+            for p in (pp, np_):
+                if p in vcpus and p in where:
+                    vcpu_cpu[p] = where[p]
+        elif ev == "sched_wakeup":
+            w = WAKE.match(rest)
+            if w:
+                p = int(w["p"])
+                comm[p] = w["c"]
+                where[p] = int(w["t"])
+                if p in vcpus:
+                    vcpu_cpu[p] = int(w["t"])
+        elif ev == "sched_migrate_task":
+            g = MIGRATE.match(rest)
+            if g:
+                p = int(g["p"])
+                if p in where:
+                    where[p] = int(g["d"])
+                if p in vcpus:
+                    vcpu_cpu[p] = int(g["d"])
+    secs = None
+    out = {"cpus": {}, "top": []}
+    total = sum(v[0] for pc in per_cpu.values() for v in pc["by_vcpus"].values()) / max(len(per_cpu), 1)
+    secs = total or 1.0
+    for c, pc in sorted(per_cpu.items()):
+        out["cpus"][c] = {
+            "runnable_mean": pc["runnable"] / secs,
+            "running_pct": 100 * pc["running"] / secs,
+            "by_vcpus": {
+                n: {"time_pct": 100 * v[0] / secs, "runnable_mean": v[1] / v[0] if v[0] else None,
+                    "running_pct": 100 * v[2] / v[0] if v[0] else None}
+                for n, v in sorted(pc["by_vcpus"].items())
+            },
+        }
+    out["top"] = [{"comm": k, "runnable_mean": v / secs} for k, v in sorted(by_comm.items(), key=lambda kv: -kv[1])[:8]]
+    return out
+
+
+# sched_prio_to_weight / 1024 for nice -20..19.
+NICE_WEIGHT = [88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904, 3906,
+               3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45,
+               36, 29, 23, 18, 15]
+
+
+def other_work(start, end, vm_pids):
+    """Threads outside the VMs from every thread's schedstat at both ends:
+    how much they ran and were runnable (run + wait) over the window, and
+    that runnable share weighted by nice (sched_prio_to_weight / 1024): the
+    load they put at the root of the CPU hierarchy, in nice-0 threads (an
+    upper bound for threads in an autogroup, whose entity splits 1024)."""
+    def read(path):
+        lines = [x for x in open(path).read().split("\n") if x.strip()]
+        # The scan's clock: the middle of its first and last line.
+        t, rows = (float(lines[0]) + float(lines[-1])) / 2, {}
+        for line in lines[1:-1]:
+            f = line.split(None, 6)
+            if len(f) == 7:
+                rows[int(f[1])] = (int(f[0]), int(f[2]), int(f[3]), int(f[4]), int(f[5]), f[6])
+        return t, rows
+    t0, a = read(start)
+    t1, b = read(end)
+    secs = t1 - t0
+    out = {"secs": secs, "run_pct": 0.0, "runnable": 0.0, "load": 0.0, "top": []}
+    rows = []
+    for tid, (pid, nice, run, wait, slices, comm) in b.items():
+        if pid in vm_pids or tid not in a:
+            continue
+        dr, dw, ds = (run - a[tid][2]) / 1e9, (wait - a[tid][3]) / 1e9, slices - a[tid][4]
+        d = (dr + dw) / secs
+        w = NICE_WEIGHT[max(-20, min(19, nice)) + 20] / 1024
+        out["run_pct"] += 100 * dr / secs
+        out["runnable"] += d
+        out["load"] += d * w
+        rows.append((d * w, d, nice, pid, tid, comm, ds / secs, 1e6 * dr / ds if ds else None, 1e3 * dw / ds if ds else None))
+    rows.sort(key=lambda r: -r[0])
+    out["top"] = [{"load": r[0], "runnable": r[1], "nice": r[2], "pid": r[3], "tid": r[4], "comm": r[5],
+                   "runs_per_s": r[6], "run_us": r[7], "wait_ms": r[8]} for r in rows[:10]]
+    return out
 
 
 def layouts(trace, threads, pid_vm):
@@ -470,6 +625,29 @@ def print_report(r):
     print("|---|---|---|---|---|---|")
     for k, v in r["wakeups"].items():
         print(f"| {k} | {v['n']} | {v['moved']} | {f(v['wait_ms_mean'])} | {f(v['wait_ms_p50'])} | {f(v['wait_ms_p90'])} |")
+    bg = r.get("background")
+    if bg and bg["cpus"]:
+        print()
+        print("Other work (threads outside the VMs) per CPU: runnable threads on average (root-level load in nice-0 threads) "
+              "and % of the CPU it ran; by how many VM vCPU threads sat on that CPU at the time (share of the window):")
+        for c, v in bg["cpus"].items():
+            parts = ", ".join(
+                f"{n} vCPUs ({x['time_pct']:.0f}% of time): {x['runnable_mean']:.2f} runnable, ran {x['running_pct']:.1f}%"
+                for n, x in v["by_vcpus"].items() if x["runnable_mean"] is not None)
+            print(f"- cpu{c}: {v['runnable_mean']:.2f} runnable, ran {v['running_pct']:.1f}%; {parts}")
+        print("- most runnable: " + ", ".join(f"{t['comm']} {t['runnable_mean']:.3f}" for t in bg["top"]))
+    ow = r.get("other_work")
+    if ow:
+        print()
+        print(f"Other work from every thread's schedstat over {ow['secs']:.1f} s: ran {ow['run_pct']:.1f} % of a CPU, "
+              f"runnable {ow['runnable']:.3f} threads on average, load {ow['load']:.3f} nice-0 threads (weighted by nice); most: "
+              + ", ".join(f"{t['comm']} ({t['pid']}/{t['tid']}, nice {t['nice']}) {t['load']:.3f}" for t in ow["top"][:6]))
+        print("| other thread | nice | load | runnable | runs/s | run us per run | wait ms per run |")
+        print("|---|---|---|---|---|---|---|")
+        f1 = lambda x: "-" if x is None else f"{x:.2f}"
+        for t in ow["top"]:
+            print(f"| {t['comm']} ({t['tid']}) | {t['nice']} | {t['load']:.3f} | {t['runnable']:.3f} | {t['runs_per_s']:.1f} | "
+                  f"{f1(t['run_us'])} | {f1(t['wait_ms'])} |")
     if "schedstat" in r:
         print()
         print("schedstat over the window (run % / wait %): " + ", ".join(

@@ -10,7 +10,10 @@
 # each group's load_avg, tg_load_avg and entity weight per CPU) every SAMPLE_MS.
 # Prints scripts/trace-vcpus.py's table (per thread: run, wait, sleeps, who
 # wakes it and where, migrations by cause; how long a vCPU layout lasts) and
-# the group-state summary; keeps the raw files in OUT (default a new temp dir).
+# the group-state summary, and the other work runnable on each CPU (root-level
+# load beside the VMs' groups); keeps the raw files in OUT (default a new temp
+# dir). SAMPLE_MS=0 leaves the CPUs to the VMs and other work (no sampler:
+# the polling is root-level load itself).
 #
 #   MECH=equal WINDOW=20 OUT=/tmp/tv scripts/trace-vcpus.sh
 set -euo pipefail
@@ -62,8 +65,39 @@ for e in $EVENTS; do echo 1 > "$I/events/sched/$e/enable"; done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 # Per-thread schedstat at both ends: the steal of the window, independent of the trace.
 stat() { date +%s.%N; for p in "${PID[@]}"; do for t in /proc/"$p"/task/*; do echo "$p $(basename "$t") $(cat "$t/schedstat")"; done; done; }
+# Every thread's run and wait (schedstat) and nice at both ends: the other
+# work's root-level load, exact where the trace is not (this kernel's trace
+# drops the switches out of the idle task and out of some threads).
+stat_all() {
+  python3 -c '
+import os, time
+print(time.monotonic())
+for p in os.listdir("/proc"):
+    if not p.isdigit():
+        continue
+    try:
+        tids = os.listdir(f"/proc/{p}/task")
+    except OSError:
+        continue
+    for t in tids:
+        try:
+            run, wait, slices = open(f"/proc/{p}/task/{t}/schedstat").read().split()[:3]
+            comm = open(f"/proc/{p}/task/{t}/comm").read().strip()
+            nice = os.getpriority(os.PRIO_PROCESS, int(t))
+        except (OSError, ValueError):
+            continue
+        print(p, t, nice, run, wait, slices, comm)
+print(time.monotonic())
+'
+}
 stat > "$OUT/schedstat.start"
+stat_all > "$OUT/all.start"
 echo 1 > "$I/tracing_on"
+if [[ $SAMPLE_MS == 0 ]]; then
+  # No observer on the CPUs during the window: its polling is itself root-level load.
+  sleep "$WINDOW"
+  stat_all > "$OUT/all.end"
+else
 python3 - "$WINDOW" "$SAMPLE_MS" > "$OUT/sched-debug.txt" <<'PY'
 import sys, time
 end = time.monotonic() + float(sys.argv[1])
@@ -81,13 +115,18 @@ while time.monotonic() < end:
     print("\n".join(out), flush=True)
     time.sleep(max(0.0, step - (time.monotonic() - t)))
 PY
+  stat_all > "$OUT/all.end"
+fi
 echo 0 > "$I/tracing_on"
 stat > "$OUT/schedstat.end"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cat "$I/trace" > "$OUT/trace.txt"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) MECH=$MECH WINDOW=$WINDOW $(nproc) CPUs; load average before $load_before, after $load_after" | tee "$OUT/header.txt"
+debug_args=()
+[[ $SAMPLE_MS == 0 ]] || debug_args=(--sched-debug "$OUT/sched-debug.txt")
 python3 scripts/trace-vcpus.py "$OUT/trace.txt" A="${PID[tvA]}" B="${PID[tvB]}" C="${PID[tvC]}" \
   --json "$OUT/trace.json" --schedstat "$OUT/schedstat.start" "$OUT/schedstat.end" \
-  --sched-debug "$OUT/sched-debug.txt"
+  --all-schedstat "$OUT/all.start" "$OUT/all.end" \
+  "${debug_args[@]}"
 echo
 echo "raw files: $OUT"

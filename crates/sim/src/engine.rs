@@ -111,8 +111,20 @@ pub struct HostShape {
     pub nodes: usize,
     pub smt: bool,
     pub mem_per_node_gib: f64,
-    /// Other host work: (pinned CPU or any, demand).
-    pub background: Vec<(Option<usize>, Demand)>,
+    /// Other host work, one entry per thread.
+    pub background: Vec<BackgroundThread>,
+}
+
+/// A thread of other host work at the top level of the CPU hierarchy.
+#[derive(Debug, Clone)]
+pub struct BackgroundThread {
+    /// Pinned to this CPU, or anywhere (moved by the balancer).
+    pub cpu: Option<usize>,
+    pub demand: Demand,
+    /// Wake-ups per second on its own timer (0: not modelled).
+    pub wakeups_per_s: f64,
+    /// Measured share of the time it is queued (0: as the model gives).
+    pub queued: f64,
 }
 
 /// Time accounted to one thread, seconds.
@@ -224,10 +236,12 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
             h.lb_next_s[c] = rng.unit() * tm.balance_interval_s(span, false, true);
         }
     }
-    for (cpu, d) in &shape.background {
-        let allowed = cpu.map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
+    for b in &shape.background {
+        let allowed = b
+            .cpu
+            .map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
         let at = fork_cpu(&h, &allowed, &mut rng);
-        h.add_background(at, allowed, d.clone());
+        h.add_background(at, allowed, b.demand.clone(), (b.wakeups_per_s, b.queued));
     }
     let mut cfg = spec.case.planner.clone();
     cfg.dedicated.extend(
@@ -309,6 +323,9 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
         let changes = policy.pass(&mut h, t);
         let (numa_moves, _moving) = numa::tick(&mut h, spec.numa, t, dt, &mut rng, &mut over);
         out.numa_moves += numa_moves;
+        if h.queued_work {
+            h.step_bursts(dt, &mut rng);
+        }
         set_wants(&mut h, t);
         sample_queued(&mut h, tm.as_ref(), &mut rng);
         index(&h, &mut sc);

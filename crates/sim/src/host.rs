@@ -5,6 +5,7 @@
 use crate::cpuset::CpuSet;
 use crate::demand::Demand;
 use crate::scenario::{Cgroups, EmulatorSpec};
+use stealscope_placement::synthetic::Rng;
 
 /// Loads and weights are in units of a nice-0 task (the kernel's 1024).
 pub const NICE_0: f64 = 1.0;
@@ -53,6 +54,14 @@ pub struct Task {
     /// of them another thread of its VM makes (the rest: its own timers).
     pub wakeups_per_s: f64,
     pub kicks: f64,
+    /// Runnable at least this share of each tick (measured other work; 0: none).
+    pub min_runnable: f64,
+    /// Queued in bursts (other work that wakes and then waits long): mean
+    /// seconds queued and asleep (0, 0: no bursts), the current phase and
+    /// what is left of it.
+    pub burst: (f64, f64),
+    pub burst_on: bool,
+    pub burst_left_s: f64,
     /// Queued at the moment the group weights are computed (`timing`: drawn
     /// each tick from its runnable share; otherwise whenever it wants CPU).
     pub queued: bool,
@@ -82,6 +91,10 @@ impl Task {
             emulator: false,
             wakeups_per_s: 0.0,
             kicks: 0.0,
+            min_runnable: 0.0,
+            burst: (0.0, 0.0),
+            burst_on: false,
+            burst_left_s: 0.0,
             queued: true,
         }
     }
@@ -174,6 +187,8 @@ pub struct Host {
     /// interval is doubled (it found balance last time).
     pub lb_next_s: Vec<f64>,
     pub lb_doubled: Vec<bool>,
+    /// Some thread has a measured queued share (`min_runnable`, bursts).
+    pub queued_work: bool,
 }
 
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup/cpu";
@@ -206,6 +221,7 @@ impl Host {
             lb_failed: vec![[0, 0]; cpus],
             lb_next_s: vec![0.0; cpus],
             lb_doubled: vec![false; cpus],
+            queued_work: false,
         };
         if cgroups == Cgroups::PerHost {
             h.groups.push(Group {
@@ -353,13 +369,94 @@ impl Host {
     }
 
     /// Other host work at the top level, starting on `cpu`.
-    pub fn add_background(&mut self, cpu: usize, allowed: CpuSet, demand: Demand) {
+    /// `wakeups_per_s` > 0: it sleeps between runs and its own timer wakes
+    /// it; `queued` > 0: it is runnable at least that share of the time.
+    pub fn add_background(
+        &mut self,
+        cpu: usize,
+        allowed: CpuSet,
+        demand: Demand,
+        (wakeups_per_s, queued): (f64, f64),
+    ) {
         let now = demand.level(0.0, 0);
         let mut t = Task::new(None, 1 + self.tasks.len() as u32, None, cpu, allowed);
         t.own_demand = demand;
         t.util_avg = now;
         t.wants = now;
         t.runnable = now;
+        t.load_avg = now.max(queued);
+        t.wakeups_per_s = wakeups_per_s;
+        t.min_runnable = queued;
+        self.queued_work |= queued > 0.0;
+        if queued > 0.0 && wakeups_per_s > 0.0 {
+            // Each wake-up starts a stretch on the run queue: queued / rate
+            // seconds on average, then asleep for the rest of the period.
+            t.burst = (
+                queued / wakeups_per_s,
+                (1.0 - queued).max(0.0) / wakeups_per_s,
+            );
+            t.burst_left_s = 0.0;
+        }
         self.tasks.push(t);
+    }
+
+    /// Advances the queued bursts of other work by `dt` (exponential
+    /// stretches, so the seeds differ in when the load comes and goes).
+    pub fn step_bursts(&mut self, dt: f64, rng: &mut Rng) {
+        for t in self.tasks.iter_mut().filter(|t| t.alive && t.burst.0 > 0.0) {
+            t.burst_left_s -= dt;
+            while t.burst_left_s <= 0.0 {
+                t.burst_on = !t.burst_on;
+                let mean = if t.burst_on { t.burst.0 } else { t.burst.1 };
+                t.burst_left_s += -mean * (1.0 - rng.unit()).max(1e-12).ln();
+                if mean <= 0.0 {
+                    break;
+                }
+            }
+            t.min_runnable = if t.burst_on { 1.0 } else { 0.0 };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queued_bursts_keep_the_measured_share_and_length() {
+        // kdamond on this machine: queued 63 % of the time, 0.8 wake-ups a
+        // second, so stretches of 0.79 s queued and 0.46 s asleep.
+        let mut h = Host::new(2, 1, false, 4.0, Cgroups::PerVm);
+        h.add_background(0, CpuSet::all(2), Demand::Level(0.001), (0.8, 0.63));
+        assert!(h.queued_work);
+        let mut rng = Rng(7);
+        let (dt, steps) = (0.004, 1_000_000);
+        let (mut on, mut starts) = (0.0, 0);
+        let mut was = false;
+        for _ in 0..steps {
+            h.step_bursts(dt, &mut rng);
+            let t = &h.tasks[0];
+            assert!(t.min_runnable == 0.0 || t.min_runnable == 1.0);
+            if t.burst_on {
+                on += dt;
+                starts += usize::from(!was);
+            }
+            was = t.burst_on;
+        }
+        let secs = dt * steps as f64;
+        assert!(
+            (on / secs - 0.63).abs() < 0.02,
+            "queued share {}",
+            on / secs
+        );
+        assert!(
+            (starts as f64 / secs - 0.8).abs() < 0.05,
+            "{} wake-ups/s",
+            starts as f64 / secs
+        );
+        // Without a wake-up rate the queued share is a floor on every tick.
+        let mut h = Host::new(2, 1, false, 4.0, Cgroups::PerVm);
+        h.add_background(0, CpuSet::all(2), Demand::Level(0.001), (0.0, 0.3));
+        assert_eq!(h.tasks[0].min_runnable, 0.3);
     }
 }

@@ -23,7 +23,7 @@ pub mod timing;
 pub use report::SimReport;
 pub use scenario::{Scenario, ScenarioError};
 
-use engine::{HostShape, RunSpec};
+use engine::{BackgroundThread, HostShape, RunSpec};
 use rayon::prelude::*;
 
 /// What to run beyond the scenario's own settings.
@@ -49,14 +49,19 @@ pub fn shape(s: &Scenario) -> HostShape {
         nodes: h.nodes.0 as usize,
         smt: h.smt,
         mem_per_node_gib: h.mem_gib_per_node.0,
+        // Checked when the scenario was loaded.
         background: h
             .background
             .iter()
-            .map(|b| {
-                (
-                    b.cpu.as_ref().map(|c| *c.get_ref() as usize),
-                    b.demand.resolve(base).unwrap_or_default(),
-                )
+            .flat_map(|b| {
+                let (demand, wakeups_per_s, queued) = b.thread(base).unwrap_or_default();
+                let t = BackgroundThread {
+                    cpu: b.cpu.as_ref().map(|c| *c.get_ref() as usize),
+                    demand,
+                    wakeups_per_s,
+                    queued,
+                };
+                std::iter::repeat_n(t, b.count.0 as usize)
             })
             .collect(),
     }

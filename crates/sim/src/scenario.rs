@@ -182,7 +182,62 @@ pub struct Background {
     /// Pinned to this CPU (default: any CPU, moved by the load balancer).
     pub cpu: Option<Spanned<u32>>,
     /// What it wants (as a VM's demand: "busy", a share, a pattern).
-    pub demand: Demand,
+    #[serde(default)]
+    pub demand: Option<Demand>,
+    /// Or a thread on a timer (a kernel thread such as rcu_preempt or
+    /// kdamond): it wakes this many times a second and runs `run_us` each
+    /// time. With `[scheduler] timing` it then waits for the running
+    /// entity's turn to end, so it is runnable, and load at the top level,
+    /// far more than it runs.
+    pub wakeups_per_s: Option<Positive>,
+    pub run_us: Option<Positive>,
+    /// Share of the time it sits on its CPU's run queue, running or not
+    /// (schedstat run + wait over a window, as measured): the load it puts
+    /// at the top level, whatever the model would give it. A kernel thread
+    /// that runs microseconds a second can be queued most of the time
+    /// beside busy groups (scenarios/calibration/vcpu-threads.md).
+    pub queued: Option<Fraction>,
+    /// Identical threads of this kind.
+    #[serde(default = "d_count")]
+    pub count: Count,
+}
+
+impl Background {
+    /// What each of these threads wants, how often it wakes (0: not
+    /// modelled) and its measured queued share (0: as modelled).
+    pub fn thread(&self, base: &Path) -> Result<(Demand, f64, f64), String> {
+        let (demand, wakeups) = self.demand_and_wakeups(base)?;
+        if let Some(q) = self.queued {
+            if demand.mean() > q.0 + 1e-12 {
+                return Err(format!(
+                    "queued = {} is less than what it runs ({:.3}): a thread is queued while it runs",
+                    q.0,
+                    demand.mean()
+                ));
+            }
+        }
+        Ok((demand, wakeups, self.queued.map_or(0.0, |q| q.0)))
+    }
+
+    fn demand_and_wakeups(&self, base: &Path) -> Result<(Demand, f64), String> {
+        match (&self.demand, self.wakeups_per_s, self.run_us) {
+            (Some(d), None, None) => Ok((d.resolve(base)?, 0.0)),
+            (None, Some(w), Some(r)) => {
+                let level = w.0 * r.0 / 1e6;
+                if level > 1.0 {
+                    return Err(format!(
+                        "wakeups_per_s x run_us is {level:.2} CPUs: one thread uses at most one"
+                    ));
+                }
+                Ok((Demand::Level(level), w.0))
+            }
+            (Some(_), _, _) => {
+                Err("give either demand or wakeups_per_s and run_us, not both".into())
+            }
+            (None, None, _) => Err("needs demand, or wakeups_per_s and run_us".into()),
+            (None, Some(_), None) => Err("wakeups_per_s needs run_us".into()),
+        }
+    }
 }
 
 fn d_imb() -> Positive {
@@ -582,9 +637,8 @@ impl Scenario {
         }
         let base = path.parent().unwrap_or(Path::new("."));
         for (i, b) in host.background.iter().enumerate() {
-            b.demand
-                .resolve(base)
-                .map_err(|e| invalid(format!("host.background[{i}]: demand: {e}")))?;
+            b.thread(base)
+                .map_err(|e| invalid(format!("host.background[{i}]: {e}")))?;
         }
         if file.warmup_s.0 >= file.duration_s.0 {
             return Err(invalid(format!(

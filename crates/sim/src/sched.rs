@@ -149,7 +149,8 @@ pub fn index(h: &Host, sc: &mut Scratch) {
             if t.wants > 0.0 {
                 sc.cpu_nr[c] += 1;
             }
-            if t.runnable > 0.999 {
+            // Measured queued other work is not a thread that wants a CPU.
+            if t.runnable > 0.999 && t.min_runnable == 0.0 {
                 sc.cpu_nr_busy[c] += 1;
             }
             match t.group {
@@ -328,6 +329,22 @@ pub fn run_tick(
         }
         sc.idle.resize(n, 0.0);
         sc.idle[c] = (1.0 - h.kernel[c] - used).max(0.0);
+        // Other work measured as queued far more than it runs waits behind
+        // what runs here: only as long as something does.
+        if h.queued_work {
+            let busy = if cap > 0.0 {
+                (used / cap).min(1.0)
+            } else {
+                0.0
+            };
+            for k in sc.start[c]..sc.start[c + 1] {
+                let t = &mut h.tasks[sc.by_cpu[k]];
+                if t.min_runnable > 0.0 && t.wants > 0.0 {
+                    t.runnable = t.runnable.max(t.min_runnable * busy);
+                    t.wait = (t.runnable - t.run).max(0.0);
+                }
+            }
+        }
     }
     // A thread that sleeps and wakes up behind others takes an idle CPU of
     // its node if one is free at that moment (select_idle_sibling): only the

@@ -31,11 +31,30 @@ fn case<'a>(r: &'a SimReport, name: &str) -> &'a CaseReport {
         .unwrap_or_else(|| panic!("no case {name}"))
 }
 
-/// The calibration scenario with the coarse model: no kernel timing and
-/// no QEMU threads besides the vCPUs.
+/// A scenario's text without its `background = [...]` (other host work).
+fn without_background(text: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for l in text.lines() {
+        if l.starts_with("background = [") {
+            inside = true;
+        }
+        if !inside {
+            out.push_str(l);
+            out.push('\n');
+        }
+        if inside && l.starts_with(']') {
+            inside = false;
+        }
+    }
+    out
+}
+
+/// The calibration scenario with the coarse model: no kernel timing, no
+/// QEMU threads besides the vCPUs and no other work.
 fn coarse_calibration() -> Scenario {
-    let text: String = std::fs::read_to_string(scenario_file("calibration-2cpu.toml"))
-        .unwrap()
+    let text = std::fs::read_to_string(scenario_file("calibration-2cpu.toml")).unwrap();
+    let text: String = without_background(&text)
         .replace("timing = true", "timing = false")
         .lines()
         .filter(|l| !l.starts_with("emulator") && !l.starts_with("vcpu_wakeups"))
@@ -79,6 +98,12 @@ fn errors_name_the_file_the_line_and_the_key() {
         (format!("{HOST}[[vm]]\nname = \"a\"\nvcpus = 1\nemulator = {{ wakeups_per_s = 1000, run_us = 2000 }}\n"), Some("name = \"a\""), "emulator: wakeups_per_s x run_us is 2.00 of a CPU"),
         (format!("{HOST}[[vm]]\nname = \"a\"\nvcpus = 1\nemulator = {{ wakeups_per_s = 100, run_us = 20, kicks = 2 }}\n"), Some("emulator = {"), "within [0, 1]"),
         (format!("{HOST}[scheduler]\nhz = 0\n[[vm]]\nname = \"a\"\nvcpus = 1\n"), Some("hz = 0"), "must be a number above 0"),
+        ("[host]\ncpus = 2\nbackground = [{ demand = 0.1, wakeups_per_s = 5, run_us = 10 }]\n[[vm]]\nname = \"a\"\nvcpus = 1\n".into(), None, "host.background[0]: give either demand or wakeups_per_s and run_us, not both"),
+        ("[host]\ncpus = 2\nbackground = [{ demand = 0.1 }, { wakeups_per_s = 5 }]\n[[vm]]\nname = \"a\"\nvcpus = 1\n".into(), None, "host.background[1]: wakeups_per_s needs run_us"),
+        ("[host]\ncpus = 2\nbackground = [{ cpu = 1 }]\n[[vm]]\nname = \"a\"\nvcpus = 1\n".into(), None, "host.background[0]: needs demand, or wakeups_per_s and run_us"),
+        ("[host]\ncpus = 2\nbackground = [{ queued = 0.01, demand = 0.5 }]\n[[vm]]\nname = \"a\"\nvcpus = 1\n".into(), None, "queued = 0.01 is less than what it runs"),
+        ("[host]\ncpus = 2\nbackground = [{ queued = 1.5, demand = 0.5 }]\n[[vm]]\nname = \"a\"\nvcpus = 1\n".into(), Some("background = "), "within [0, 1]"),
+        ("[host]\ncpus = 2\nbackground = [{ wakeups_per_s = 1000, run_us = 2000 }]\n[[vm]]\nname = \"a\"\nvcpus = 1\n".into(), None, "wakeups_per_s x run_us is 2.00 CPUs"),
     ];
     for (text, line, want) in cases {
         let e = parse(&text).expect_err(&text);
@@ -190,19 +215,43 @@ fn calibration_layouts_vary_with_equal_shares_and_one_group_is_fair() {
     // vCPUs' shares differ, and which one depends on timing (the seed).
     let equal = case(&r, "equal");
     assert!(
-        equal.spread_pp.max - equal.spread_pp.min > 20.0,
+        equal.spread_pp.max - equal.spread_pp.min > 10.0,
         "equal shares: {:?}",
         equal.spread_pp
     );
-    // One group for all: each vCPU thread weighs the same wherever it runs.
+    // One group for all, vCPUs pinned one per CPU (stealscope's defaults):
+    // fair in every seed.
+    let pinned = case(&r, "stealscope");
+    assert!(pinned.spread_pp.max < 2.0, "{:?}", pinned.spread_pp);
+    // One group, threads left to the balancer: each vCPU weighs the same
+    // wherever it runs, but the other work's queued bursts (load without
+    // CPU, measured on this machine) make 3+1 layouts look balanced in some
+    // seeds, as in the real rounds (6.8-13.8 pp).
     let shared = case(&r, "shared-group");
-    assert!(shared.spread_pp.max < 5.0, "{:?}", shared.spread_pp);
+    assert!(shared.spread_pp.max > 5.0, "{:?}", shared.spread_pp);
     for name in ["weights", "shared-group"] {
         assert!(
             case(&r, name).policy_actions > 0.0,
             "{name}: the planner acted"
         );
     }
+}
+
+#[test]
+fn without_the_other_work_one_group_settles_on_two_and_two() {
+    // The same scenario without its background: the balancer evens out
+    // the group's four threads (2+2) in every seed, so it is the other
+    // work's load that keeps uneven layouts, not the group's own threads.
+    let text = std::fs::read_to_string(scenario_file("calibration-2cpu.toml")).unwrap();
+    assert!(
+        text.contains("background = ["),
+        "the calibration has other work"
+    );
+    let s = parse(&without_background(&text)).unwrap();
+    assert!(s.file.host.background.is_empty());
+    let r = simulate(&s, &seeds(&(1..=10).collect::<Vec<_>>()));
+    let shared = case(&r, "shared-group");
+    assert!(shared.spread_pp.max < 2.0, "{:?}", shared.spread_pp);
 }
 
 #[test]
