@@ -208,7 +208,9 @@ for mech in $MECHS; do
 done
 worst=$(printf '%s' "${RESULTS[stealscope]:-}" | awk 'NF{if($1>m)m=$1} END{print m+0}')
 valid=$(printf '%s' "${RESULTS[stealscope]:-}" | awk 'NF{n++} END{print n+0}')
-if ((valid == ROUNDS)) && awk -v w="$worst" 'BEGIN{exit !(w <= 5)}'; then
+if [[ " $MECHS " != *" stealscope "* ]]; then
+  echo "- target (after: spread within 5 pp in every round): not judged (the stealscope mechanism was not run)."
+elif ((valid == ROUNDS)) && awk -v w="$worst" 'BEGIN{exit !(w <= 5)}'; then
   echo "- target (after: spread within 5 pp in every round): **met** by stealscope's defaults (\`fairness = \"shared-group\"\`, \`vcpu_mapping = \"auto\"\`)."
 else
   echo "- target (after: spread within 5 pp in every round): **not met** (worst ${worst} pp)."
