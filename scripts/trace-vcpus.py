@@ -296,7 +296,10 @@ def background(trace, threads):
     how many of the VMs' threads sit on that CPU at the moment (a CPU
     holding the lone vCPU against one holding three). The mean runnable
     count is root-level load in nice-0 threads (PELT's load_avg / 1024 of a
-    nice-0 thread alone in its autogroup)."""
+    nice-0 thread alone in its autogroup). This kernel's trace loses some
+    switches (out of the idle task, out of init's threads): a thread seen
+    running is dropped when its CPU's lines name another, so the split is
+    indicative; --all-schedstat gives exact totals."""
     vmt = {t.tid for t in threads.values() if t.vm is not None}
     vcpus = {t.tid for t in threads.values() if t.vm is not None and ("/TCG" in t.comm or "/KVM" in t.comm)}
     where = {}  # thread -> CPU it is runnable on (absent: sleeping)
@@ -380,10 +383,9 @@ def background(trace, threads):
                     where[p] = int(g["d"])
                 if p in vcpus:
                     vcpu_cpu[p] = int(g["d"])
-    secs = None
     out = {"cpus": {}, "top": []}
-    total = sum(v[0] for pc in per_cpu.values() for v in pc["by_vcpus"].values()) / max(len(per_cpu), 1)
-    secs = total or 1.0
+    # Every CPU's time adds up to the window: its split by vCPU count sums to it.
+    secs = sum(v[0] for pc in per_cpu.values() for v in pc["by_vcpus"].values()) / max(len(per_cpu), 1) or 1.0
     for c, pc in sorted(per_cpu.items()):
         out["cpus"][c] = {
             "runnable_mean": pc["runnable"] / secs,
