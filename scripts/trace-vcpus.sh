@@ -96,7 +96,6 @@ echo 1 > "$I/tracing_on"
 if [[ $SAMPLE_MS == 0 ]]; then
   # No observer on the CPUs during the window: its polling is itself root-level load.
   sleep "$WINDOW"
-  stat_all > "$OUT/all.end"
 else
 python3 - "$WINDOW" "$SAMPLE_MS" > "$OUT/sched-debug.txt" <<'PY'
 import sys, time
@@ -115,8 +114,8 @@ while time.monotonic() < end:
     print("\n".join(out), flush=True)
     time.sleep(max(0.0, step - (time.monotonic() - t)))
 PY
-  stat_all > "$OUT/all.end"
 fi
+stat_all > "$OUT/all.end"
 echo 0 > "$I/tracing_on"
 stat > "$OUT/schedstat.end"
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)

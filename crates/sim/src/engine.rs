@@ -10,8 +10,7 @@
 
 use crate::balance::{balance, fork_cpu, random_cpu, wake_idle};
 use crate::cpuset::CpuSet;
-use crate::demand::Demand;
-use crate::host::{Host, VmThreads};
+use crate::host::{BackgroundThread, Host, VmThreads};
 use crate::numa::{self, Overhead};
 use crate::policy::Policy;
 use crate::scenario::{Case, MemNode, NumaSpec, SchedSpec, StartPlacement, VmDef};
@@ -113,18 +112,6 @@ pub struct HostShape {
     pub mem_per_node_gib: f64,
     /// Other host work, one entry per thread.
     pub background: Vec<BackgroundThread>,
-}
-
-/// A thread of other host work at the top level of the CPU hierarchy.
-#[derive(Debug, Clone)]
-pub struct BackgroundThread {
-    /// Pinned to this CPU, or anywhere (moved by the balancer).
-    pub cpu: Option<usize>,
-    pub demand: Demand,
-    /// Wake-ups per second on its own timer (0: not modelled).
-    pub wakeups_per_s: f64,
-    /// Measured share of the time it is queued (0: as the model gives).
-    pub queued: f64,
 }
 
 /// Time accounted to one thread, seconds.
@@ -241,7 +228,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
             .cpu
             .map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
         let at = fork_cpu(&h, &allowed, &mut rng);
-        h.add_background(at, allowed, b.demand.clone(), (b.wakeups_per_s, b.queued));
+        h.add_background(at, allowed, b);
     }
     let mut cfg = spec.case.planner.clone();
     cfg.dedicated.extend(

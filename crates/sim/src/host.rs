@@ -100,6 +100,19 @@ impl Task {
     }
 }
 
+/// A thread of other host work at the top level of the CPU hierarchy.
+#[derive(Debug, Clone, Default)]
+pub struct BackgroundThread {
+    /// Pinned to this CPU, or anywhere (moved by the balancer).
+    pub cpu: Option<usize>,
+    pub demand: Demand,
+    /// Wake-ups per second on its own timer (0: not modelled); with
+    /// `queued`, the stretches it spends queued start at this rate.
+    pub wakeups_per_s: f64,
+    /// Measured share of the time it is queued (0: as the model gives).
+    pub queued: f64,
+}
+
 /// The threads of a VM besides what its vCPUs want: QEMU's main loop and
 /// how often the vCPU threads sleep.
 #[derive(Debug, Clone, Copy, Default)]
@@ -369,15 +382,8 @@ impl Host {
     }
 
     /// Other host work at the top level, starting on `cpu`.
-    /// `wakeups_per_s` > 0: it sleeps between runs and its own timer wakes
-    /// it; `queued` > 0: it is runnable at least that share of the time.
-    pub fn add_background(
-        &mut self,
-        cpu: usize,
-        allowed: CpuSet,
-        demand: Demand,
-        (wakeups_per_s, queued): (f64, f64),
-    ) {
+    pub fn add_background(&mut self, cpu: usize, allowed: CpuSet, b: &BackgroundThread) {
+        let (demand, wakeups_per_s, queued) = (b.demand.clone(), b.wakeups_per_s, b.queued);
         let now = demand.level(0.0, 0);
         let mut t = Task::new(None, 1 + self.tasks.len() as u32, None, cpu, allowed);
         t.own_demand = demand;
@@ -395,7 +401,6 @@ impl Host {
                 queued / wakeups_per_s,
                 (1.0 - queued).max(0.0) / wakeups_per_s,
             );
-            t.burst_left_s = 0.0;
         }
         self.tasks.push(t);
     }
@@ -427,7 +432,13 @@ mod tests {
         // kdamond on this machine: queued 63 % of the time, 0.8 wake-ups a
         // second, so stretches of 0.79 s queued and 0.46 s asleep.
         let mut h = Host::new(2, 1, false, 4.0, Cgroups::PerVm);
-        h.add_background(0, CpuSet::all(2), Demand::Level(0.001), (0.8, 0.63));
+        let kdamond = BackgroundThread {
+            demand: Demand::Level(0.001),
+            wakeups_per_s: 0.8,
+            queued: 0.63,
+            ..BackgroundThread::default()
+        };
+        h.add_background(0, CpuSet::all(2), &kdamond);
         assert!(h.queued_work);
         let mut rng = Rng(7);
         let (dt, steps) = (0.004, 1_000_000);
@@ -456,7 +467,12 @@ mod tests {
         );
         // Without a wake-up rate the queued share is a floor on every tick.
         let mut h = Host::new(2, 1, false, 4.0, Cgroups::PerVm);
-        h.add_background(0, CpuSet::all(2), Demand::Level(0.001), (0.0, 0.3));
+        let steady = BackgroundThread {
+            wakeups_per_s: 0.0,
+            queued: 0.3,
+            ..kdamond
+        };
+        h.add_background(0, CpuSet::all(2), &steady);
         assert_eq!(h.tasks[0].min_runnable, 0.3);
     }
 }

@@ -23,7 +23,7 @@ pub mod timing;
 pub use report::SimReport;
 pub use scenario::{Scenario, ScenarioError};
 
-use engine::{BackgroundThread, HostShape, RunSpec};
+use engine::{HostShape, RunSpec};
 use rayon::prelude::*;
 
 /// What to run beyond the scenario's own settings.
@@ -54,14 +54,7 @@ pub fn shape(s: &Scenario) -> HostShape {
             .background
             .iter()
             .flat_map(|b| {
-                let (demand, wakeups_per_s, queued) = b.thread(base).unwrap_or_default();
-                let t = BackgroundThread {
-                    cpu: b.cpu.as_ref().map(|c| *c.get_ref() as usize),
-                    demand,
-                    wakeups_per_s,
-                    queued,
-                };
-                std::iter::repeat_n(t, b.count.0 as usize)
+                std::iter::repeat_n(b.thread(base).unwrap_or_default(), b.count.0 as usize)
             })
             .collect(),
     }

@@ -5,6 +5,7 @@
 //! TOML parser can point at them).
 
 use crate::demand::Demand;
+use crate::host::BackgroundThread;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -203,10 +204,9 @@ pub struct Background {
 }
 
 impl Background {
-    /// What each of these threads wants, how often it wakes (0: not
-    /// modelled) and its measured queued share (0: as modelled).
-    pub fn thread(&self, base: &Path) -> Result<(Demand, f64, f64), String> {
-        let (demand, wakeups) = self.demand_and_wakeups(base)?;
+    /// One of these threads, as the model takes it.
+    pub fn thread(&self, base: &Path) -> Result<BackgroundThread, String> {
+        let (demand, wakeups_per_s) = self.demand_and_wakeups(base)?;
         if let Some(q) = self.queued {
             if demand.mean() > q.0 + 1e-12 {
                 return Err(format!(
@@ -216,7 +216,12 @@ impl Background {
                 ));
             }
         }
-        Ok((demand, wakeups, self.queued.map_or(0.0, |q| q.0)))
+        Ok(BackgroundThread {
+            cpu: self.cpu.as_ref().map(|c| *c.get_ref() as usize),
+            demand,
+            wakeups_per_s,
+            queued: self.queued.map_or(0.0, |q| q.0),
+        })
     }
 
     fn demand_and_wakeups(&self, base: &Path) -> Result<(Demand, f64), String> {
