@@ -1,0 +1,25 @@
+//! Scheduler-event collector (reader level): for every watched thread (the
+//! vCPU threads of the VMs on a host), its run-queue wait split by **who ran
+//! on its CPU while it waited**, plus a histogram of its wait episodes.
+//!
+//! Two routes feed the same typed counters ([`model`]):
+//! - `bpf`: a CO-RE eBPF program on the scheduler tracepoints that aggregates
+//!   in the kernel; user space reads its maps once per interval.
+//! - `tracefs`: a private tracefs instance streaming the same events in
+//!   binary (per-CPU `trace_pipe_raw`), aggregated in user space by
+//!   [`aggregate`], for kernels without BTF or BPF.
+//!
+//! Both routes charge time by the rules written down in [`aggregate`]; the
+//! BPF program mirrors that module. Naming (which VM a thread belongs to,
+//! kernel-thread classes) is the model crate's job, not this one's.
+
+pub mod aggregate;
+pub mod collector;
+pub mod error;
+pub mod hist;
+pub mod model;
+
+pub use collector::{Collector, Preference, Unavailable};
+pub use error::{CollectError, Result};
+pub use hist::EpisodeHist;
+pub use model::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
