@@ -24,6 +24,7 @@ impl HostArgs {
         HostLiveOptions {
             qmp: self.qmp.clone(),
             exit_sample: self.exit_sample,
+            attribution: true,
             ..HostLiveOptions::default()
         }
     }

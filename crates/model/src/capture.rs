@@ -107,6 +107,7 @@ pub struct IntervalCapture {
     host: HostLiveOptions,
     ask_live: bool,
     exit_thread: Option<std::thread::JoinHandle<stealscope_readers::kvm_exits::ExitSample>>,
+    sched: Option<crate::host::live_sched::SchedHook>,
 }
 
 impl IntervalCapture {
@@ -153,6 +154,8 @@ impl IntervalCapture {
         if ask_live {
             live::add_side(&mut t0, &obs0.host.vms, host);
         }
+        let sched = (live_host && host.attribution)
+            .then(|| crate::host::live_sched::SchedHook::start(&obs0.host.vms, &mut t0));
         Ok(IntervalCapture {
             root: root.to_path_buf(),
             t0,
@@ -164,6 +167,7 @@ impl IntervalCapture {
             host: host.clone(),
             ask_live,
             exit_thread,
+            sched,
         })
     }
 
@@ -203,7 +207,12 @@ impl IntervalCapture {
                 samples: self.counter_samples,
             }),
         };
+        // Right before t1's thread times, so both cover the same interval.
+        let sched = self.sched.as_mut().map(|h| h.read());
         let (mut t1, obs1) = record_side(&self.root, "live t1", Side::End)?;
+        if let Some(s) = &sched {
+            crate::host::live_sched::put(&mut t1, s);
+        }
         if self.ask_live {
             live::add_side(&mut t1, &obs1.host.vms, &self.host);
         }

@@ -3,6 +3,7 @@
 //! snapshot, or a recording wrapper) and returns typed data in which a value
 //! the kernel did not provide is `None`, never 0.
 
+pub mod autogroup;
 pub mod block;
 pub mod cgroupfs;
 pub mod clock;

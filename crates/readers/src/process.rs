@@ -173,6 +173,28 @@ pub fn task_status(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<TaskSt
     }
 }
 
+/// PF_KTHREAD in include/linux/sched.h.
+pub const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether a process is a kernel thread: the `flags` field (9th) of
+/// /proc/<pid>/stat has PF_KTHREAD. None when it exited.
+pub fn is_kthread(src: &dyn Source, pid: u32) -> Result<Option<bool>> {
+    let path = format!("/proc/{pid}/stat");
+    let Some(text) = vanished_ok(src.read_text(&path))? else {
+        return Ok(None);
+    };
+    parse_stat_flags(&text, &path).map(|f| Some(f & PF_KTHREAD != 0))
+}
+
+/// The flags field of a stat line; the comm in parentheses may hold spaces
+/// and parentheses, so fields are counted after the last ')'.
+pub fn parse_stat_flags(text: &str, path: &str) -> Result<u64> {
+    text.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(6))
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| ReadError::parse(path, "no flags field after the comm"))
+}
+
 /// ESRCH/ENOENT from a task that exited between listing and reading.
 fn vanished_ok<T>(r: Result<Option<T>>) -> Result<Option<T>> {
     match r {

@@ -4,7 +4,9 @@
 //! only moving VMs away helps) and idle steal (CPUs sat idle while vCPUs
 //! waited: scheduler, cgroup or placement; fixable in software).
 
+use super::attribution::{attribute, AttributionStatus, CulpritShare, WaitBy, WaitEpisodes};
 use super::discovery::VmKind;
+use super::host_work::{host_work, HostWork};
 use super::kvm::{deltas, KvmDelta};
 use super::observation::{HostObservation, VmObs};
 use crate::cputime::IntervalDelta;
@@ -21,6 +23,11 @@ pub struct VcpuSteal {
     /// Run time as % of wall time.
     pub util_pct: f64,
     pub cpus_allowed: Option<Vec<u32>>,
+    /// Who ran while it waited (attribution; empty without a collector).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wait_by: Vec<WaitBy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_episodes: Option<WaitEpisodes>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -114,6 +121,12 @@ pub struct HostModel {
     pub kvm: Vec<KvmDelta>,
     /// The kvm:kvm_exit sample by VM, when one was taken.
     pub exits: Option<ExitsByVm>,
+    /// Which route attributed vCPU wait to culprits, or why none did.
+    pub attribution: AttributionStatus,
+    /// Culprits of all vCPU wait, most first (empty without attribution).
+    pub culprits: Vec<CulpritShare>,
+    /// The host's runnable work that is not a VM's.
+    pub host_work: HostWork,
     pub notes: Vec<String>,
 }
 
@@ -137,6 +150,8 @@ fn vm_delta(a: &VmObs, b: &VmObs, wall_s: f64) -> VmSteal {
             host_steal_pct: pct(s1.wait_ns.saturating_sub(s0.wait_ns), wall_s),
             util_pct: pct(s1.run_ns.saturating_sub(s0.run_ns), wall_s),
             cpus_allowed: t1.cpus_allowed.clone(),
+            wait_by: Vec::new(),
+            wait_episodes: None,
         });
     }
     let others = b
@@ -275,5 +290,15 @@ pub fn host_model(
     if let Some(ExitSample::Sampled(c)) = &t1.exit_sample {
         m.exits = Some(exits_by_vm(c, &t1.vms));
     }
+    m.host_work = host_work(t0, t1, wall_s);
+    let mut a = attribute(t0, t1);
+    for c in m.vms.iter_mut().flat_map(|v| v.vcpus.iter_mut()) {
+        if let Some((by, ep)) = a.by_tid.remove(&c.tid) {
+            c.wait_by = by;
+            c.wait_episodes = Some(ep);
+        }
+    }
+    m.attribution = a.status;
+    m.culprits = a.culprits;
     m
 }

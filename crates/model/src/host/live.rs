@@ -34,6 +34,8 @@ pub struct HostLiveOptions {
     pub qmp_timeout: Duration,
     /// Length of the kvm:kvm_exit sample; zero disables it.
     pub exit_sample: Duration,
+    /// Run the scheduler-event collector for attribution (host::live_sched).
+    pub attribution: bool,
 }
 
 impl Default for HostLiveOptions {
@@ -43,6 +45,9 @@ impl Default for HostLiveOptions {
             qmp_discover: true,
             qmp_timeout: Duration::from_millis(500),
             exit_sample: Duration::from_secs(1),
+            // Off unless asked (host, doctor): a periodic caller would start
+            // a collector every interval.
+            attribution: false,
         }
     }
 }

@@ -1,11 +1,15 @@
 //! The host side: VM discovery, per-vCPU host steal, hypervisor split.
 
+pub mod attribution;
 pub mod derived;
 pub mod discovery;
+pub mod host_work;
 pub mod kvm;
 pub mod live;
+pub mod live_sched;
 pub mod observation;
 pub mod scanner;
+pub mod sched_store;
 pub mod tracker;
 pub mod vcpu_times;
 pub mod vm_rates;

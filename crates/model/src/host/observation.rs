@@ -19,7 +19,9 @@ use stealscope_readers::kvm_stats;
 use stealscope_readers::mempolicy::Confinement;
 use stealscope_readers::numa::{self, Node};
 use stealscope_readers::process::{self as proc_, CgroupMembership, TaskSchedstat, TaskStatus};
+use stealscope_readers::autogroup::{self, Autogroup};
 use stealscope_readers::{ReadError, Source};
+use super::sched_store::{StoredSched, SCHED_FILE};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThreadObs {
@@ -83,6 +85,20 @@ pub struct VmObs {
     /// Memory the VM's own NUMA policies place (numa_maps), when any does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mem_policy: Option<Confinement>,
+    /// The VMM's autogroup (None: the root autogroup or no autogroups).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autogroup: Option<Autogroup>,
+}
+
+/// A process that is not a VM, with its threads' run and wait time: the
+/// host's other runnable work, which competes with vCPUs for the CPUs.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostProc {
+    pub pid: u32,
+    pub comm: String,
+    /// PF_KTHREAD (read at the end of the interval only).
+    pub kthread: Option<bool>,
+    pub threads: BTreeMap<u32, TaskSchedstat>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -98,6 +114,14 @@ pub struct HostObservation {
     /// The kvm:kvm_exit sample, when the capture took one (t1).
     pub exit_sample: Option<ExitSample>,
     pub cgroup_mounts: CgroupMounts,
+    /// Every other process (see [`HostProc`]).
+    #[serde(skip)]
+    pub procs: Vec<HostProc>,
+    /// /proc/sys/kernel/sched_autogroup_enabled (None: no autogroups).
+    pub autogroup_enabled: Option<bool>,
+    /// The scheduler-event collector's reading stored in this side.
+    #[serde(skip)]
+    pub sched: Option<StoredSched>,
     pub notes: Vec<String>,
 }
 
@@ -229,6 +253,7 @@ fn read_vm(
     let v2 = cg_v2(&cgroups).map(weight_group_path);
     let cpu_weight = cgroupfs::cpu_weight(src, mounts, v1.as_deref(), v2.as_deref())?;
     let status = proc_::task_status(src, pid, pid)?;
+    let autogroup = autogroup::read(src, pid)?;
     // numa_maps walks the VM's page tables (costly for large VMs) and the
     // rules use it at the end of the interval only.
     let numa_text = (side == Side::End)
@@ -258,6 +283,7 @@ fn read_vm(
         status,
         numa_bytes,
         mem_policy,
+        autogroup,
     }))
 }
 
@@ -277,20 +303,20 @@ pub fn collect_host(src: &dyn Source, side: Side) -> Result<HostObservation, Rea
 pub struct ThreadTimes {
     /// pid -> (comm, tid -> schedstat).
     by_pid: BTreeMap<u32, (String, BTreeMap<u32, Option<TaskSchedstat>>)>,
+    /// Every other process the same way: the host's other runnable work,
+    /// which competes with the vCPUs for the same CPUs.
+    others: BTreeMap<u32, (String, BTreeMap<u32, Option<TaskSchedstat>>)>,
 }
 
 /// Reads [`ThreadTimes`]: only /proc/<pid>/comm, the task list and each
-/// thread's schedstat, none of which waits for the process.
+/// thread's schedstat, none of which waits for the process; for every
+/// process, since all runnable work competes with the vCPUs.
 pub fn thread_times(src: &dyn Source) -> Result<ThreadTimes, ReadError> {
     let mut t = ThreadTimes::default();
     for pid in proc_::pids(src)? {
         let Some(comm) = proc_::comm(src, pid)? else {
             continue;
         };
-        // Cheap filter first: only VMM-looking processes are read further.
-        if !vmm_comm(&comm) {
-            continue;
-        }
         let Some(tids) = proc_::tids(src, pid)? else {
             continue;
         };
@@ -298,7 +324,12 @@ pub fn thread_times(src: &dyn Source) -> Result<ThreadTimes, ReadError> {
         for tid in tids {
             m.insert(tid, proc_::task_schedstat(src, pid, tid)?);
         }
-        t.by_pid.insert(pid, (comm, m));
+        // Cheap filter: only VMM-looking processes are read further.
+        if vmm_comm(&comm) {
+            t.by_pid.insert(pid, (comm, m));
+        } else {
+            t.others.insert(pid, (comm, m));
+        }
     }
     Ok(t)
 }
@@ -307,7 +338,7 @@ pub fn thread_times(src: &dyn Source) -> Result<ThreadTimes, ReadError> {
 pub fn collect_host_with(
     src: &dyn Source,
     side: Side,
-    times: ThreadTimes,
+    mut times: ThreadTimes,
 ) -> Result<HostObservation, ReadError> {
     let mut h = HostObservation {
         cgroup_mounts: cgroupfs::mounts(src)?,
@@ -317,7 +348,8 @@ pub fn collect_host_with(
         h.notes.push(format!("KVM debugfs unreadable: {e}"));
         None
     });
-    for (&pid, (comm, sched)) in &times.by_pid {
+    let by_pid = std::mem::take(&mut times.by_pid);
+    for (&pid, (comm, sched)) in &by_pid {
         let Some(cmdline) = proc_::cmdline(src, pid)? else {
             continue;
         };
@@ -349,6 +381,30 @@ pub fn collect_host_with(
             Err(e) => h.notes.push(format!("skipped VM pid {pid}: {e}")),
         }
     }
+    for (pid, (comm, threads)) in times.others {
+        // Only the end names kernel threads: the model names culprits from it.
+        let kthread = match side {
+            Side::End => proc_::is_kthread(src, pid).unwrap_or_else(|e| {
+                h.notes.push(format!("skipped {e}"));
+                None
+            }),
+            Side::Start => None,
+        };
+        h.procs.push(HostProc {
+            pid,
+            comm,
+            kthread,
+            threads: threads
+                .into_iter()
+                .filter_map(|(t, s)| Some((t, s?)))
+                .collect(),
+        });
+    }
+    h.autogroup_enabled = autogroup::enabled(src).unwrap_or_else(|e| {
+        h.notes.push(format!("skipped {e}"));
+        None
+    });
+    h.sched = read_json(src, SCHED_FILE, &mut h.notes);
     h.exit_sample = read_json(src, EXIT_SAMPLE, &mut h.notes);
     let capture_notes: Option<Vec<String>> = read_json(src, NOTES, &mut h.notes);
     h.notes.extend(capture_notes.unwrap_or_default());

@@ -1,0 +1,272 @@
+//! Who stole it: each vCPU's run-queue wait split by what ran on its CPU
+//! while it waited, from two readings of the scheduler-event collector
+//! (host::sched_store), named with what VM discovery knows. Pure: no I/O.
+//!
+//! Kinds: `vcpu` (a vCPU thread of a VM, named by the VM; the victim's own
+//! VM included), `vmm` (a VM's other threads), `host-kthread` (by class:
+//! kworker, ksoftirqd, migration, ...), `host-process` (comm and pid), `irq`
+//! (hard and soft interrupt time), `unknown`: name `idle` for time the CPU
+//! ran its idle task while the vCPU was queued (wake-up latency: nothing
+//! else ran, the vCPU was not yet switched in), name `untraced` for time no
+//! record covers.
+
+use super::observation::{HostObservation, VmObs};
+use super::sched_store::StoredSched;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use stealscope_sched::{Culprit, SchedSample, ThreadWaits};
+
+/// One culprit of one vCPU's wait.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitBy {
+    pub kind: &'static str,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub seconds: f64,
+    /// Of this vCPU's attributed wait.
+    pub share: f64,
+}
+
+/// The vCPU's wait episodes over the interval (enqueue to switch-in).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitEpisodes {
+    pub count: u64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub over_1ms: u64,
+    pub over_10ms: u64,
+}
+
+/// Which route attributed the wait, or why none did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttributionStatus {
+    /// "bpf", "tracefs" or "none".
+    pub route: &'static str,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_events: Option<u64>,
+}
+
+impl Default for AttributionStatus {
+    fn default() -> Self {
+        AttributionStatus {
+            route: "none",
+            reason: "no VMs".into(),
+            events: None,
+            lost_events: None,
+        }
+    }
+}
+
+impl AttributionStatus {
+    pub fn available(&self) -> bool {
+        self.route != "none"
+    }
+}
+
+/// One culprit over all vCPUs of the host.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CulpritShare {
+    pub kind: &'static str,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub seconds: f64,
+    /// Of all vCPU wait on the host.
+    pub share: f64,
+    /// VMs whose vCPUs waited for it, most wait first.
+    pub victims: Vec<String>,
+}
+
+/// Per-vCPU attribution (by tid) and the host's culprits.
+#[derive(Debug, Clone, Default)]
+pub struct Attribution {
+    pub status: AttributionStatus,
+    pub by_tid: BTreeMap<u32, (Vec<WaitBy>, WaitEpisodes)>,
+    pub culprits: Vec<CulpritShare>,
+}
+
+/// Class of a kernel thread by its comm: the name without its CPU, unit or
+/// instance suffix ("kworker/3:1H" -> kworker, "irq/24-nvme0q1" -> irq-thread).
+pub fn kthread_class(comm: &str) -> String {
+    if comm.starts_with("rcu") {
+        return "rcu".into();
+    }
+    if comm.starts_with("irq/") {
+        return "irq-thread".into();
+    }
+    let head = comm.split(['/', '.', ':']).next().unwrap_or(comm);
+    let stem = head.trim_end_matches(|c: char| c.is_ascii_digit());
+    if stem.is_empty() {
+        comm.to_string()
+    } else {
+        stem.to_string()
+    }
+}
+
+/// What a culprit thread is, as (kind, name, vm, pid).
+type Key = (&'static str, String, Option<String>, Option<u32>);
+
+fn classify(c: &Culprit, vms: &[&VmObs]) -> Key {
+    if let Some(vm) = vms.iter().find(|v| v.pid == c.tgid) {
+        let kind = if vm.vcpus.iter().any(|(_, t)| t.tid == c.tid) {
+            "vcpu"
+        } else {
+            "vmm"
+        };
+        return (kind, vm.name.clone(), Some(vm.name.clone()), Some(vm.pid));
+    }
+    if c.kthread {
+        return ("host-kthread", kthread_class(&c.comm), None, None);
+    }
+    ("host-process", c.comm.clone(), None, Some(c.tgid))
+}
+
+fn episodes(w: &ThreadWaits) -> WaitEpisodes {
+    let h = &w.episodes;
+    let us = |ns: Option<u64>| ns.map(|v| (v as f64 / 1000.0 * 10.0).round() / 10.0);
+    WaitEpisodes {
+        count: h.count,
+        p50_us: us(h.quantile(0.5)),
+        p99_us: us(h.quantile(0.99)),
+        max_us: us((h.count > 0).then_some(h.max_ns)),
+        over_1ms: h.over_1ms,
+        over_10ms: h.over_10ms,
+    }
+}
+
+fn sample(s: Option<&StoredSched>, side: &str) -> Result<SchedSample, String> {
+    match s {
+        None => Err(format!(
+            "no scheduler-event reading at {side} (captured without attribution, or not on the live host)"
+        )),
+        Some(StoredSched::Unavailable { unavailable }) => Err(unavailable.join("; ")),
+        Some(StoredSched::Sample(s)) => s.to_sample().map_err(|e| format!("{side}: {e}")),
+    }
+}
+
+/// Splits every vCPU's wait between t0 and t1 by culprit.
+pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
+    let mut out = Attribution::default();
+    if t1.vms.is_empty() {
+        return out;
+    }
+    let (s0, s1) = match (sample(t0.sched.as_ref(), "t0"), sample(t1.sched.as_ref(), "t1")) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            out.status.reason = e;
+            return out;
+        }
+    };
+    let lost = s1.stats.lost_events.saturating_sub(s0.stats.lost_events);
+    out.status = AttributionStatus {
+        route: s1.route.as_str(),
+        reason: if lost > 0 {
+            format!("{lost} scheduler events lost: some wait is charged as unknown")
+        } else {
+            "all vCPU threads watched".into()
+        },
+        events: Some(s1.stats.events.saturating_sub(s0.stats.events)),
+        lost_events: Some(lost),
+    };
+    // Culprits that exited during the interval are named from t0.
+    let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();
+    let mut host: BTreeMap<Key, (u64, BTreeMap<String, u64>)> = BTreeMap::new();
+    for vm in &t1.vms {
+        for (_, t) in &vm.vcpus {
+            let Some(w1) = s1.threads.get(&t.tid) else {
+                continue;
+            };
+            let w = match s0.threads.get(&t.tid) {
+                Some(w0) => w1.since(w0),
+                None => w1.clone(),
+            };
+            let mut by: BTreeMap<Key, u64> = BTreeMap::new();
+            for (c, &ns) in &w.by_thread {
+                *by.entry(classify(c, &vms)).or_default() += ns;
+            }
+            let extra = [
+                (("irq", "irq".to_string(), None, None), w.irq_ns),
+                (("unknown", "idle".to_string(), None, None), w.idle_ns),
+                (("unknown", "untraced".to_string(), None, None), w.unknown_ns),
+            ];
+            for (k, ns) in extra {
+                if ns > 0 {
+                    *by.entry(k).or_default() += ns;
+                }
+            }
+            let total = by.values().sum::<u64>().max(1) as f64;
+            let mut rows: Vec<WaitBy> = by
+                .iter()
+                .map(|(k, &ns)| WaitBy {
+                    kind: k.0,
+                    name: k.1.clone(),
+                    vm: k.2.clone(),
+                    pid: k.3,
+                    seconds: ns as f64 / 1e9,
+                    share: ns as f64 / total,
+                })
+                .collect();
+            rows.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            for (k, ns) in by {
+                let e = host.entry(k).or_default();
+                e.0 += ns;
+                *e.1.entry(vm.name.clone()).or_default() += ns;
+            }
+            out.by_tid.insert(t.tid, (rows, episodes(&w)));
+        }
+    }
+    let all = host.values().map(|v| v.0).sum::<u64>().max(1) as f64;
+    out.culprits = host
+        .into_iter()
+        .map(|(k, (ns, victims))| {
+            let mut v: Vec<(String, u64)> = victims.into_iter().collect();
+            v.sort_by(|a, b| b.1.cmp(&a.1));
+            CulpritShare {
+                kind: k.0,
+                name: k.1,
+                vm: k.2,
+                pid: k.3,
+                seconds: ns as f64 / 1e9,
+                share: ns as f64 / all,
+                victims: v.into_iter().map(|x| x.0).collect(),
+            }
+        })
+        .collect();
+    out.culprits
+        .sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kthread_classes() {
+        for (comm, class) in [
+            ("kworker/3:1H", "kworker"),
+            ("kworker/u8:2-events_unbound", "kworker"),
+            ("ksoftirqd/0", "ksoftirqd"),
+            ("migration/1", "migration"),
+            ("kswapd0", "kswapd"),
+            ("kcompactd0", "kcompactd"),
+            ("khugepaged", "khugepaged"),
+            ("rcu_preempt", "rcu"),
+            ("rcuop/3", "rcu"),
+            ("kdamond.0", "kdamond"),
+            ("irq/24-nvme0q1", "irq-thread"),
+            ("cpuhp/2", "cpuhp"),
+        ] {
+            assert_eq!(kthread_class(comm), class, "{comm}");
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The host's runnable work that is not a VM: every other thread's run and
+//! run-queue wait (/proc/<pid>/task/<tid>/schedstat) between two readings,
+//! so that busy steal is judged against all runnable work, not only vCPUs,
+//! and the processes and kernel-thread classes that used the CPUs are named
+//! even when no scheduler-event collector ran. Pure: no I/O.
+
+use super::attribution::kthread_class;
+use super::observation::HostObservation;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Work at least this share of one CPU is listed by name.
+pub const LIST_MIN_CPUS: f64 = 0.01;
+/// At most this many entries are listed.
+pub const LIST_MAX: usize = 10;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkItem {
+    /// "host-process" or "host-kthread" (kernel threads by class).
+    pub kind: &'static str,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Run time over the interval, in CPUs (1.0 = one whole CPU).
+    pub run_cpus: f64,
+    /// Run-queue wait over the interval, in CPUs.
+    pub wait_cpus: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HostWork {
+    /// Run time of every thread that is not a VM's, in CPUs.
+    pub run_cpus: f64,
+    /// Their run-queue wait, in CPUs (run + wait = runnable).
+    pub wait_cpus: f64,
+    /// The largest, run time first.
+    pub top: Vec<WorkItem>,
+}
+
+impl HostWork {
+    pub fn runnable_cpus(&self) -> f64 {
+        self.run_cpus + self.wait_cpus
+    }
+}
+
+/// Non-VM work between the two sides; `wall_s` is the interval length.
+pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> HostWork {
+    let mut w = HostWork::default();
+    if wall_s <= 0.0 {
+        return w;
+    }
+    let mut items: BTreeMap<(&'static str, String, Option<u32>), (u64, u64)> = BTreeMap::new();
+    for p in &t1.procs {
+        let Some(before) = t0.procs.iter().find(|q| q.pid == p.pid && q.comm == p.comm) else {
+            continue; // started during the interval: its time is not all ours
+        };
+        let (mut run, mut wait) = (0u64, 0u64);
+        for (tid, s1) in &p.threads {
+            // A thread started during the interval counts from zero.
+            let s0 = before.threads.get(tid).copied().unwrap_or_default();
+            run += s1.run_ns.saturating_sub(s0.run_ns);
+            wait += s1.wait_ns.saturating_sub(s0.wait_ns);
+        }
+        let key = if p.kthread == Some(true) {
+            ("host-kthread", kthread_class(&p.comm), None)
+        } else {
+            ("host-process", p.comm.clone(), Some(p.pid))
+        };
+        let e = items.entry(key).or_default();
+        e.0 += run;
+        e.1 += wait;
+    }
+    let cpus = |ns: u64| ns as f64 / 1e9 / wall_s;
+    w.run_cpus = cpus(items.values().map(|v| v.0).sum());
+    w.wait_cpus = cpus(items.values().map(|v| v.1).sum());
+    let mut top: Vec<WorkItem> = items
+        .into_iter()
+        .map(|((kind, name, pid), (run, wait))| WorkItem {
+            kind,
+            name,
+            pid,
+            run_cpus: cpus(run),
+            wait_cpus: cpus(wait),
+        })
+        .filter(|i| i.run_cpus >= LIST_MIN_CPUS)
+        .collect();
+    top.sort_by(|a, b| b.run_cpus.total_cmp(&a.run_cpus));
+    top.truncate(LIST_MAX);
+    w.top = top;
+    w
+}

@@ -1,0 +1,246 @@
+//! The scheduler-event collector's reading of one side, as stored in a
+//! snapshot at /stealscope/sched.json (each side its own file), so that an
+//! offline `host`/`doctor` reports the same attribution as the live one.
+//! Either a cumulative sample or the reasons there is none:
+//! `{"route":"bpf","monotonic_ns":N,"stats":{..},"threads":[{"tid":N,
+//! "by":[{"tid":..,"tgid":..,"comm":..,"kthread":..,"ns":..}],"irq_ns":..,
+//! "idle_ns":..,"unknown_ns":..,"episodes":{"buckets":[[i,n],..],"count":..,
+//! "sum_ns":..,"max_ns":..,"over_1ms":..,"over_10ms":..}}]}` or
+//! `{"unavailable":["bpf: ...","tracefs: ..."]}`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use stealscope_sched::hist::BUCKETS;
+use stealscope_sched::{Culprit, EpisodeHist, Route, SchedSample, SchedStats, ThreadWaits};
+
+pub const SCHED_FILE: &str = "/stealscope/sched.json";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StoredSched {
+    Sample(StoredSample),
+    Unavailable { unavailable: Vec<String> },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredSample {
+    /// "bpf" or "tracefs".
+    pub route: String,
+    pub monotonic_ns: u64,
+    pub stats: StoredStats,
+    pub threads: Vec<StoredThread>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredStats {
+    pub events: u64,
+    pub lost_events: u64,
+    pub overflows: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredThread {
+    pub tid: u32,
+    pub by: Vec<StoredCulprit>,
+    pub irq_ns: u64,
+    pub idle_ns: u64,
+    pub unknown_ns: u64,
+    pub episodes: StoredHist,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredCulprit {
+    pub tid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    pub kthread: bool,
+    pub ns: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredHist {
+    /// Non-empty buckets only: [index, count].
+    pub buckets: Vec<(usize, u64)>,
+    pub count: u64,
+    pub sum_ns: u64,
+    pub max_ns: u64,
+    pub over_1ms: u64,
+    pub over_10ms: u64,
+}
+
+impl From<&EpisodeHist> for StoredHist {
+    fn from(h: &EpisodeHist) -> Self {
+        StoredHist {
+            buckets: h
+                .counts
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > 0)
+                .map(|(i, &n)| (i, n))
+                .collect(),
+            count: h.count,
+            sum_ns: h.sum_ns,
+            max_ns: h.max_ns,
+            over_1ms: h.over_1ms,
+            over_10ms: h.over_10ms,
+        }
+    }
+}
+
+impl StoredHist {
+    fn to_hist(&self) -> EpisodeHist {
+        let mut counts = vec![0; BUCKETS];
+        for &(i, n) in &self.buckets {
+            if let Some(c) = counts.get_mut(i) {
+                *c = n;
+            }
+        }
+        EpisodeHist {
+            counts,
+            count: self.count,
+            sum_ns: self.sum_ns,
+            max_ns: self.max_ns,
+            over_1ms: self.over_1ms,
+            over_10ms: self.over_10ms,
+        }
+    }
+}
+
+impl From<&SchedSample> for StoredSched {
+    fn from(s: &SchedSample) -> Self {
+        StoredSched::Sample(StoredSample {
+            route: s.route.as_str().to_string(),
+            monotonic_ns: s.monotonic_ns,
+            stats: StoredStats {
+                events: s.stats.events,
+                lost_events: s.stats.lost_events,
+                overflows: s.stats.overflows,
+            },
+            threads: s
+                .threads
+                .values()
+                .map(|t| StoredThread {
+                    tid: t.tid,
+                    by: t
+                        .by_thread
+                        .iter()
+                        .map(|(c, &ns)| StoredCulprit {
+                            tid: c.tid,
+                            tgid: c.tgid,
+                            comm: c.comm.clone(),
+                            kthread: c.kthread,
+                            ns,
+                        })
+                        .collect(),
+                    irq_ns: t.irq_ns,
+                    idle_ns: t.idle_ns,
+                    unknown_ns: t.unknown_ns,
+                    episodes: (&t.episodes).into(),
+                })
+                .collect(),
+        })
+    }
+}
+
+impl StoredSample {
+    /// Back to the collector's type; Err names what is wrong.
+    pub fn to_sample(&self) -> Result<SchedSample, String> {
+        let route = match self.route.as_str() {
+            "bpf" => Route::Bpf,
+            "tracefs" => Route::Tracefs,
+            r => return Err(format!("unknown route {r:?}")),
+        };
+        let threads = self
+            .threads
+            .iter()
+            .map(|t| {
+                let by_thread: BTreeMap<Culprit, u64> = t
+                    .by
+                    .iter()
+                    .map(|c| {
+                        (
+                            Culprit {
+                                tid: c.tid,
+                                tgid: c.tgid,
+                                comm: c.comm.clone(),
+                                kthread: c.kthread,
+                            },
+                            c.ns,
+                        )
+                    })
+                    .collect();
+                (
+                    t.tid,
+                    ThreadWaits {
+                        tid: t.tid,
+                        by_thread,
+                        irq_ns: t.irq_ns,
+                        idle_ns: t.idle_ns,
+                        unknown_ns: t.unknown_ns,
+                        episodes: t.episodes.to_hist(),
+                    },
+                )
+            })
+            .collect();
+        Ok(SchedSample {
+            route,
+            monotonic_ns: self.monotonic_ns,
+            threads,
+            stats: SchedStats {
+                events: self.stats.events,
+                lost_events: self.stats.lost_events,
+                overflows: self.stats.overflows,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_json() {
+        let mut t = ThreadWaits {
+            tid: 7,
+            irq_ns: 3,
+            idle_ns: 4,
+            unknown_ns: 5,
+            ..Default::default()
+        };
+        t.by_thread.insert(
+            Culprit {
+                tid: 9,
+                tgid: 9,
+                comm: "a b)".into(),
+                kthread: false,
+            },
+            100,
+        );
+        t.episodes.record(1500);
+        t.episodes.record(20_000_000);
+        let s = SchedSample {
+            route: Route::Tracefs,
+            monotonic_ns: 42,
+            threads: [(7, t)].into_iter().collect(),
+            stats: SchedStats {
+                events: 10,
+                lost_events: 1,
+                overflows: 0,
+            },
+        };
+        let json = serde_json::to_string(&StoredSched::from(&s)).unwrap();
+        let back: StoredSched = serde_json::from_str(&json).unwrap();
+        let StoredSched::Sample(b) = back else {
+            panic!("{json}")
+        };
+        assert_eq!(b.to_sample().unwrap(), s);
+        let un: StoredSched = serde_json::from_str(r#"{"unavailable":["bpf: no"]}"#).unwrap();
+        assert_eq!(
+            un,
+            StoredSched::Unavailable {
+                unavailable: vec!["bpf: no".into()]
+            }
+        );
+    }
+}
