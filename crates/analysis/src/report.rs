@@ -42,6 +42,21 @@ pub struct HostSection {
     pub kvm_binary_stats: SourceStatus,
     /// The kvm:kvm_exit sample: exits by reason per VM, or why there is none.
     pub kvm_exit_sample: SourceStatus,
+    /// attribution, culprits, host_work.
+    #[serde(flatten)]
+    pub who: WhoStole,
+}
+
+/// Who took the vCPUs' time (SPEC "Attribution"), at the top level of the
+/// host section and of `host --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct WhoStole {
+    /// Which route attributed vCPU wait to culprits, or why none did.
+    pub attribution: stealscope_model::host::attribution::AttributionStatus,
+    /// Culprits of all vCPU wait on the host, most first.
+    pub culprits: Vec<stealscope_model::host::attribution::CulpritShare>,
+    /// The host's runnable work that is not a VM's.
+    pub host_work: stealscope_model::host::host_work::HostWork,
 }
 
 /// A source of KVM statistics: whether it gave anything, one line saying
@@ -85,6 +100,11 @@ pub fn host_section(m: &MachineModel) -> Option<HostSection> {
         },
         kvm_stats,
         numa_nodes: m.t1.host.nodes.len(),
+        who: WhoStole {
+            attribution: h.attribution.clone(),
+            culprits: h.culprits.clone(),
+            host_work: h.host_work.clone(),
+        },
     })
 }
 
@@ -358,11 +378,14 @@ pub struct HostReport {
     pub kvm_binary_stats: Option<SourceStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kvm_exit_sample: Option<SourceStatus>,
+    #[serde(flatten)]
+    pub who: Option<WhoStole>,
     pub findings: Vec<Finding>,
     pub notes: Vec<String>,
 }
 
 pub fn host_report(d: DoctorReport) -> HostReport {
+    let who = d.host.as_ref().map(|h| h.who.clone());
     let (vms, hypervisor, kvm_stats, binary, exits) = match d.host {
         Some(h) => (
             h.vms,
@@ -391,6 +414,7 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         kvm_stats,
         kvm_binary_stats: binary,
         kvm_exit_sample: exits,
+        who,
         findings: d
             .findings
             .into_iter()

@@ -7,4 +7,5 @@ pub mod metrics;
 pub mod place;
 pub mod sim;
 pub mod text;
+pub mod text_who;
 pub mod tui;

@@ -143,6 +143,7 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
             exits: Some(&h.kvm_exit_sample),
         };
         host_table(&mut out, &st, &h.vms, &h.hypervisor, &kvm);
+        out.push_str(&crate::text_who::who_stole(&h.who, &h.vms, &|s| st.bold(s)));
     }
     if let Some(p) = &r.probes {
         probes_summary(&mut out, &st, p);
@@ -405,6 +406,9 @@ pub fn host(r: &HostReport, color: bool) -> String {
             exits: r.kvm_exit_sample.as_ref(),
         };
         host_table(&mut out, &st, &r.vms, hv, &kvm);
+        if let Some(w) = &r.who {
+            out.push_str(&crate::text_who::who_stole(w, &r.vms, &|s| st.bold(s)));
+        }
     }
     let _ = writeln!(out, "\n{} ({})", st.bold("Host findings"), r.findings.len());
     findings_and_notes(&mut out, &st, &r.findings, &r.notes);

@@ -23,69 +23,6 @@ pub const KVMCLOCK_IPI_PER_S: f64 = 5_000.0;
 /// HLT exits at least this share of all exits: guests idle by HLT.
 pub const HLT_EXIT_SHARE: f64 = 0.5;
 
-fn vm_table(m: &MachineModel) -> serde_json::Value {
-    json!(m.host.vms.iter().map(|v| json!({"name": v.name, "pid": v.pid, "vcpus": v.vcpus.len(), "steal_pct": round(v.steal_pct, 2), "util_pct": round(v.util_pct, 2)})).collect::<Vec<_>>())
-}
-
-pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
-    let vcpus: Vec<_> = m.host.vms.iter().flat_map(|v| &v.vcpus).collect();
-    if vcpus.is_empty() {
-        return;
-    }
-    let mean = vcpus.iter().map(|c| c.host_steal_pct).sum::<f64>() / vcpus.len() as f64;
-    if mean < HOST_STEAL_WARN_PCT {
-        return;
-    }
-    let s = m.host.split;
-    let sev = if mean >= HOST_STEAL_CRITICAL_PCT {
-        Severity::Critical
-    } else {
-        Severity::Warning
-    };
-    let runnable: f64 = vcpus
-        .iter()
-        .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
-        .sum();
-    let cpus = m.interval.cpus.len();
-    let idle = s.idle_share().unwrap_or(0.0) >= 0.5;
-    let f = if idle {
-        Finding::new(
-            "host.steal.idle",
-            sev,
-            format!("vCPUs waited {mean:.1}% of the time while host CPUs sat idle ({:.1} CPU-s idle): placement, cgroup or scheduler problem", s.host_idle_s),
-        )
-        .remedy(
-            "Idle CPUs could have run the waiting vCPUs: this steal is fixable in software. Check vCPU affinity (pinned \
-             VMs crowded onto few CPUs while others idle), per-VM cgroup weights and cpusets, and NUMA placement. \
-             The placement daemon (`stealscope place`, planned) will propose and apply one reversibly.",
-        )
-    } else {
-        Finding::new(
-            "host.steal.busy",
-            sev,
-            format!("vCPUs waited {mean:.1}% of the time with no idle CPU: {runnable:.1} runnable vCPUs on {cpus} CPUs"),
-        )
-        .remedy(
-            "The host is oversubscribed at these moments: more vCPUs want to run than there are CPUs. Only moving VMs \
-             (or load) to another host, or reducing vCPU counts of busy VMs, removes this steal. Prefer moving the \
-             busiest VMs; re-check with `stealscope host`.",
-        )
-    };
-    out.push(
-        f.evidence("mean_vcpu_steal_pct", round(mean, 2))
-            .evidence("vcpu_wait_cpu_s", round(s.vcpu_wait_s, 3))
-            .evidence("host_idle_cpu_s", round(s.host_idle_s, 3))
-            .evidence("idle_steal_share", round(s.idle_share().unwrap_or(0.0), 3))
-            .evidence("busy_steal_share", round(s.busy_share().unwrap_or(0.0), 3))
-            .evidence("runnable_vcpus", round(runnable, 2))
-            .evidence("host_cpus", cpus)
-            .evidence("vms", vm_table(m))
-            .files(&["/proc/<pid>/task/<tid>/schedstat", "/proc/stat"])
-            .reference("arch/x86/kvm/x86.c record_steal_time (guest steal = host run_delay)")
-            .case("who-stole-my-cpu-talk.md"),
-    );
-}
-
 pub fn idle_vm_penalty(m: &MachineModel, out: &mut Vec<Finding>) {
     let Some(busy) = m
         .host
@@ -130,8 +67,32 @@ pub fn numa_balancing(m: &MachineModel, out: &mut Vec<Finding>) {
     if mode == 0 || h.nodes.len() < 2 || h.vms.is_empty() {
         return;
     }
+    // What the migration stopper threads (which move tasks, NUMA balancing's
+    // swaps among them) took from the vCPUs.
+    let attributed = m.host.attribution.available();
+    let migration_share = attributed.then(|| {
+        m.host
+            .culprits
+            .iter()
+            .filter(|c| c.kind == "host-kthread" && c.name == "migration")
+            .map(|c| c.share)
+            .sum::<f64>()
+    });
+    let migration_cpus = m
+        .host
+        .host_work
+        .top
+        .iter()
+        .find(|w| w.kind == "host-kthread" && w.name == "migration")
+        .map_or(0.0, |w| w.run_cpus);
+    let cited = match migration_share {
+        Some(s) => format!("; migration threads caused {:.1}% of vCPU wait", 100.0 * s),
+        None => format!("; migration threads ran {:.2} CPUs (no attribution: {})", migration_cpus, m.host.attribution.reason),
+    };
     out.push(
-        Finding::new("host.numa-balancing", Severity::Warning, format!("Automatic NUMA balancing is on (mode {mode}) on a {}-node host running VMs", h.nodes.len()))
+        Finding::new("host.numa-balancing", Severity::Warning, format!("Automatic NUMA balancing is on (mode {mode}) on a {}-node host running VMs{cited}", h.nodes.len()))
+            .evidence("migration_wait_share", json!(migration_share.map(|s| round(s, 3))))
+            .evidence("migration_run_cpus", round(migration_cpus, 3))
             .evidence("numa_balancing", mode)
             .evidence("nodes", h.nodes.len())
             .evidence("vms", h.vms.len())
@@ -194,47 +155,6 @@ pub fn vm_spans_nodes(m: &MachineModel, out: &mut Vec<Finding>) {
                 .case("who-stole-my-cpu-talk.md"),
         );
     }
-}
-
-pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
-    let h = &m.t1.host;
-    let mut groups: Vec<(&str, &str, usize, f64)> = Vec::new();
-    for vm in &h.vms {
-        if let Some((file, w)) = &vm.cpu_weight {
-            if !vm.vcpus.is_empty() && !groups.iter().any(|g| g.1 == file) {
-                groups.push((
-                    vm.name.as_str(),
-                    file.as_str(),
-                    vm.vcpus.len(),
-                    w.relative(),
-                ));
-            }
-        }
-    }
-    if groups.len() < 2 {
-        return;
-    }
-    let per_vcpu: Vec<f64> = groups.iter().map(|g| g.3 / g.2 as f64).collect();
-    let (lo, hi) = per_vcpu
-        .iter()
-        .fold((f64::MAX, 0.0f64), |(l, h), &v| (l.min(v), h.max(v)));
-    if lo <= 0.0 || hi / lo < WEIGHT_RATIO_UNFAIR {
-        return;
-    }
-    out.push(
-        Finding::new("host.cgroup-weight-unfair", Severity::Warning, format!("Per-VM cpu cgroup weights are not proportional to vCPUs (weight per vCPU differs {:.1}x)", hi / lo))
-            .evidence("groups", json!(groups.iter().map(|g| json!({"vm": g.0, "file": g.1, "vcpus": g.2, "relative_weight": round(g.3, 3)})).collect::<Vec<_>>()))
-            .evidence("ratio", round(hi / lo, 2))
-            .files(&["/proc/<pid>/cgroup", "cpu.shares (v1) / cpu.weight (v2)"])
-            .remedy(
-                "Each VM's group gets the same share however many vCPUs it has, so under contention a 4-vCPU VM's \
-                 vCPUs each get half of what a 2-vCPU VM's get. Weights proportional to vCPUs help but are split per \
-                 CPU by where threads run, so measured fairness still varies; the measured-fair layouts are one shared \
-                 group for shared VMs, or pinning that gives every CPU a balanced set of vCPUs.",
-            )
-            .reference("Documentation/admin-guide/cgroup-v2.rst (cpu.weight)")
-            .case("who-stole-my-cpu-talk.md"),
-    );
 }
 
 /// (major, minor, patch, is_rc) from "6.19.3-200.fc43.x86_64" or "7.1.0-rc4".

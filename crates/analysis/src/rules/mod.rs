@@ -7,6 +7,9 @@ use stealscope_model::MachineModel;
 
 pub mod clock;
 pub mod host;
+pub mod host_groups;
+pub mod host_steal;
+pub mod host_who;
 pub mod idle;
 pub mod irq;
 pub mod mitigation;
@@ -32,11 +35,12 @@ pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["tuning.io-scheduler"], tuning::io_scheduler),
     (&["tuning.cpufreq-governor"], tuning::cpufreq_governor),
     (&["tuning.dirty-writeback"], tuning::dirty_writeback),
-    (&["host.steal.busy", "host.steal.idle"], host::steal),
+    (&["host.steal.busy", "host.steal.idle"], host_steal::steal),
+    (&["host.noisy-neighbor"], host_steal::noisy_neighbor),
     (&["host.idle-vm-penalty"], host::idle_vm_penalty),
     (&["host.numa-balancing"], host::numa_balancing),
     (&["host.vm-spans-nodes"], host::vm_spans_nodes),
-    (&["host.cgroup-weight-unfair"], host::cgroup_weight_unfair),
+    (&["host.cgroup-weight-unfair"], host_groups::cgroup_weight_unfair),
     (&["host.kvmclock-ipi-storm"], host::kvmclock_ipi_storm),
     (&["host.no-ept"], host::no_ept),
     (&["host.hlt-exits-dominant"], host::hlt_exits_dominant),

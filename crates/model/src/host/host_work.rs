@@ -51,13 +51,15 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
     }
     let mut items: BTreeMap<(&'static str, String, Option<u32>), (u64, u64)> = BTreeMap::new();
     for p in &t1.procs {
-        let Some(before) = t0.procs.iter().find(|q| q.pid == p.pid && q.comm == p.comm) else {
-            continue; // started during the interval: its time is not all ours
-        };
+        // By pid only: an exec keeps the pid and the threads' counters. A
+        // process or thread started during the interval counts from zero;
+        // one that ended before t1 is not seen (its time is lost).
+        let before = t0.procs.iter().find(|q| q.pid == p.pid);
         let (mut run, mut wait) = (0u64, 0u64);
         for (tid, s1) in &p.threads {
-            // A thread started during the interval counts from zero.
-            let s0 = before.threads.get(tid).copied().unwrap_or_default();
+            let s0 = before
+                .and_then(|b| b.threads.get(tid).copied())
+                .unwrap_or_default();
             run += s1.run_ns.saturating_sub(s0.run_ns);
             wait += s1.wait_ns.saturating_sub(s0.wait_ns);
         }

@@ -1,0 +1,218 @@
+//! Host steal verdicts: busy or idle steal judged against ALL runnable work
+//! on the host (vCPUs, emulator threads, every other thread's schedstat run
+//! and wait), saying who took the time; and `host.noisy-neighbor`, which
+//! names one culprit that causes a large share of all vCPU wait.
+
+use super::host::{HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
+use super::host_who::{basis, culprits, summary, Who};
+use crate::finding::{round, Finding, Severity};
+use serde_json::json;
+use stealscope_model::MachineModel;
+
+/// The VMs' runnable vCPUs fit on the CPUs within this factor: the steal
+/// then comes from other work, not from oversubscription by VMs.
+pub const VCPUS_FIT_FACTOR: f64 = 1.05;
+/// Other host work of at least this many CPUs is worth naming as the cause.
+pub const OTHER_WORK_CPUS: f64 = 0.2;
+/// A culprit causing at least this share of all vCPU wait (of VMs other
+/// than its own) is a noisy neighbour: a quarter is more than any one of
+/// four equal competitors takes, so it stands out on any host with a
+/// handful of busy VMs, while the steal itself must pass HOST_STEAL_WARN_PCT.
+pub const NOISY_SHARE: f64 = 0.25;
+/// ...and Critical from this share when the steal is also critical.
+pub const NOISY_CRITICAL_SHARE: f64 = 0.5;
+
+fn vm_table(m: &MachineModel) -> serde_json::Value {
+    json!(m.host.vms.iter().map(|v| json!({"name": v.name, "pid": v.pid, "vcpus": v.vcpus.len(), "steal_pct": round(v.steal_pct, 2), "util_pct": round(v.util_pct, 2)})).collect::<Vec<_>>())
+}
+
+fn mean_steal(m: &MachineModel) -> Option<f64> {
+    let vcpus: Vec<_> = m.host.vms.iter().flat_map(|v| &v.vcpus).collect();
+    (!vcpus.is_empty())
+        .then(|| vcpus.iter().map(|c| c.host_steal_pct).sum::<f64>() / vcpus.len() as f64)
+}
+
+/// Runnable work in CPUs: (vCPUs, emulator threads, other host work).
+fn runnable(m: &MachineModel) -> (f64, f64, f64) {
+    let vcpus: f64 = m
+        .host
+        .vms
+        .iter()
+        .flat_map(|v| &v.vcpus)
+        .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
+        .sum();
+    let vmm: f64 = m
+        .host
+        .vms
+        .iter()
+        .flat_map(|v| &v.others)
+        .filter_map(|o| o.util_pct)
+        .sum::<f64>()
+        / 100.0;
+    (vcpus, vmm, m.host.host_work.runnable_cpus())
+}
+
+pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
+    let Some(mean) = mean_steal(m) else { return };
+    if mean < HOST_STEAL_WARN_PCT {
+        return;
+    }
+    let s = m.host.split;
+    let sev = if mean >= HOST_STEAL_CRITICAL_PCT {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let (vcpus, vmm, other) = runnable(m);
+    let cpus = m.interval.cpus.len();
+    let who = culprits(m);
+    let named = summary(&who, 3);
+    let by = if named.is_empty() {
+        String::new()
+    } else {
+        format!("; who ran: {named}")
+    };
+    let work = format!(
+        "{:.1} runnable threads on {cpus} CPUs ({vcpus:.1} vCPUs, {:.1} other host work)",
+        vcpus + vmm + other,
+        vmm + other
+    );
+    let idle = s.idle_share().unwrap_or(0.0) >= 0.5;
+    let vms_fit = vcpus <= cpus as f64 * VCPUS_FIT_FACTOR;
+    let f = if idle {
+        Finding::new(
+            "host.steal.idle",
+            sev,
+            format!("vCPUs waited {mean:.1}% of the time while host CPUs sat idle ({:.1} CPU-s idle): {work}{by}", s.host_idle_s),
+        )
+        .remedy(
+            "Idle CPUs could have run the waiting vCPUs: this steal is fixable in software. Check vCPU affinity (pinned \
+             VMs crowded onto few CPUs while others idle), per-VM cgroup weights and cpusets, and NUMA placement; \
+             `stealscope place` proposes and applies a placement reversibly.",
+        )
+    } else if vms_fit && vmm + other >= OTHER_WORK_CPUS {
+        let top = who
+            .iter()
+            .find(|w| w.kind != "vcpu")
+            .map(Who::label)
+            .unwrap_or_else(|| "other host work".into());
+        Finding::new(
+            "host.steal.busy",
+            sev,
+            format!("vCPUs waited {mean:.1}% of the time with no idle CPU: {work}; the VMs alone fit, {top} took the rest{by}"),
+        )
+        .remedy(format!(
+            "This is not oversubscription by VMs: their {vcpus:.1} runnable vCPUs fit on {cpus} CPUs, and host work \
+             ({:.1} CPUs, mostly {top}) competes with them. Give it CPUs of its own away from the vCPUs (taskset or a \
+             cpuset), lower its weight (renice, or a cpu cgroup with a lower cpu.weight), or move it off the host; \
+             moving VMs is not needed. See host.noisy-neighbor.",
+            vmm + other
+        ))
+    } else {
+        Finding::new(
+            "host.steal.busy",
+            sev,
+            format!("vCPUs waited {mean:.1}% of the time with no idle CPU: {work}{by}"),
+        )
+        .remedy(
+            "The host is oversubscribed at these moments: more vCPUs want to run than there are CPUs. Only moving VMs \
+             (or load) to another host, or reducing vCPU counts of busy VMs, removes this steal. Prefer moving the \
+             busiest VMs; re-check with `stealscope host`.",
+        )
+    };
+    out.push(
+        f.evidence("mean_vcpu_steal_pct", round(mean, 2))
+            .evidence("vcpu_wait_cpu_s", round(s.vcpu_wait_s, 3))
+            .evidence("host_idle_cpu_s", round(s.host_idle_s, 3))
+            .evidence("idle_steal_share", round(s.idle_share().unwrap_or(0.0), 3))
+            .evidence("busy_steal_share", round(s.busy_share().unwrap_or(0.0), 3))
+            .evidence("runnable_vcpus", round(vcpus, 2))
+            .evidence("runnable_vmm_threads", round(vmm, 2))
+            .evidence("runnable_other_host_work", round(other, 2))
+            .evidence("host_cpus", cpus)
+            .evidence("who", json!(who.iter().take(5).map(Who::json).collect::<Vec<_>>()))
+            .evidence("who_basis", basis(m))
+            .evidence("vms", vm_table(m))
+            .files(&["/proc/<pid>/task/<tid>/schedstat (every thread)", "/proc/stat"])
+            .reference("arch/x86/kvm/x86.c record_steal_time (guest steal = host run_delay)")
+            .case("who-stole-my-cpu-talk.md"),
+    );
+}
+
+fn fix(w: &Who) -> String {
+    match (w.kind, w.name.as_str()) {
+        ("host-process", _) => format!(
+            "Give {} CPUs of its own away from the vCPUs (`taskset -apc CPUS {pid}` or a cpuset), lower its weight \
+             (`renice -n 10 -p {pid}`, or a cpu cgroup with a lower cpu.weight), or move it to another host.",
+            w.label(),
+            pid = w.pid.map(|p| p.to_string()).unwrap_or_else(|| "PID".into())
+        ),
+        ("vcpu", _) => format!(
+            "Give VM {} CPUs of its own (pin it apart from its victims), a lower weight for its group, or move it to \
+             another host; `stealscope place` plans and applies this reversibly.",
+            w.name
+        ),
+        ("vmm", _) => format!(
+            "Keep VM {}'s emulator and I/O threads on housekeeping CPUs away from the vCPUs (`stealscope place` \
+             reserves them), and look at why they are busy (I/O, live migration).",
+            w.name
+        ),
+        (_, "ksoftirqd" | "irq-thread" | "irq") => "Move interrupt affinity (/proc/irq/*/smp_affinity_list) and \
+             RPS/XPS away from the vCPUs' CPUs, or keep those CPUs for housekeeping.".into(),
+        (_, "kswapd" | "kcompactd" | "khugepaged") => "Memory reclaim and compaction run on the vCPUs' CPUs: reduce \
+             host memory pressure and overcommit, back guests with preallocated huge pages, and set THP defrag to \
+             `madvise`.".into(),
+        (_, "migration") => "The stopper threads move tasks between CPUs: pin vCPUs so the balancer moves them less, \
+             and see host.numa-balancing.".into(),
+        (_, "kworker") => "Keep unbound workqueues off the vCPUs' CPUs (/sys/devices/virtual/workqueue/cpumask) and \
+             find the busy work item (`perf record -e workqueue:workqueue_execute_start`).".into(),
+        (_, "rcu") => "Offload RCU callbacks from the vCPUs' CPUs (`rcu_nocbs=` and `rcu_nocb_poll` on the host \
+             kernel command line).".into(),
+        _ => "Keep this work on CPUs the vCPUs do not use (housekeeping CPUs), or lower its priority.".into(),
+    }
+}
+
+pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
+    let Some(mean) = mean_steal(m) else { return };
+    if mean < HOST_STEAL_WARN_PCT {
+        return;
+    }
+    let attributed = m.host.attribution.available();
+    // An estimate from run times holds only when CPUs were busy.
+    if !attributed && m.host.split.busy_share().unwrap_or(0.0) < 0.5 {
+        return;
+    }
+    for w in culprits(m) {
+        if w.neighbor_share < NOISY_SHARE || matches!(w.kind, "unknown") {
+            continue;
+        }
+        let sev = if w.neighbor_share >= NOISY_CRITICAL_SHARE && mean >= HOST_STEAL_CRITICAL_PCT {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
+        let verb = if attributed { "caused" } else { "likely caused" };
+        let victims = w.victims.iter().filter(|v| w.vm.as_ref() != Some(*v)).cloned().collect::<Vec<_>>();
+        out.push(
+            Finding::new(
+                "host.noisy-neighbor",
+                sev,
+                format!(
+                    "{} {verb} {:.0}% of all vCPU wait (victims: {})",
+                    w.label(),
+                    100.0 * w.neighbor_share,
+                    victims.join(", ")
+                ),
+            )
+            .evidence("culprit", w.json())
+            .evidence("share_of_vcpu_wait", round(w.neighbor_share, 3))
+            .evidence("victims", json!(victims))
+            .evidence("mean_vcpu_steal_pct", round(mean, 2))
+            .evidence("basis", basis(m))
+            .evidence("threshold_share", NOISY_SHARE)
+            .files(&["scheduler events (sched_switch, sched_wakeup, sched_migrate_task)", "/proc/<pid>/task/<tid>/schedstat"])
+            .remedy(fix(&w))
+            .case("who-stole-my-cpu-talk.md"),
+        );
+    }
+}
