@@ -10,7 +10,7 @@ use stealscope_model::host::VmSteal;
 
 /// Culprit columns in the table (then "other").
 const COLUMNS: usize = 4;
-const NAME_W: usize = 14;
+const NAME_W: usize = 15;
 const COL_W: usize = 11;
 
 fn label(kind: &str, name: &str, pid: Option<u32>) -> String {
