@@ -1,0 +1,447 @@
+//! Who stole it, against real QEMU (TCG) VMs from testenv/ and real host
+//! busy loops: the two cases of issue 17 (a host shell loop beside a busy
+//! 2-vCPU VM; a 2-vCPU and a 1-vCPU VM each in its own autogroup) get the
+//! right verdict and fix without a collector, and with the scheduler-event
+//! collector the culprit of a pinned vCPU's wait is named (a host loop,
+//! another VM's vCPU, both at once at different nice values) against the
+//! culprits' own schedstat run times.
+//!
+//! Timing runs share this machine with other work: each run checks that
+//! the other host work stayed small (the report's own host_work, minus what
+//! the test started) and retries a few times before giving up; a run
+//! rejected for load is printed.
+
+mod common;
+use common::testenv::*;
+use common::*;
+use serde_json::Value;
+use std::process::{Child, Command};
+
+/// Other host work (CPUs) above which a run that judges steal levels is
+/// rejected.
+const MAX_OTHER_CPUS: f64 = 0.3;
+/// ...and a run that only needs the test's loop to be the largest other
+/// work (a whole-CPU loop beside builds that each take a fraction).
+const MAX_OTHER_CPUS_NAMING: f64 = 1.0;
+const TRIES: usize = 3;
+
+/// A busy shell loop under a known name; killed on drop.
+struct Hog {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Hog {
+    fn start(name: &str, nice: i32, cpu: Option<&str>) -> Hog {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join(name);
+        std::fs::copy("/bin/sh", &exe).unwrap();
+        let mut cmd = Command::new("nice");
+        cmd.args(["-n", &nice.to_string()]);
+        if let Some(c) = cpu {
+            cmd.args(["taskset", "-c", c]);
+        }
+        let child = cmd
+            .arg(&exe)
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        // `nice` and `taskset` exec the loop: the child's pid is the loop's.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Hog { child, _dir: dir }
+    }
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn host_json(interval: &str) -> Value {
+    let out = run(&["host", "--json", "--interval", interval, "--exit-sample", "0"]);
+    assert_ok(&out);
+    json(&out)
+}
+
+fn finding<'a>(r: &'a Value, id: &str) -> Option<&'a Value> {
+    r["findings"].as_array().unwrap().iter().find(|f| f["id"] == id)
+}
+
+/// Host work the test did not start and what it did, in CPUs.
+fn other_load(r: &Value, ours: &[u32]) -> (f64, f64) {
+    let hw = &r["host_work"];
+    let mine: f64 = hw["top"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|w| {
+            w["pid"]
+                .as_u64()
+                .is_some_and(|p| ours.contains(&(p as u32)))
+        })
+        .map(|w| w["run_cpus"].as_f64().unwrap())
+        .sum();
+    (hw["run_cpus"].as_f64().unwrap_or(0.0) - mine, mine)
+}
+
+/// Busy VMs on this machine that are not the test's (other sessions' VMs).
+fn foreign_busy_vms(r: &Value, ours: &[u64]) -> Vec<String> {
+    r["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| !ours.contains(&v["pid"].as_u64().unwrap()))
+        .filter(|v| v["util_pct"].as_f64().unwrap_or(0.0) > 5.0)
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Runs `host` until a run is not disturbed by other load (at most `limit`
+/// CPUs of other work, and the test's own processes ran at least
+/// `min_ours` CPUs); None when every try was (printed; a failure under CI).
+fn quiet_run(
+    interval: &str,
+    our_pids: &[u32],
+    our_vms: &[u64],
+    limit: f64,
+    min_ours: f64,
+) -> Option<Value> {
+    for i in 0..TRIES {
+        let r = host_json(interval);
+        let (load, ours) = other_load(&r, our_pids);
+        let foreign = foreign_busy_vms(&r, our_vms);
+        if load <= limit && ours >= min_ours && foreign.is_empty() {
+            return Some(r);
+        }
+        eprintln!(
+            "run {} rejected: other host work {load:.2} CPUs (limit {limit}), ours {ours:.2} (at least {min_ours}), other busy VMs {foreign:?}",
+            i + 1
+        );
+    }
+    assert!(
+        !in_ci(),
+        "every run was disturbed by other load ({TRIES} tries)"
+    );
+    None
+}
+
+fn autogroup_id(pid: u64) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/autogroup")).unwrap();
+    s.split_whitespace()
+        .next()
+        .unwrap()
+        .trim_start_matches('/')
+        .to_string()
+}
+
+/// Issue 17, second case: VMs started with -daemonize are each in their own
+/// autogroup; weights per vCPU then differ 2x and the fix is one shared group.
+#[test]
+fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
+    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
+        return;
+    }
+    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled");
+    if !require(
+        enabled.as_deref().map(str::trim).ok() == Some("1"),
+        "autogroups enabled (kernel.sched_autogroup_enabled=1)",
+    ) {
+        return;
+    }
+    let _vms = Vms;
+    let a: u64 = testenv("start-vm.sh", &["agA", "2", "--busy", "2"]).parse().unwrap();
+    let b: u64 = testenv("start-vm.sh", &["agB", "1", "--busy", "1"]).parse().unwrap();
+    // Both VMs on the same two CPUs, as on the issue's 2-CPU machine.
+    for pid in [a, b] {
+        let st = Command::new("taskset")
+            .args(["-a", "-p", "-c", "0-1", &pid.to_string()])
+            .output()
+            .unwrap();
+        assert!(st.status.success());
+    }
+    let (ga, gb) = (autogroup_id(a), autogroup_id(b));
+    assert_ne!(ga, gb, "each -daemonize is its own session");
+    let r = host_json("4s");
+    assert_valid_host(&r);
+    let f = finding(&r, "host.cgroup-weight-unfair")
+        .unwrap_or_else(|| panic!("no host.cgroup-weight-unfair: {}", r["findings"]));
+    let groups = f["evidence"]["groups"].as_array().unwrap();
+    for (name, g, n) in [("agA", &ga, 2), ("agB", &gb, 1)] {
+        let e = groups
+            .iter()
+            .find(|x| x["vm"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {groups:?}"));
+        assert_eq!(&e["group"], g, "{name}: /proc/<pid>/autogroup says {g}");
+        assert_eq!(e["autogroup"], true);
+        assert_eq!(e["vcpus"], n);
+    }
+    assert!(f["remedy"].as_str().unwrap().contains("stealscope place apply"), "{f}");
+    assert!(f["title"].as_str().unwrap().contains("autogroups"), "{f}");
+    // The measured steal is in the evidence, next to the fair share.
+    let measured = f["evidence"]["measured"].as_array().unwrap();
+    let steal = |name: &str| {
+        measured.iter().find(|m| m["vm"] == name).unwrap()["steal_pct"]
+            .as_f64()
+            .unwrap()
+    };
+    eprintln!("autogroups: agA steal {}%, agB {}%", steal("agA"), steal("agB"));
+    // On a quiet 2-CPU machine the 2-vCPU VM waits far more (50% vs 2% in
+    // the issue); judged only when nothing else disturbed the run.
+    if let Some(r) = quiet_run("4s", &[], &[a, b], MAX_OTHER_CPUS, 0.0) {
+        let vs = |name: &str, pid: u64| {
+            r["vms"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == name && v["pid"].as_u64() == Some(pid))
+                .unwrap()["steal_pct"]
+                .as_f64()
+                .unwrap()
+        };
+        let (sa, sb) = (vs("agA", a), vs("agB", b));
+        eprintln!("quiet run: agA steal {sa:.1}%, agB {sb:.1}%");
+        if std::thread::available_parallelism().map_or(0, |n| n.get()) == 2 {
+            assert!(sa > sb + 20.0, "agA {sa} vs agB {sb}: per-VM groups are unfair here");
+        }
+    }
+}
+
+fn assert_valid_host(r: &Value) {
+    assert_eq!(r["schema"], "stealscope/host/1");
+    assert!(r["attribution"]["route"].is_string(), "{}", r["attribution"]);
+}
+
+/// Issue 17, first case: a busy 2-vCPU VM and a host shell loop on two CPUs.
+/// The VMs alone fit; the verdict names the loop and the fix is about it.
+#[test]
+fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
+    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
+        return;
+    }
+    let _vms = Vms;
+    let pid: u64 = testenv("start-vm.sh", &["hlA", "2", "--busy", "2"]).parse().unwrap();
+    let st = Command::new("taskset")
+        .args(["-a", "-p", "-c", "0-1", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let hog = Hog::start("whohog", 0, Some("0-1"));
+    let Some(r) = quiet_run("4s", &[hog.pid()], &[pid], MAX_OTHER_CPUS_NAMING, 0.5) else {
+        return;
+    };
+    let busy = finding(&r, "host.steal.busy")
+        .unwrap_or_else(|| panic!("no host.steal.busy: {}", r["findings"]));
+    let title = busy["title"].as_str().unwrap();
+    assert!(title.contains("the VMs alone fit"), "{title}");
+    assert!(title.contains(&format!("whohog (pid {})", hog.pid())), "{title}");
+    let remedy = busy["remedy"].as_str().unwrap();
+    assert!(!remedy.contains("Only moving VMs"), "{remedy}");
+    let nn = finding(&r, "host.noisy-neighbor")
+        .unwrap_or_else(|| panic!("no host.noisy-neighbor: {}", r["findings"]));
+    assert_eq!(nn["evidence"]["culprit"]["name"], "whohog", "{nn}");
+    assert_eq!(nn["evidence"]["culprit"]["pid"], hog.pid(), "{nn}");
+    assert!(nn["remedy"].as_str().unwrap().contains(&format!("renice -n 10 -p {}", hog.pid())));
+    // The loop's run time in the report against its own schedstat is the
+    // whole-CPU share a shell loop takes: at least a third of a CPU here.
+    let w = r["host_work"]["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["pid"] == hog.pid())
+        .unwrap();
+    assert!(w["run_cpus"].as_f64().unwrap() > 0.33, "{w}");
+}
+
+// ---- with the scheduler-event collector ----------------------------------
+
+/// schedstat (run, wait, slices) of a thread.
+fn schedstat(pid: u64, tid: u64) -> (u64, u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap();
+    let v: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[0], v[1], v[2])
+}
+
+/// Pins a VM's vCPU 0 to `vcpu_cpu` and every other thread of it to `rest`.
+fn pin_vm(pid: u64, vcpu_cpu: &str, rest: &str) -> u64 {
+    let tids = qmp_tids_by_pid(pid);
+    let st = Command::new("taskset")
+        .args(["-a", "-p", "-c", rest, &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let st = Command::new("taskset")
+        .args(["-p", "-c", vcpu_cpu, &tids[0].to_string()])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    tids[0]
+}
+
+fn qmp_tids_by_pid(pid: u64) -> Vec<u64> {
+    let run = run_dir();
+    for e in std::fs::read_dir(&run).unwrap().flatten() {
+        let p = e.path().join("qemu.pid");
+        if std::fs::read_to_string(&p).ok().and_then(|s| s.trim().parse().ok()) == Some(pid) {
+            return qmp_tids(e.file_name().to_str().unwrap());
+        }
+    }
+    panic!("VM pid {pid} not in {run}")
+}
+
+/// The collector ran (else the reason, failing under CI).
+fn attributed(r: &Value) -> bool {
+    let a = &r["attribution"];
+    require(
+        a["route"] != "none",
+        &format!("scheduler-event attribution: {}", a["reason"]),
+    )
+}
+
+fn vcpu<'a>(r: &'a Value, pid: u64, tid: u64) -> &'a Value {
+    r["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["pid"].as_u64() == Some(pid))
+        .and_then(|v| {
+            v["vcpus"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["tid"].as_u64() == Some(tid))
+        })
+        .unwrap_or_else(|| panic!("vCPU {tid} of {pid} not in report"))
+}
+
+fn wait_by_share(c: &Value, kind: &str, name: &str) -> f64 {
+    c["wait_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["kind"] == kind && w["name"] == name)
+        .map(|w| w["share"].as_f64().unwrap())
+        .sum()
+}
+
+fn wait_by_seconds(c: &Value, kind: &str, name: &str) -> f64 {
+    c["wait_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["kind"] == kind && w["name"] == name)
+        .map(|w| w["seconds"].as_f64().unwrap())
+        .sum()
+}
+
+/// wait_by adds up to the schedstat wait of the same interval within 2%
+/// (+1 ms for the few ms the two windows differ), and the episode count
+/// stays within the times-run delta.
+fn check_sums(c: &Value, before: (u64, u64, u64), after: (u64, u64, u64)) {
+    let sum: f64 = c["wait_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["seconds"].as_f64().unwrap())
+        .sum();
+    let wait = (after.1 - before.1) as f64 / 1e9;
+    assert!(
+        (sum - wait).abs() <= 0.02 * wait + 0.001,
+        "wait_by {sum} s vs schedstat wait {wait} s"
+    );
+    let episodes = c["wait_episodes"]["count"].as_u64().unwrap();
+    assert!(episodes <= after.2 - before.2, "{episodes} episodes vs {} runs", after.2 - before.2);
+}
+
+/// (a) a host busy loop on the CPU of a pinned 1-vCPU VM: >= 95% its.
+#[test]
+fn collector_names_a_host_loop_on_a_pinned_vcpu() {
+    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
+        return;
+    }
+    let _vms = Vms;
+    let pid: u64 = testenv("start-vm.sh", &["caV", "1", "--busy", "1"]).parse().unwrap();
+    let tid = pin_vm(pid, "1", "0");
+    let hog = Hog::start("whohog", 0, Some("1"));
+    let before = schedstat(pid, tid);
+    let r = host_json("4s");
+    let after = schedstat(pid, tid);
+    if !attributed(&r) {
+        return;
+    }
+    let c = vcpu(&r, pid, tid);
+    let share = wait_by_share(c, "host-process", "whohog");
+    assert!(share >= 0.95, "whohog {share} of the wait: {}", c["wait_by"]);
+    check_sums(c, before, after);
+    drop(hog);
+}
+
+/// (b) another VM's busy vCPU on the same CPU: >= 95% that VM's.
+#[test]
+fn collector_names_another_vms_vcpu() {
+    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
+        return;
+    }
+    let _vms = Vms;
+    let pid: u64 = testenv("start-vm.sh", &["cbV", "1", "--busy", "1"]).parse().unwrap();
+    let other: u64 = testenv("start-vm.sh", &["cbN", "1", "--busy", "1"]).parse().unwrap();
+    let tid = pin_vm(pid, "1", "0");
+    pin_vm(other, "1", "0");
+    let before = schedstat(pid, tid);
+    let r = host_json("4s");
+    let after = schedstat(pid, tid);
+    if !attributed(&r) {
+        return;
+    }
+    let c = vcpu(&r, pid, tid);
+    let share = wait_by_share(c, "vcpu", "cbN");
+    assert!(share >= 0.95, "cbN {share} of the wait: {}", c["wait_by"]);
+    check_sums(c, before, after);
+    let culprit = r["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "vcpu" && k["name"] == "cbN")
+        .unwrap();
+    assert!(culprit["victims"].as_array().unwrap().iter().any(|v| v == "cbV"));
+}
+
+/// (c) both at once at different nice values: the split between them is
+/// within 5 pp of what their own schedstat run times give.
+#[test]
+fn collector_splits_wait_like_the_culprits_run_times() {
+    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
+        return;
+    }
+    let _vms = Vms;
+    let pid: u64 = testenv("start-vm.sh", &["ccV", "1", "--busy", "1"]).parse().unwrap();
+    let other: u64 = testenv("start-vm.sh", &["ccN", "1", "--busy", "1"]).parse().unwrap();
+    let tid = pin_vm(pid, "1", "0");
+    let otid = pin_vm(other, "1", "0");
+    let hog = Hog::start("whohog", 5, Some("1"));
+    let hp = hog.pid() as u64;
+    let (b, ob, hb) = (schedstat(pid, tid), schedstat(other, otid), schedstat(hp, hp));
+    let r = host_json("4s");
+    let (a, oa, ha) = (schedstat(pid, tid), schedstat(other, otid), schedstat(hp, hp));
+    if !attributed(&r) {
+        return;
+    }
+    let c = vcpu(&r, pid, tid);
+    let (hog_s, vm_s) = (
+        wait_by_seconds(c, "host-process", "whohog"),
+        wait_by_seconds(c, "vcpu", "ccN"),
+    );
+    let attributed_share = hog_s / (hog_s + vm_s);
+    let (hog_run, vm_run) = ((ha.0 - hb.0) as f64, (oa.0 - ob.0) as f64);
+    let run_share = hog_run / (hog_run + vm_run);
+    eprintln!("hog share of the wait {attributed_share:.3}, of the run time {run_share:.3}");
+    assert!(
+        (attributed_share - run_share).abs() <= 0.05,
+        "attributed {attributed_share:.3} vs run times {run_share:.3}"
+    );
+    check_sums(c, b, a);
+}
