@@ -452,3 +452,33 @@ fn bad_input_exits_2_with_one_line() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("no/such/dir/r.html"), "{err}");
 }
+
+/// The who-stole table of a host snapshot whose sides carry the collector's
+/// readings: each victim's seconds equal the sum of its vCPUs' wait_by rows
+/// in `host --json` of the same snapshot.
+#[test]
+fn report_of_a_host_snapshot_has_the_who_stole_table() {
+    let snap = repo().join("fixtures/snapshots/host-noisy-neighbor");
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("who.html");
+    assert_ok(&report(&snap, &page));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let at = html.find("id=\"who-stole\"").expect("who-stole section");
+    let section = &html[at..at + html[at..].find("</section>").unwrap()];
+    let host = json(&run(&["host", "--json", "--snapshot", snap.to_str().unwrap()]));
+    let top = &host["culprits"][0];
+    let label = format!("{} (pid {})", top["name"].as_str().unwrap(), top["pid"]);
+    assert!(section.contains(&label), "{label} not in {section}");
+    for vm in host["vms"].as_array().unwrap() {
+        let s: f64 = vm["vcpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["wait_by"].as_array().unwrap())
+            .filter(|w| w["name"] == top["name"] && w["pid"] == top["pid"])
+            .map(|w| w["seconds"].as_f64().unwrap())
+            .sum();
+        let cell = format!("<td>{s:.2}</td>");
+        assert!(section.contains(&cell), "{} {cell} not in {section}", vm["name"]);
+    }
+}

@@ -17,6 +17,7 @@ pub mod stacked;
 pub mod steal;
 pub mod svg;
 pub mod vcpu;
+pub mod who;
 
 #[cfg(test)]
 mod tests;
@@ -123,13 +124,14 @@ pub fn render(input: &HtmlInput) -> String {
     let title = format!("stealscope report: {host}");
     let mut notes: Vec<&str> = r.notes.iter().map(String::as_str).collect();
     notes.extend(input.timeline.notes.iter().map(String::as_str));
-    let plots: [(&str, &str, Markup); 7] = [
+    let plots: [(&str, &str, Markup); 8] = [
         (steal::ID, "steal", steal::render(&series)),
         (stacked::ID, "busy/idle/steal", stacked::render(&series)),
         (bursts::ID, "bursts", bursts::render(&series)),
         (hw::ID, "IPC", hw::render(&series, input.model)),
         (irq::ID, "interrupts", irq::render(&input.timeline.irq)),
         (vcpu::ID, "vCPU wait", vcpu::render(&input.timeline.vcpu)),
+        (who::ID, "who stole it", who::render(r.host.as_ref())),
         (probes::ID, "probes", probes::render(&input.timeline.probes)),
     ];
     let page: Markup = html! {

@@ -1,0 +1,71 @@
+//! "Who stole it" on the report page: a victim x culprit table of vCPU wait
+//! (seconds) from the host section, or why there is no attribution. Over
+//! time is not drawn yet: recordings do not carry culprits.
+
+use super::svg;
+use maud::{html, Markup};
+use stealscope_analysis::report::HostSection;
+use stealscope_model::host::attribution::CulpritShare;
+
+pub const ID: &str = "who-stole";
+const TITLE: &str = "Who stole it: vCPU wait by culprit";
+const COLUMNS: usize = 6;
+
+fn label(c: &CulpritShare) -> String {
+    match (c.kind, c.pid) {
+        ("vcpu", _) => format!("{} vCPUs", c.name),
+        ("vmm", _) => format!("{} VMM threads", c.name),
+        ("host-process", Some(p)) => format!("{} (pid {p})", c.name),
+        ("host-kthread", _) => format!("{} (kernel)", c.name),
+        _ => c.name.clone(),
+    }
+}
+
+pub fn render(host: Option<&HostSection>) -> Markup {
+    let Some(h) = host else {
+        return svg::no_data(ID, TITLE, "no VMs on this machine");
+    };
+    let a = &h.who.attribution;
+    if h.who.culprits.is_empty() {
+        return svg::no_data(ID, TITLE, &format!("no attribution ({})", a.reason));
+    }
+    let cols: Vec<&CulpritShare> = h.who.culprits.iter().take(COLUMNS).collect();
+    let secs = |vm: &str, c: &CulpritShare| -> f64 {
+        h.vms
+            .iter()
+            .filter(|v| v.name == vm)
+            .flat_map(|v| &v.vcpus)
+            .flat_map(|v| &v.wait_by)
+            .filter(|w| w.kind == c.kind && w.name == c.name && w.pid == c.pid)
+            .map(|w| w.seconds)
+            .sum()
+    };
+    html! {
+        section class="plot" id=(ID) {
+            h2 { (TITLE) }
+            p { "Attributed by the " (a.route) " route; seconds each VM's vCPUs waited while the culprit ran on their CPU." }
+            table class="cpus" {
+                tr {
+                    th { "victim" }
+                    @for c in &cols { th { (label(c)) } }
+                    th { "total" }
+                }
+                @for vm in &h.vms {
+                    @let total: f64 = vm.vcpus.iter().flat_map(|v| &v.wait_by).map(|w| w.seconds).sum();
+                    @if total > 0.0 {
+                        tr {
+                            td { (vm.name) }
+                            @for c in &cols { td { (format!("{:.2}", secs(&vm.name, c))) } }
+                            td { (format!("{total:.2}")) }
+                        }
+                    }
+                }
+                tr {
+                    th { "share of all" }
+                    @for c in &cols { th { (format!("{:.0}%", 100.0 * c.share)) } }
+                    th { "" }
+                }
+            }
+        }
+    }
+}
