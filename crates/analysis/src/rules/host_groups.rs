@@ -18,7 +18,9 @@ fn group_of(vm: &VmObs, autogroups_on: bool) -> Option<(String, f64, bool)> {
         .find(|c| c.controllers.iter().any(|x| x == "cpu"))
         .or_else(|| vm.cgroups.iter().find(|c| c.hierarchy == 0))
         .map(|c| c.path.as_str());
-    let in_root = cpu_path.is_none_or(|p| p == "/");
+    // In the root group, or in a group without the cpu controller (no
+    // weight file: approximated as the root task group).
+    let in_root = cpu_path.is_none_or(|p| p == "/") || vm.cpu_weight.is_none();
     // task_wants_autogroup: only tasks of the root task group use one.
     if in_root {
         if let (true, Some(ag)) = (autogroups_on, vm.autogroup) {
