@@ -63,13 +63,24 @@ impl Drop for Hog {
 }
 
 fn host_json(interval: &str) -> Value {
-    let out = run(&["host", "--json", "--interval", interval, "--exit-sample", "0"]);
+    let out = run(&[
+        "host",
+        "--json",
+        "--interval",
+        interval,
+        "--exit-sample",
+        "0",
+    ]);
     assert_ok(&out);
     json(&out)
 }
 
 fn finding<'a>(r: &'a Value, id: &str) -> Option<&'a Value> {
-    r["findings"].as_array().unwrap().iter().find(|f| f["id"] == id)
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
 }
 
 /// Host work the test did not start and what it did, in CPUs.
@@ -154,8 +165,12 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
         return;
     }
     let _vms = Vms;
-    let a: u64 = testenv("start-vm.sh", &["agA", "2", "--busy", "2"]).parse().unwrap();
-    let b: u64 = testenv("start-vm.sh", &["agB", "1", "--busy", "1"]).parse().unwrap();
+    let a: u64 = testenv("start-vm.sh", &["agA", "2", "--busy", "2"])
+        .parse()
+        .unwrap();
+    let b: u64 = testenv("start-vm.sh", &["agB", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
     // Both VMs on the same two CPUs, as on the issue's 2-CPU machine.
     for pid in [a, b] {
         let st = Command::new("taskset")
@@ -180,7 +195,13 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
         assert_eq!(e["autogroup"], true);
         assert_eq!(e["vcpus"], n);
     }
-    assert!(f["remedy"].as_str().unwrap().contains("stealscope place apply"), "{f}");
+    assert!(
+        f["remedy"]
+            .as_str()
+            .unwrap()
+            .contains("stealscope place apply"),
+        "{f}"
+    );
     assert!(f["title"].as_str().unwrap().contains("autogroups"), "{f}");
     // The measured steal is in the evidence, next to the fair share.
     let measured = f["evidence"]["measured"].as_array().unwrap();
@@ -189,7 +210,11 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
             .as_f64()
             .unwrap()
     };
-    eprintln!("autogroups: agA steal {}%, agB {}%", steal("agA"), steal("agB"));
+    eprintln!(
+        "autogroups: agA steal {}%, agB {}%",
+        steal("agA"),
+        steal("agB")
+    );
     // On a quiet 2-CPU machine the 2-vCPU VM waits far more (50% vs 2% in
     // the issue); judged only when nothing else disturbed the run.
     if let Some(r) = quiet_run("4s", &[], &[a, b], MAX_OTHER_CPUS, 0.0) {
@@ -206,14 +231,21 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
         let (sa, sb) = (vs("agA", a), vs("agB", b));
         eprintln!("quiet run: agA steal {sa:.1}%, agB {sb:.1}%");
         if std::thread::available_parallelism().map_or(0, |n| n.get()) == 2 {
-            assert!(sa > sb + 20.0, "agA {sa} vs agB {sb}: per-VM groups are unfair here");
+            assert!(
+                sa > sb + 20.0,
+                "agA {sa} vs agB {sb}: per-VM groups are unfair here"
+            );
         }
     }
 }
 
 fn assert_valid_host(r: &Value) {
     assert_eq!(r["schema"], "stealscope/host/1");
-    assert!(r["attribution"]["route"].is_string(), "{}", r["attribution"]);
+    assert!(
+        r["attribution"]["route"].is_string(),
+        "{}",
+        r["attribution"]
+    );
 }
 
 /// Issue 17, first case: a busy 2-vCPU VM and a host shell loop on two CPUs.
@@ -224,7 +256,9 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
         return;
     }
     let _vms = Vms;
-    let pid: u64 = testenv("start-vm.sh", &["hlA", "2", "--busy", "2"]).parse().unwrap();
+    let pid: u64 = testenv("start-vm.sh", &["hlA", "2", "--busy", "2"])
+        .parse()
+        .unwrap();
     let st = Command::new("taskset")
         .args(["-a", "-p", "-c", "0-1", &pid.to_string()])
         .output()
@@ -238,14 +272,20 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
         .unwrap_or_else(|| panic!("no host.steal.busy: {}", r["findings"]));
     let title = busy["title"].as_str().unwrap();
     assert!(title.contains("the VMs alone fit"), "{title}");
-    assert!(title.contains(&format!("whohog (pid {})", hog.pid())), "{title}");
+    assert!(
+        title.contains(&format!("whohog (pid {})", hog.pid())),
+        "{title}"
+    );
     let remedy = busy["remedy"].as_str().unwrap();
     assert!(!remedy.contains("Only moving VMs"), "{remedy}");
     let nn = finding(&r, "host.noisy-neighbor")
         .unwrap_or_else(|| panic!("no host.noisy-neighbor: {}", r["findings"]));
     assert_eq!(nn["evidence"]["culprit"]["name"], "whohog", "{nn}");
     assert_eq!(nn["evidence"]["culprit"]["pid"], hog.pid(), "{nn}");
-    assert!(nn["remedy"].as_str().unwrap().contains(&format!("renice -n 10 -p {}", hog.pid())));
+    assert!(nn["remedy"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("renice -n 10 -p {}", hog.pid())));
     // The loop's run time in the report against its own schedstat is the
     // whole-CPU share a shell loop takes: at least a third of a CPU here.
     let w = r["host_work"]["top"]
@@ -286,7 +326,11 @@ fn qmp_tids_by_pid(pid: u64) -> Vec<u64> {
     let run = run_dir();
     for e in std::fs::read_dir(&run).unwrap().flatten() {
         let p = e.path().join("qemu.pid");
-        if std::fs::read_to_string(&p).ok().and_then(|s| s.trim().parse().ok()) == Some(pid) {
+        if std::fs::read_to_string(&p)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            == Some(pid)
+        {
             return qmp_tids(e.file_name().to_str().unwrap());
         }
     }
@@ -354,7 +398,11 @@ fn check_sums(c: &Value, before: (u64, u64, u64), after: (u64, u64, u64)) {
         "wait_by {sum} s vs schedstat wait {wait} s"
     );
     let episodes = c["wait_episodes"]["count"].as_u64().unwrap();
-    assert!(episodes <= after.2 - before.2, "{episodes} episodes vs {} runs", after.2 - before.2);
+    assert!(
+        episodes <= after.2 - before.2,
+        "{episodes} episodes vs {} runs",
+        after.2 - before.2
+    );
 }
 
 /// (a) a host busy loop on the CPU of a pinned 1-vCPU VM: >= 95% its.
@@ -364,7 +412,9 @@ fn collector_names_a_host_loop_on_a_pinned_vcpu() {
         return;
     }
     let _vms = Vms;
-    let pid: u64 = testenv("start-vm.sh", &["caV", "1", "--busy", "1"]).parse().unwrap();
+    let pid: u64 = testenv("start-vm.sh", &["caV", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
     let tid = pin_vm(pid, "1", "0");
     let hog = Hog::start("whohog", 0, Some("1"));
     let before = schedstat(pid, tid);
@@ -375,7 +425,11 @@ fn collector_names_a_host_loop_on_a_pinned_vcpu() {
     }
     let c = vcpu(&r, pid, tid);
     let share = wait_by_share(c, "host-process", "whohog");
-    assert!(share >= 0.95, "whohog {share} of the wait: {}", c["wait_by"]);
+    assert!(
+        share >= 0.95,
+        "whohog {share} of the wait: {}",
+        c["wait_by"]
+    );
     check_sums(c, before, after);
     drop(hog);
 }
@@ -387,8 +441,12 @@ fn collector_names_another_vms_vcpu() {
         return;
     }
     let _vms = Vms;
-    let pid: u64 = testenv("start-vm.sh", &["cbV", "1", "--busy", "1"]).parse().unwrap();
-    let other: u64 = testenv("start-vm.sh", &["cbN", "1", "--busy", "1"]).parse().unwrap();
+    let pid: u64 = testenv("start-vm.sh", &["cbV", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
+    let other: u64 = testenv("start-vm.sh", &["cbN", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
     let tid = pin_vm(pid, "1", "0");
     pin_vm(other, "1", "0");
     let before = schedstat(pid, tid);
@@ -407,7 +465,11 @@ fn collector_names_another_vms_vcpu() {
         .iter()
         .find(|k| k["kind"] == "vcpu" && k["name"] == "cbN")
         .unwrap();
-    assert!(culprit["victims"].as_array().unwrap().iter().any(|v| v == "cbV"));
+    assert!(culprit["victims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v == "cbV"));
 }
 
 /// (c) both at once at different nice values: the split between them is
@@ -418,15 +480,27 @@ fn collector_splits_wait_like_the_culprits_run_times() {
         return;
     }
     let _vms = Vms;
-    let pid: u64 = testenv("start-vm.sh", &["ccV", "1", "--busy", "1"]).parse().unwrap();
-    let other: u64 = testenv("start-vm.sh", &["ccN", "1", "--busy", "1"]).parse().unwrap();
+    let pid: u64 = testenv("start-vm.sh", &["ccV", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
+    let other: u64 = testenv("start-vm.sh", &["ccN", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
     let tid = pin_vm(pid, "1", "0");
     let otid = pin_vm(other, "1", "0");
     let hog = Hog::start("whohog", 5, Some("1"));
     let hp = hog.pid() as u64;
-    let (b, ob, hb) = (schedstat(pid, tid), schedstat(other, otid), schedstat(hp, hp));
+    let (b, ob, hb) = (
+        schedstat(pid, tid),
+        schedstat(other, otid),
+        schedstat(hp, hp),
+    );
     let r = host_json("4s");
-    let (a, oa, ha) = (schedstat(pid, tid), schedstat(other, otid), schedstat(hp, hp));
+    let (a, oa, ha) = (
+        schedstat(pid, tid),
+        schedstat(other, otid),
+        schedstat(hp, hp),
+    );
     if !attributed(&r) {
         return;
     }

@@ -465,7 +465,12 @@ fn report_of_a_host_snapshot_has_the_who_stole_table() {
     let html = std::fs::read_to_string(&page).unwrap();
     let at = html.find("id=\"who-stole\"").expect("who-stole section");
     let section = &html[at..at + html[at..].find("</section>").unwrap()];
-    let host = json(&run(&["host", "--json", "--snapshot", snap.to_str().unwrap()]));
+    let host = json(&run(&[
+        "host",
+        "--json",
+        "--snapshot",
+        snap.to_str().unwrap(),
+    ]));
     let top = &host["culprits"][0];
     let label = format!("{} (pid {})", top["name"].as_str().unwrap(), top["pid"]);
     assert!(section.contains(&label), "{label} not in {section}");
@@ -479,6 +484,10 @@ fn report_of_a_host_snapshot_has_the_who_stole_table() {
             .map(|w| w["seconds"].as_f64().unwrap())
             .sum();
         let cell = format!("<td>{s:.2}</td>");
-        assert!(section.contains(&cell), "{} {cell} not in {section}", vm["name"]);
+        assert!(
+            section.contains(&cell),
+            "{} {cell} not in {section}",
+            vm["name"]
+        );
     }
 }

@@ -2,10 +2,10 @@
 //! lands on the right culprit kind and name, shares add up, the per-host
 //! culprits name their victims, and a missing or refused collector says why.
 
+use stealscope_model::host::attribution::attribute;
 use stealscope_model::host::discovery::{ThreadRole, VmKind};
 use stealscope_model::host::observation::{HostObservation, ThreadObs, VcpuSource, VmObs};
 use stealscope_model::host::sched_store::StoredSched;
-use stealscope_model::host::attribution::attribute;
 use stealscope_sched::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
 
 fn thread(tid: u32, role: ThreadRole) -> ThreadObs {
@@ -90,10 +90,18 @@ fn side(vms: Vec<VmObs>, threads: Vec<ThreadWaits>, events: u64) -> HostObservat
 
 #[test]
 fn wait_is_split_by_culprit_and_summed_per_host() {
-    let vms = || vec![vm("vmA", 100, &[101, 102], &[103]), vm("vmB", 200, &[201], &[])];
+    let vms = || {
+        vec![
+            vm("vmA", 100, &[101, 102], &[103]),
+            vm("vmB", 200, &[201], &[]),
+        ]
+    };
     let bash = c(300, 300, "bash", false);
     let kw = c(7, 7, "kworker/0:1", false);
-    let kw = Culprit { kthread: true, ..kw };
+    let kw = Culprit {
+        kthread: true,
+        ..kw
+    };
     // t0: some wait already charged before the interval.
     let t0 = side(
         vms(),
@@ -114,7 +122,12 @@ fn wait_is_split_by_culprit_and_summed_per_host() {
                 9_000,
                 &[5_000_000, 2_000_000, 20_000_000, 500_000],
             ),
-            waits(102, &[(c(101, 100, "CPU 0/TCG", false), 100_000_000)], 0, &[]),
+            waits(
+                102,
+                &[(c(101, 100, "CPU 0/TCG", false), 100_000_000)],
+                0,
+                &[],
+            ),
         ],
         110,
     );
@@ -167,11 +180,19 @@ fn without_a_reading_the_reason_is_given() {
     let t1 = t0.clone();
     let a = attribute(&t0, &t1);
     assert_eq!(a.status.route, "none");
-    assert!(a.status.reason.contains("no scheduler-event reading"), "{}", a.status.reason);
+    assert!(
+        a.status.reason.contains("no scheduler-event reading at t0"),
+        "{}",
+        a.status.reason
+    );
     t0.sched = Some(StoredSched::Unavailable {
         unavailable: vec!["bpf: BPF_PROG_LOAD: Operation not permitted".into()],
     });
     let a = attribute(&t0, &t1);
-    assert!(a.status.reason.contains("Operation not permitted"), "{}", a.status.reason);
+    assert!(
+        a.status.reason.contains("Operation not permitted"),
+        "{}",
+        a.status.reason
+    );
     assert!(a.culprits.is_empty() && a.by_tid.is_empty());
 }

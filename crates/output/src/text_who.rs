@@ -56,10 +56,10 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
     if a.route == "none" {
         let _ = writeln!(
             out,
-            "\n{} no attribution ({}); who ran is estimated from run times",
-            bold("Who stole it:"),
-            a.reason
+            "\n{} estimated from run times, no attribution:",
+            bold("Who stole it:")
         );
+        let _ = writeln!(out, "  {}", a.reason);
     } else {
         let lost = a
             .lost_events

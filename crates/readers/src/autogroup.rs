@@ -45,7 +45,12 @@ pub fn parse(text: &str, path: &str) -> Result<Option<Autogroup>> {
     if line.is_empty() {
         return Ok(None);
     }
-    let bad = || ReadError::parse(path, format!("expected \"/autogroup-N nice N\", got {line:?}"));
+    let bad = || {
+        ReadError::parse(
+            path,
+            format!("expected \"/autogroup-N nice N\", got {line:?}"),
+        )
+    };
     let mut it = line.split_whitespace();
     let id = it
         .next()

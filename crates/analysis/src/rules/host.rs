@@ -87,7 +87,10 @@ pub fn numa_balancing(m: &MachineModel, out: &mut Vec<Finding>) {
         .map_or(0.0, |w| w.run_cpus);
     let cited = match migration_share {
         Some(s) => format!("; migration threads caused {:.1}% of vCPU wait", 100.0 * s),
-        None => format!("; migration threads ran {:.2} CPUs (no attribution: {})", migration_cpus, m.host.attribution.reason),
+        None => format!(
+            "; migration threads ran {:.2} CPUs (no attribution: {})",
+            migration_cpus, m.host.attribution.reason
+        ),
     };
     out.push(
         Finding::new("host.numa-balancing", Severity::Warning, format!("Automatic NUMA balancing is on (mode {mode}) on a {}-node host running VMs{cited}", h.nodes.len()))

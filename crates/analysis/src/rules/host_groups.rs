@@ -82,7 +82,11 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
         .iter()
         .filter(|v| !v.vcpus.is_empty())
         .map(|v| {
-            let d: f64 = v.vcpus.iter().map(|c| (c.util_pct + c.host_steal_pct) / 100.0).sum::<f64>()
+            let d: f64 = v
+                .vcpus
+                .iter()
+                .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
+                .sum::<f64>()
                 / v.vcpus.len() as f64;
             json!({"vm": v.name, "vcpus": v.vcpus.len(), "steal_pct": round(v.steal_pct, 1),
                    "fair_steal_pct": round(100.0 * d * short, 1)})
@@ -90,7 +94,14 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
         .collect();
     let said = measured
         .iter()
-        .map(|x| format!("{} {}% (fair {}%)", x["vm"].as_str().unwrap_or("?"), x["steal_pct"], x["fair_steal_pct"]))
+        .map(|x| {
+            format!(
+                "{} {}% (fair {}%)",
+                x["vm"].as_str().unwrap_or("?"),
+                x["steal_pct"],
+                x["fair_steal_pct"]
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let (title, remedy) = if autogroups {

@@ -130,10 +130,16 @@ pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
             .evidence("runnable_vmm_threads", round(vmm, 2))
             .evidence("runnable_other_host_work", round(other, 2))
             .evidence("host_cpus", cpus)
-            .evidence("who", json!(who.iter().take(5).map(Who::json).collect::<Vec<_>>()))
+            .evidence(
+                "who",
+                json!(who.iter().take(5).map(Who::json).collect::<Vec<_>>()),
+            )
             .evidence("who_basis", basis(m))
             .evidence("vms", vm_table(m))
-            .files(&["/proc/<pid>/task/<tid>/schedstat (every thread)", "/proc/stat"])
+            .files(&[
+                "/proc/<pid>/task/<tid>/schedstat (every thread)",
+                "/proc/stat",
+            ])
             .reference("arch/x86/kvm/x86.c record_steal_time (guest steal = host run_delay)")
             .case("who-stole-my-cpu-talk.md"),
     );
@@ -191,8 +197,17 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
         } else {
             Severity::Warning
         };
-        let verb = if attributed { "caused" } else { "likely caused" };
-        let victims = w.victims.iter().filter(|v| w.vm.as_ref() != Some(*v)).cloned().collect::<Vec<_>>();
+        let verb = if attributed {
+            "caused"
+        } else {
+            "likely caused"
+        };
+        let victims = w
+            .victims
+            .iter()
+            .filter(|v| w.vm.as_ref() != Some(*v))
+            .cloned()
+            .collect::<Vec<_>>();
         out.push(
             Finding::new(
                 "host.noisy-neighbor",
@@ -210,7 +225,17 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
             .evidence("mean_vcpu_steal_pct", round(mean, 2))
             .evidence("basis", basis(m))
             .evidence("threshold_share", NOISY_SHARE)
-            .files(&["scheduler events (sched_switch, sched_wakeup, sched_migrate_task)", "/proc/<pid>/task/<tid>/schedstat"])
+            .files(if attributed {
+                &[
+                    "scheduler events (sched_switch, sched_wakeup, sched_migrate_task)",
+                    "/proc/<pid>/task/<tid>/schedstat",
+                ]
+            } else {
+                &[
+                    "/proc/<pid>/task/<tid>/schedstat (every thread)",
+                    "/proc/stat",
+                ]
+            })
             .remedy(fix(&w))
             .case("who-stole-my-cpu-talk.md"),
         );

@@ -100,9 +100,13 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
         .vms
         .iter()
         .flat_map(|v| {
-            v.vcpus
-                .iter()
-                .map(|c| (v.name.as_str(), c.util_pct / 100.0, c.host_steal_pct / 100.0 * wall))
+            v.vcpus.iter().map(|c| {
+                (
+                    v.name.as_str(),
+                    c.util_pct / 100.0,
+                    c.host_steal_pct / 100.0 * wall,
+                )
+            })
         })
         .collect();
     let total_wait: f64 = vcpus.iter().map(|v| v.2).sum();
@@ -141,7 +145,13 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
         }
     }
     let vcpu_run: f64 = vcpus.iter().map(|v| v.1).sum();
-    let total_run = vcpu_run + m.host.host_work.run_cpus + runners.iter().filter(|r| r.kind == "vmm").filter_map(|r| r.run_cpus).sum::<f64>();
+    let total_run = vcpu_run
+        + m.host.host_work.run_cpus
+        + runners
+            .iter()
+            .filter(|r| r.kind == "vmm")
+            .filter_map(|r| r.run_cpus)
+            .sum::<f64>();
     for r in &mut runners {
         let run = r.run_cpus.unwrap_or(0.0);
         let mut by_vm: Vec<(String, f64)> = Vec::new();

@@ -40,7 +40,10 @@ pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["host.idle-vm-penalty"], host::idle_vm_penalty),
     (&["host.numa-balancing"], host::numa_balancing),
     (&["host.vm-spans-nodes"], host::vm_spans_nodes),
-    (&["host.cgroup-weight-unfair"], host_groups::cgroup_weight_unfair),
+    (
+        &["host.cgroup-weight-unfair"],
+        host_groups::cgroup_weight_unfair,
+    ),
     (&["host.kvmclock-ipi-storm"], host::kvmclock_ipi_storm),
     (&["host.no-ept"], host::no_ept),
     (&["host.hlt-exits-dominant"], host::hlt_exits_dominant),

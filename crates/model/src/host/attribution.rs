@@ -146,7 +146,7 @@ fn episodes(w: &ThreadWaits) -> WaitEpisodes {
 fn sample(s: Option<&StoredSched>, side: &str) -> Result<SchedSample, String> {
     match s {
         None => Err(format!(
-            "no scheduler-event reading at {side} (captured without attribution, or not on the live host)"
+            "no scheduler-event reading at {side} (taken without the collector)"
         )),
         Some(StoredSched::Unavailable { unavailable }) => Err(unavailable.join("; ")),
         Some(StoredSched::Sample(s)) => s.to_sample().map_err(|e| format!("{side}: {e}")),
@@ -159,7 +159,10 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     if t1.vms.is_empty() {
         return out;
     }
-    let (s0, s1) = match (sample(t0.sched.as_ref(), "t0"), sample(t1.sched.as_ref(), "t1")) {
+    let (s0, s1) = match (
+        sample(t0.sched.as_ref(), "t0"),
+        sample(t1.sched.as_ref(), "t1"),
+    ) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
             out.status.reason = e;
@@ -196,7 +199,10 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
             let extra = [
                 (("irq", "irq".to_string(), None, None), w.irq_ns),
                 (("unknown", "idle".to_string(), None, None), w.idle_ns),
-                (("unknown", "untraced".to_string(), None, None), w.unknown_ns),
+                (
+                    ("unknown", "untraced".to_string(), None, None),
+                    w.unknown_ns,
+                ),
             ];
             for (k, ns) in extra {
                 if ns > 0 {
@@ -241,8 +247,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
             }
         })
         .collect();
-    out.culprits
-        .sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    out.culprits.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     out
 }
 

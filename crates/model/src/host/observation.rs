@@ -9,9 +9,11 @@ use super::discovery::{
 };
 use super::kvm::KvmCounters;
 use super::live::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
+use super::sched_store::{StoredSched, SCHED_FILE};
 use crate::observation::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use stealscope_readers::autogroup::{self, Autogroup};
 use stealscope_readers::cgroupfs::{self, CgroupMounts, CpuWeight};
 use stealscope_readers::kvm_debugfs::{self, KvmVm};
 use stealscope_readers::kvm_exits::ExitSample;
@@ -19,9 +21,7 @@ use stealscope_readers::kvm_stats;
 use stealscope_readers::mempolicy::Confinement;
 use stealscope_readers::numa::{self, Node};
 use stealscope_readers::process::{self as proc_, CgroupMembership, TaskSchedstat, TaskStatus};
-use stealscope_readers::autogroup::{self, Autogroup};
 use stealscope_readers::{ReadError, Source};
-use super::sched_store::{StoredSched, SCHED_FILE};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThreadObs {

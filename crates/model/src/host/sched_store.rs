@@ -154,21 +154,20 @@ impl StoredSample {
             .threads
             .iter()
             .map(|t| {
-                let by_thread: BTreeMap<Culprit, u64> = t
-                    .by
-                    .iter()
-                    .map(|c| {
-                        (
-                            Culprit {
-                                tid: c.tid,
-                                tgid: c.tgid,
-                                comm: c.comm.clone(),
-                                kthread: c.kthread,
-                            },
-                            c.ns,
-                        )
-                    })
-                    .collect();
+                let by_thread: BTreeMap<Culprit, u64> =
+                    t.by.iter()
+                        .map(|c| {
+                            (
+                                Culprit {
+                                    tid: c.tid,
+                                    tgid: c.tgid,
+                                    comm: c.comm.clone(),
+                                    kthread: c.kthread,
+                                },
+                                c.ns,
+                            )
+                        })
+                        .collect();
                 (
                     t.tid,
                     ThreadWaits {
