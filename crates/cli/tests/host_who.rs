@@ -346,7 +346,7 @@ fn attributed(r: &Value) -> bool {
     )
 }
 
-fn vcpu<'a>(r: &'a Value, pid: u64, tid: u64) -> &'a Value {
+fn vcpu(r: &Value, pid: u64, tid: u64) -> &Value {
     r["vms"]
         .as_array()
         .unwrap()

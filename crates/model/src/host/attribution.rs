@@ -235,7 +235,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
         .into_iter()
         .map(|(k, (ns, victims))| {
             let mut v: Vec<(String, u64)> = victims.into_iter().collect();
-            v.sort_by(|a, b| b.1.cmp(&a.1));
+            v.sort_by_key(|x| std::cmp::Reverse(x.1));
             CulpritShare {
                 kind: k.0,
                 name: k.1,
