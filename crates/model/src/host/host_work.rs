@@ -91,3 +91,72 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
     w.top = top;
     w
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::observation::HostProc;
+    use stealscope_readers::process::TaskSchedstat;
+
+    fn proc_(pid: u32, comm: &str, kthread: Option<bool>, t: &[(u32, u64, u64)]) -> HostProc {
+        HostProc {
+            pid,
+            comm: comm.into(),
+            kthread,
+            threads: t
+                .iter()
+                .map(|&(tid, run, wait)| {
+                    (
+                        tid,
+                        TaskSchedstat {
+                            run_ns: run,
+                            wait_ns: wait,
+                            slices: 0,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn sums_threads_classes_kthreads_and_counts_new_work_from_zero() {
+        let t0 = HostObservation {
+            procs: vec![
+                proc_(10, "bash", None, &[(10, 1_000_000_000, 0)]),
+                proc_(20, "kworker/0:1", None, &[(20, 0, 0)]),
+                proc_(21, "kworker/1:0", None, &[(21, 0, 0)]),
+            ],
+            ..Default::default()
+        };
+        let t1 = HostObservation {
+            procs: vec![
+                // Exec'd to another comm: same pid, counters continue.
+                proc_(
+                    10,
+                    "stress",
+                    Some(false),
+                    &[(10, 3_000_000_000, 1_000_000_000), (11, 500_000_000, 0)],
+                ),
+                proc_(20, "kworker/0:1", Some(true), &[(20, 100_000_000, 0)]),
+                proc_(21, "kworker/1:0", Some(true), &[(21, 100_000_000, 0)]),
+                // Started during the interval: from zero.
+                proc_(30, "make", Some(false), &[(30, 40_000_000, 0)]),
+            ],
+            ..Default::default()
+        };
+        let w = host_work(&t0, &t1, 2.0);
+        assert!(
+            (w.run_cpus - (2.5 + 0.2 + 0.04) / 2.0).abs() < 1e-9,
+            "{w:?}"
+        );
+        assert!((w.wait_cpus - 0.5).abs() < 1e-9);
+        assert_eq!(w.top[0].name, "stress");
+        assert_eq!(w.top[0].pid, Some(10));
+        assert!((w.top[0].run_cpus - 1.25).abs() < 1e-9);
+        let kw = w.top.iter().find(|i| i.kind == "host-kthread").unwrap();
+        assert_eq!((kw.name.as_str(), kw.pid), ("kworker", None));
+        assert!((kw.run_cpus - 0.1).abs() < 1e-9);
+        assert_eq!(w.top.len(), 3);
+    }
+}
