@@ -458,6 +458,48 @@ fn check_sums(c: &Value, before: (u64, u64, u64), after: (u64, u64, u64)) {
     );
 }
 
+/// Without a collector (BPF refused, no tracefs, or not built) the report
+/// still has every VM from /proc and says why in one note; with one, no
+/// such note.
+#[test]
+fn attribution_status_is_said_once() {
+    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
+        return;
+    }
+    let _turn = serial();
+    let _vms = Vms;
+    let pid: u64 = testenv("start-vm.sh", &["anV", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
+    let r = host_json("2s");
+    assert!(r["vms"].as_array().unwrap().iter().any(|v| v["pid"] == pid));
+    let notes: Vec<&str> = r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .filter(|n| n.starts_with("attribution: none"))
+        .collect();
+    let a = &r["attribution"];
+    if a["route"] == "none" {
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains(a["reason"].as_str().unwrap()),
+            "{notes:?} vs {a}"
+        );
+        let out = run(&["host", "--interval", "1s", "--exit-sample", "0"]);
+        assert_ok(&out);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Who stole it: estimated from run times"),
+            "{text}"
+        );
+    } else {
+        assert!(notes.is_empty(), "{notes:?}");
+        assert!(a["events"].as_u64().unwrap() > 0, "{a}");
+    }
+}
+
 /// (a) a host busy loop on the CPU of a pinned 1-vCPU VM: >= 95% its.
 #[test]
 fn collector_names_a_host_loop_on_a_pinned_vcpu() {

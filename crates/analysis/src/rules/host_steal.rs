@@ -117,7 +117,8 @@ pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
         .remedy(
             "The host is oversubscribed at these moments: more vCPUs want to run than there are CPUs. Only moving VMs \
              (or load) to another host, or reducing vCPU counts of busy VMs, removes this steal. Prefer moving the \
-             busiest VMs; re-check with `stealscope host`.",
+             busiest VMs; re-check with `stealscope host`. How the steal is shared between VMs is a separate \
+             matter: see host.cgroup-weight-unfair when it fires.",
         )
     };
     out.push(

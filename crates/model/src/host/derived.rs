@@ -298,6 +298,12 @@ pub fn host_model(
             c.wait_episodes = Some(ep);
         }
     }
+    if !t1.vms.is_empty() && !a.status.available() {
+        m.notes.push(format!(
+            "attribution: none ({}): who ran while vCPUs waited is estimated from run times",
+            a.status.reason
+        ));
+    }
     m.attribution = a.status;
     m.culprits = a.culprits;
     m
