@@ -103,12 +103,20 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
             .take(3)
             .map(|(l, s)| format!("{l} {:.0}%", 100.0 * s / total))
             .collect();
-        let _ = writeln!(
-            out,
+        let line = format!(
             "  {}: waited {total:.2} s for {}",
             cut(&vm.name, 24),
             s.join(", ")
         );
+        if line.chars().count() <= 78 {
+            let _ = writeln!(out, "{line}");
+        } else {
+            // Long names: the culprits on lines of their own.
+            let _ = writeln!(out, "  {}: waited {total:.2} s for", cut(&vm.name, 24));
+            for c in &s {
+                let _ = writeln!(out, "    {}", cut(c, 74));
+            }
+        }
     }
     // Victim x culprit, seconds.
     let cols: Vec<String> = who
