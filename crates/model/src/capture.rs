@@ -141,9 +141,12 @@ impl IntervalCapture {
             .map(|d| d.as_secs_f64())
             .ok();
         let (mut t0, obs0) = record_side(root, "live t0", Side::Start)?;
-        let hw = counters.then(|| open_counters(root, &t0)).flatten();
         let live_root = is_live_root(root);
         let live_host = live_root && !obs0.host.vms.is_empty();
+        // First after t0's thread times, so attribution starts with them.
+        let sched = (live_host && host.attribution)
+            .then(|| crate::host::live_sched::SchedHook::start(&obs0.host.vms, &mut t0));
+        let hw = counters.then(|| open_counters(root, &t0)).flatten();
         // Given sockets are checked even with no VM, so a wrong name is said.
         let ask_live = live_host || (live_root && !host.qmp.is_empty());
         let start = Instant::now();
@@ -154,8 +157,6 @@ impl IntervalCapture {
         if ask_live {
             live::add_side(&mut t0, &obs0.host.vms, host);
         }
-        let sched = (live_host && host.attribution)
-            .then(|| crate::host::live_sched::SchedHook::start(&obs0.host.vms, &mut t0));
         Ok(IntervalCapture {
             root: root.to_path_buf(),
             t0,
