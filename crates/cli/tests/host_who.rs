@@ -83,6 +83,32 @@ fn host_json(interval: &str) -> Value {
     json(&out)
 }
 
+/// `host --json`, also saving the snapshot in `dir`.
+fn host_json_saved(interval: &str, dir: &std::path::Path) -> Value {
+    let snap = dir.join("snap");
+    let out = run(&[
+        "host",
+        "--json",
+        "--interval",
+        interval,
+        "--exit-sample",
+        "0",
+        "--save-snapshot",
+        snap.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    json(&out)
+}
+
+/// schedstat (run, wait, slices) of a thread as a side of the saved
+/// snapshot recorded it: the interval the report itself measured.
+fn snap_schedstat(dir: &std::path::Path, side: &str, pid: u64, tid: u64) -> (u64, u64, u64) {
+    let p = dir.join(format!("snap/{side}/proc/{pid}/task/{tid}/schedstat"));
+    let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let v: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[0], v[1], v[2])
+}
+
 fn finding<'a>(r: &'a Value, id: &str) -> Option<&'a Value> {
     r["findings"]
         .as_array()
@@ -352,13 +378,6 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
 
 // ---- with the scheduler-event collector ----------------------------------
 
-/// schedstat (run, wait, slices) of a thread.
-fn schedstat(pid: u64, tid: u64) -> (u64, u64, u64) {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap();
-    let v: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
-    (v[0], v[1], v[2])
-}
-
 /// Pins a VM's vCPU 0 to `vcpu_cpu` and every other thread of it to `rest`.
 fn pin_vm(pid: u64, vcpu_cpu: &str, rest: &str) -> u64 {
     let tids = qmp_tids_by_pid(pid);
@@ -513,12 +532,15 @@ fn collector_names_a_host_loop_on_a_pinned_vcpu() {
         .unwrap();
     let tid = pin_vm(pid, "1", "0");
     let hog = Hog::start("whohog", 0, Some("1"));
-    let before = schedstat(pid, tid);
-    let r = host_json("4s");
-    let after = schedstat(pid, tid);
+    let dir = tempfile::tempdir().unwrap();
+    let r = host_json_saved("4s", dir.path());
     if !attributed(&r) {
         return;
     }
+    let (before, after) = (
+        snap_schedstat(dir.path(), "t0", pid, tid),
+        snap_schedstat(dir.path(), "t1", pid, tid),
+    );
     let c = vcpu(&r, pid, tid);
     let share = wait_by_share(c, "host-process", "whohog");
     assert!(
@@ -546,12 +568,15 @@ fn collector_names_another_vms_vcpu() {
         .unwrap();
     let tid = pin_vm(pid, "1", "0");
     pin_vm(other, "1", "0");
-    let before = schedstat(pid, tid);
-    let r = host_json("4s");
-    let after = schedstat(pid, tid);
+    let dir = tempfile::tempdir().unwrap();
+    let r = host_json_saved("4s", dir.path());
     if !attributed(&r) {
         return;
     }
+    let (before, after) = (
+        snap_schedstat(dir.path(), "t0", pid, tid),
+        snap_schedstat(dir.path(), "t1", pid, tid),
+    );
     let c = vcpu(&r, pid, tid);
     let share = wait_by_share(c, "vcpu", "cbN");
     assert!(share >= 0.95, "cbN {share} of the wait: {}", c["wait_by"]);
@@ -588,20 +613,23 @@ fn collector_splits_wait_like_the_culprits_run_times() {
     let otid = pin_vm(other, "1", "0");
     let hog = Hog::start("whohog", 5, Some("1"));
     let hp = hog.pid() as u64;
-    let (b, ob, hb) = (
-        schedstat(pid, tid),
-        schedstat(other, otid),
-        schedstat(hp, hp),
-    );
-    let r = host_json("4s");
-    let (a, oa, ha) = (
-        schedstat(pid, tid),
-        schedstat(other, otid),
-        schedstat(hp, hp),
-    );
+    let dir = tempfile::tempdir().unwrap();
+    let r = host_json_saved("4s", dir.path());
     if !attributed(&r) {
         return;
     }
+    // The culprits' run times over the interval the report measured.
+    let d = dir.path();
+    let (b, ob, hb) = (
+        snap_schedstat(d, "t0", pid, tid),
+        snap_schedstat(d, "t0", other, otid),
+        snap_schedstat(d, "t0", hp, hp),
+    );
+    let (a, oa, ha) = (
+        snap_schedstat(d, "t1", pid, tid),
+        snap_schedstat(d, "t1", other, otid),
+        snap_schedstat(d, "t1", hp, hp),
+    );
     let c = vcpu(&r, pid, tid);
     let (hog_s, vm_s) = (
         wait_by_seconds(c, "host-process", "whohog"),
