@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter \
   chromium-headless-shell sysstat tmux \
-  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients; do
+  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients \
+  lintian debootstrap man-db systemd; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
@@ -25,3 +26,6 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
+echo "== Debian package: build (scripts/package.sh), then install on a clean root"
+deb=$(scripts/package.sh | tail -n 1)
+scripts/test-package.sh "$deb"

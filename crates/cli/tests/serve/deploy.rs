@@ -198,7 +198,7 @@ fn systemd_units_verify() {
         let text = std::fs::read_to_string(repo().join("deploy/systemd").join(unit)).unwrap();
         assert!(text.contains("NoNewPrivileges=yes") && text.contains("ProtectSystem=strict"));
         let text = text.replace(
-            "/usr/local/bin/stealscope",
+            "/usr/bin/stealscope",
             env!("CARGO_BIN_EXE_stealscope"),
         );
         std::fs::write(dir.path().join(unit), text).unwrap();
@@ -228,8 +228,8 @@ fn systemd_units_verify() {
     }
     let serve = std::fs::read_to_string(repo().join("deploy/systemd/stealscope.service")).unwrap();
     assert!(serve.contains("DynamicUser=yes") && serve.contains("CapabilityBoundingSet=\n"));
-    assert!(serve.contains("ExecStart=/usr/local/bin/stealscope serve"));
+    assert!(serve.contains("ExecStart=/usr/bin/stealscope serve"));
     let place =
         std::fs::read_to_string(repo().join("deploy/systemd/stealscope-place.service")).unwrap();
-    assert!(place.contains("ExecStart=/usr/local/bin/stealscope place daemon"));
+    assert!(place.contains("ExecStart=/usr/bin/stealscope place daemon"));
 }
