@@ -197,10 +197,7 @@ fn systemd_units_verify() {
     for unit in ["stealscope.service", "stealscope-place.service"] {
         let text = std::fs::read_to_string(repo().join("deploy/systemd").join(unit)).unwrap();
         assert!(text.contains("NoNewPrivileges=yes") && text.contains("ProtectSystem=strict"));
-        let text = text.replace(
-            "/usr/bin/stealscope",
-            env!("CARGO_BIN_EXE_stealscope"),
-        );
+        let text = text.replace("/usr/bin/stealscope", env!("CARGO_BIN_EXE_stealscope"));
         std::fs::write(dir.path().join(unit), text).unwrap();
         // The place command's man page exists once `place` is built in.
         let page = if unit == "stealscope.service" {
