@@ -2,20 +2,22 @@
 # Installs the Debian package on a clean root and checks it as an operator
 # would: scripts/test-package.sh target/debian/stealscope_*.deb
 #
+# First lintian: no errors, no warnings (overrides carry their reason).
 # The clean root is a Debian minbase (debootstrap, the host's release, with
 # systemd and man-db as on a KVM host), cached as a tarball under
 # /var/cache/stealscope-testenv and unpacked afresh for every run. The test
 # runs in its own mount and network namespaces (its mounts and port 9464
 # vanish with it) and, inside the root with chroot:
-#   dpkg -i; stealscope --version (the commit of this checkout); a man page
-#   for every command; systemd-analyze verify of both units; serve started
-#   as its unit starts it (ExecStart with /etc/default/stealscope, as an
-#   unprivileged user with no capabilities) answering /metrics that
-#   promtool check metrics accepts; reinstall (upgrade path) and dpkg -r
-#   keeping the placement journal; dpkg -r leaving only conffiles; dpkg -P
-#   leaving nothing. Then lintian: no errors.
-# systemd is not PID 1 here (nor in CI), so the postinst must say that it
-# did not start the service, and succeed.
+#   dpkg -i, saying that systemd does not run here (it is not PID 1 here
+#   nor in CI) and enabling serve, not place; stealscope --version (the
+#   commit of this checkout); a man page for every command; systemd-analyze
+#   verify of both units; serve started as its unit starts it (ExecStart
+#   with /etc/default/stealscope, as an unprivileged user with no
+#   capabilities) answering /metrics that promtool check metrics accepts;
+#   reinstall (upgrade path) and dpkg -r keeping the placement journal;
+#   dpkg -r leaving only what policy keeps; dpkg -P leaving nothing; then
+#   the same cycle with systemd's client side logged, for the start, restart
+#   and stop decisions made where systemd runs.
 set -euo pipefail
 
 fail() { echo "test-package: FAIL: $*" >&2; exit 1; }
@@ -181,3 +183,35 @@ echo "== dpkg -P leaves nothing"
 in_root dpkg -P stealscope >/dev/null 2>&1 || fail "dpkg -P failed"
 listing >"$root/../after-purge"
 diff "$root/../before" "$root/../after-purge" || fail "dpkg -P left the files above"
+
+# Where systemd runs, the maintainer scripts must ask it to start serve (and
+# only serve), restart on upgrade and stop on remove. systemd cannot be PID 1
+# here, so its client side is stood in for by scripts that log their
+# arguments: this checks the maintainer scripts' decisions, not systemd.
+echo "== maintainer scripts where systemd runs (systemctl and deb-systemd-invoke logged)"
+mkdir -p "$root/run/systemd/system" "$root/usr/local/sbin"
+for tool in systemctl deb-systemd-invoke; do
+  printf '#!/bin/sh\necho "%s $*" >>/tmp/systemd-calls\n' "$tool" >"$root/usr/local/sbin/$tool"
+  chmod 755 "$root/usr/local/sbin/$tool"
+done
+with_systemd() { chroot "$root" env -i PATH=/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"; }
+calls() { cat "$root/tmp/systemd-calls" 2>/dev/null; rm -f "$root/tmp/systemd-calls"; }
+out=$(with_systemd dpkg -i /tmp/stealscope.deb 2>&1) || { echo "$out"; fail "dpkg -i (systemd) failed"; }
+c=$(calls); echo "$c" | sed 's/^/   install: /'
+grep -qx 'deb-systemd-invoke start stealscope.service' <<<"$c" || fail "install did not start stealscope.service"
+! grep -q 'stealscope-place.service' <<<"$c" || fail "install touched stealscope-place.service"
+grep -q 'stealscope.service started' <<<"$out" || fail "postinst did not report the start"
+with_systemd dpkg -i /tmp/stealscope.deb >/dev/null 2>&1 || fail "upgrade (systemd) failed"
+c=$(calls); echo "$c" | sed 's/^/   upgrade: /'
+grep -qx 'deb-systemd-invoke restart stealscope.service' <<<"$c" || fail "upgrade did not restart stealscope.service"
+grep -qx 'deb-systemd-invoke try-restart stealscope-place.service' <<<"$c" ||
+  fail "upgrade does not restart a running placement daemon"
+! grep -q 'stop' <<<"$c" || fail "upgrade stopped a service before unpacking"
+with_systemd dpkg -P stealscope >/dev/null 2>&1 || fail "dpkg -P (systemd) failed"
+c=$(calls); echo "$c" | sed 's/^/   purge: /'
+for u in stealscope.service stealscope-place.service; do
+  grep -qx "deb-systemd-invoke stop $u" <<<"$c" || fail "remove did not stop $u"
+done
+rm -rf "$root/run/systemd/system" "$root/usr/local/sbin/systemctl" "$root/usr/local/sbin/deb-systemd-invoke"
+listing >"$root/../after-purge2"
+diff "$root/../before" "$root/../after-purge2" || fail "dpkg -P (systemd) left the files above"
