@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 
 if ! cargo deb --version >/dev/null 2>&1; then
   echo "== installing cargo-deb" >&2
-  cargo install cargo-deb --locked --quiet >&2
+  # The version the metadata and test-package.sh were written against.
+  cargo install cargo-deb --locked --quiet --version '^3.8' >&2
 fi
 
 echo "== release build" >&2

@@ -104,12 +104,18 @@ echo "== man pages"
 in_root man -w stealscope-doctor >/dev/null || fail "man stealscope-doctor does not resolve"
 page=$(in_root env MANWIDTH=80 man -P cat stealscope-doctor 2>/dev/null)
 grep -q 'stealscope-doctor' <<<"$page" || fail "man stealscope-doctor renders no page"
-# Every command in --help has its page.
-for cmd in $(in_root stealscope --help | awk '/^Commands:/{on=1;next} on&&/^  [a-z]/{print $1} on&&/^$/{exit}'); do
-  [ "$cmd" = help ] && continue
-  in_root man -w "stealscope-$cmd" >/dev/null || fail "no man page for stealscope $cmd"
+# Every command and subcommand in --help has its page.
+commands() { in_root stealscope "$@" --help | awk '/^Commands:/{on=1;next} on&&/^  [a-z]/{print $1} on&&/^$/{exit}' | grep -vx help || true; }
+pages=0
+for cmd in $(commands); do
+  for sub in "" $(commands "$cmd"); do
+    page=stealscope-$cmd${sub:+-$sub}
+    in_root man -w "$page" >/dev/null || fail "no man page $page"
+    pages=$((pages + 1))
+  done
 done
-echo "   every command has its page"
+[ "$pages" -ge 10 ] || fail "only $pages commands found in --help"
+echo "   $pages commands and subcommands, each with its page"
 for f in usr/share/bash-completion/completions/stealscope usr/share/zsh/vendor-completions/_stealscope \
   usr/share/fish/vendor_completions.d/stealscope.fish usr/share/stealscope/prometheus/rules.yml \
   usr/share/stealscope/grafana/dashboard.json usr/share/doc/stealscope/copyright \
