@@ -23,8 +23,15 @@ set -euo pipefail
 fail() { echo "test-package: FAIL: $*" >&2; exit 1; }
 
 if [ "${STEALSCOPE_PKGTEST_INSIDE:-}" != 1 ]; then
-  deb=$(realpath "${1:?usage: test-package.sh PACKAGE.deb}")
-  [ -f "$deb" ] || fail "$deb: no such file"
+  # --prepare-root: only build the cached root (test.sh starts that early,
+  # in the background, as it waits on the network rather than the CPUs).
+  prepare_only=
+  if [ "${1:-}" = --prepare-root ]; then
+    prepare_only=1
+  else
+    deb=$(realpath "${1:?usage: test-package.sh PACKAGE.deb | --prepare-root}")
+    [ -f "$deb" ] || fail "$deb: no such file"
+  fi
   repo=$(cd "$(dirname "$0")/.." && pwd)
   for tool in debootstrap lintian promtool curl unshare setpriv; do
     command -v "$tool" >/dev/null || fail "$tool missing (scripts/test.sh installs it)"
@@ -46,6 +53,7 @@ if [ "${STEALSCOPE_PKGTEST_INSIDE:-}" != 1 ]; then
     mv "$tarball.tmp" "$tarball"
     rm -rf "$build" "$build.log"
   fi
+  [ -z "$prepare_only" ] || { echo "$tarball"; exit 0; }
 
   echo "== lintian"
   # No error and no warning; the one overridden warning has its reason in

@@ -17,6 +17,11 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+echo "== clean Debian root for the package test (in the background, cached)"
+mkdir -p target
+scripts/test-package.sh --prepare-root >target/pkgroot.log 2>&1 &
+pkgroot=$!
+
 echo "== guest kernel and initramfs for the QEMU tests"
 testenv/setup.sh
 
@@ -27,5 +32,6 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
 echo "== Debian package: build (scripts/package.sh), then install on a clean root"
+wait "$pkgroot" || { cat target/pkgroot.log; exit 1; }
 deb=$(scripts/package.sh | tail -n 1)
 scripts/test-package.sh "$deb"
