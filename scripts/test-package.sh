@@ -45,6 +45,7 @@ if [ "${STEALSCOPE_PKGTEST_INSIDE:-}" != 1 ]; then
     echo "== debootstrap $suite (minbase + $include) into $tarball (once)"
     mkdir -p "$cache"
     build=$(mktemp -d "$cache/pkgroot.XXXXXX")
+    chmod 755 "$build" # it becomes the root's /, which mktemp made 0700
     debootstrap --variant=minbase --include="$include" "$suite" "$build" \
       http://deb.debian.org/debian >"$build.log" 2>&1 ||
       { tail -n 20 "$build.log" >&2; fail "debootstrap failed ($build.log)"; }
@@ -66,6 +67,7 @@ if [ "${STEALSCOPE_PKGTEST_INSIDE:-}" != 1 ]; then
   echo "== clean root: $work/root"
   mkdir "$work/root"
   tar -C "$work/root" -xzf "$tarball"
+  chmod 755 "$work/root"
   commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
   STEALSCOPE_PKGTEST_INSIDE=1 DEB="$deb" ROOT="$work/root" COMMIT="$commit" \
     unshare --mount --net --fork -- "$0"
