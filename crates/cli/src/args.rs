@@ -7,7 +7,7 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "stealscope",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("STEALSCOPE_GIT_COMMIT"), ")"),
     about = "Who stole my CPU? Steal and jitter diagnosis for KVM guests and hosts",
     long_about = "stealscope measures CPU steal and scheduling jitter inside a VM, tells busy steal \
                   (the host is oversubscribed) from idle steal (host configuration), and names known \

@@ -197,10 +197,7 @@ fn systemd_units_verify() {
     for unit in ["stealscope.service", "stealscope-place.service"] {
         let text = std::fs::read_to_string(repo().join("deploy/systemd").join(unit)).unwrap();
         assert!(text.contains("NoNewPrivileges=yes") && text.contains("ProtectSystem=strict"));
-        let text = text.replace(
-            "/usr/local/bin/stealscope",
-            env!("CARGO_BIN_EXE_stealscope"),
-        );
+        let text = text.replace("/usr/bin/stealscope", env!("CARGO_BIN_EXE_stealscope"));
         std::fs::write(dir.path().join(unit), text).unwrap();
         // The place command's man page exists once `place` is built in.
         let page = if unit == "stealscope.service" {
@@ -228,8 +225,8 @@ fn systemd_units_verify() {
     }
     let serve = std::fs::read_to_string(repo().join("deploy/systemd/stealscope.service")).unwrap();
     assert!(serve.contains("DynamicUser=yes") && serve.contains("CapabilityBoundingSet=\n"));
-    assert!(serve.contains("ExecStart=/usr/local/bin/stealscope serve"));
+    assert!(serve.contains("ExecStart=/usr/bin/stealscope serve"));
     let place =
         std::fs::read_to_string(repo().join("deploy/systemd/stealscope-place.service")).unwrap();
-    assert!(place.contains("ExecStart=/usr/local/bin/stealscope place daemon"));
+    assert!(place.contains("ExecStart=/usr/bin/stealscope place daemon"));
 }
