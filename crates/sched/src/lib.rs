@@ -17,6 +17,7 @@ pub mod aggregate;
 pub mod collector;
 pub mod error;
 pub mod hist;
+pub mod merge;
 pub mod model;
 
 pub use collector::{Collector, Preference, Unavailable};
