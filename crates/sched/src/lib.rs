@@ -16,9 +16,11 @@
 pub mod aggregate;
 pub mod collector;
 pub mod error;
+pub mod evformat;
 pub mod hist;
 pub mod merge;
 pub mod model;
+pub mod ringbuf;
 
 pub use collector::{Collector, Preference, Unavailable};
 pub use error::{CollectError, Result};
