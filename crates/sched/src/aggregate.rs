@@ -27,8 +27,11 @@
 //! - A wake-up of a thread already running or queued changes nothing (the
 //!   kernel traces wake-ups of running tasks too).
 //! - Events lost on c ([`Event::Lost`]) make c's current unknown until its
-//!   next switch, and a watched thread that was running there unknown until
-//!   it is seen again: what is charged then is `unknown`, never a guess.
+//!   next switch, a watched thread that was running there unknown until it
+//!   is seen again, and every queued watched thread uncertain (its lost
+//!   switch-in, sleep or wake-up may be among them): its time goes to
+//!   `unknown` until it is seen again, and that episode is not recorded.
+//!   What is lost is never blamed on a culprit.
 //! - A switch resets c's interrupt nesting: no switch happens inside a hard
 //!   or soft interrupt handler, so a lost exit cannot charge irq forever.
 
@@ -198,11 +201,14 @@ enum State {
     Running {
         cpu: u32,
     },
-    /// Queued on `cpu` since `since` (episode start), charged up to `charged`.
+    /// Queued on `cpu` since `since` (episode start), charged up to
+    /// `charged`; `uncertain` once events were lost while it was queued
+    /// (it may have run and slept unseen: its time goes to unknown).
     Queued {
         cpu: u32,
         since: u64,
         charged: u64,
+        uncertain: bool,
     },
 }
 
@@ -298,19 +304,31 @@ impl Aggregator {
                 tid, target_cpu, ..
             } => {
                 if let Some(w) = self.threads.get(&tid) {
-                    if matches!(w.state, State::Unknown | State::Sleeping) {
-                        self.enqueue(tid, target_cpu, t, t);
+                    match w.state {
+                        State::Unknown | State::Sleeping => self.enqueue(tid, target_cpu, t, t),
+                        // It slept in a gap: a fresh episode starts here.
+                        State::Queued {
+                            uncertain: true, ..
+                        } => {
+                            self.unqueue(tid, t);
+                            self.enqueue(tid, target_cpu, t, t);
+                        }
+                        _ => {}
                     }
                 }
             }
             Event::Migrate { tid, dest_cpu, .. } => {
                 if let Some(&Watched {
-                    state: State::Queued { since, .. },
+                    state:
+                        State::Queued {
+                            since, uncertain, ..
+                        },
                     ..
                 }) = self.threads.get(&tid)
                 {
                     self.unqueue(tid, t);
                     self.enqueue(tid, dest_cpu, since, t);
+                    self.set_uncertain(tid, uncertain);
                 }
             }
             Event::IrqEnter { cpu, .. } | Event::SoftirqEnter { cpu, .. } => {
@@ -323,13 +341,17 @@ impl Aggregator {
                 c.irq = c.irq.saturating_sub(1);
             }
             Event::Lost { cpu, .. } => {
-                self.settle(cpu, t);
+                // Wake-ups and migrations of any thread may be among the
+                // lost: every queued thread becomes uncertain.
+                self.advance(t);
                 let c = self.cpu(cpu);
                 c.current = Current::Unknown;
                 c.irq = 0;
                 for w in self.threads.values_mut() {
-                    if w.state == (State::Running { cpu }) {
-                        w.state = State::Unknown;
+                    match &mut w.state {
+                        State::Running { cpu: r } if *r == cpu => w.state = State::Unknown,
+                        State::Queued { uncertain, .. } => *uncertain = true,
+                        _ => {}
                     }
                 }
             }
@@ -362,9 +384,19 @@ impl Aggregator {
             }
         }
         if next != 0 {
+            let uncertain = matches!(
+                self.threads.get(&next).map(|w| w.state),
+                Some(State::Queued {
+                    uncertain: true,
+                    ..
+                })
+            );
             if let Some(since) = self.unqueue(next, t) {
                 if let Some(w) = self.threads.get_mut(&next) {
-                    w.waits.episodes.record(t.saturating_sub(since));
+                    // An episode with a gap in it has no known length.
+                    if !uncertain {
+                        w.waits.episodes.record(t.saturating_sub(since));
+                    }
                 }
             }
             if let Some(w) = self.threads.get_mut(&next) {
@@ -389,10 +421,21 @@ impl Aggregator {
             cpu,
             since,
             charged: t,
+            uncertain: false,
         };
         let c = self.cpu(cpu);
         if !c.queued.contains(&tid) {
             c.queued.push(tid);
+        }
+    }
+
+    fn set_uncertain(&mut self, tid: u32, v: bool) {
+        if let Some(Watched {
+            state: State::Queued { uncertain, .. },
+            ..
+        }) = self.threads.get_mut(&tid)
+        {
+            *uncertain = v;
         }
     }
 
@@ -432,7 +475,10 @@ impl Aggregator {
             let Some(w) = self.threads.get_mut(&tid) else {
                 continue;
             };
-            let State::Queued { charged, .. } = &mut w.state else {
+            let State::Queued {
+                charged, uncertain, ..
+            } = &mut w.state
+            else {
                 continue;
             };
             let ns = t.saturating_sub(*charged);
@@ -441,7 +487,7 @@ impl Aggregator {
                 continue;
             }
             let waits = &mut w.waits;
-            match target {
+            match if *uncertain { Target::Unknown } else { target } {
                 Target::Unknown => waits.unknown_ns += ns,
                 Target::Idle => waits.idle_ns += ns,
                 Target::Irq => waits.irq_ns += ns,

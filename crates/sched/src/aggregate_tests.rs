@@ -217,9 +217,29 @@ fn lost_events_make_the_cpu_unknown_until_its_next_switch() {
             sw(1, 500, A, true, V),
         ],
     );
-    assert_eq!(charged(&w, A), 100 + 100);
-    assert_eq!(w.unknown_ns, 300);
+    // Before the gap A ran; after it V may have run unseen: unknown.
+    assert_eq!(charged(&w, A), 100);
+    assert_eq!(w.unknown_ns, 400);
     assert_eq!(w.wait_ns(), 500);
+    assert_eq!(w.episodes.count, 0, "an episode with a gap has no length");
+}
+
+#[test]
+fn a_wakeup_after_a_gap_starts_a_certain_episode() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, V, true, A),
+            Event::Lost { cpu: 0, ts: 100 },
+            // V ran and slept in the gap; this wake-up is the truth.
+            wake(300, V, 1),
+            sw(1, 450, A, true, V),
+        ],
+    );
+    assert_eq!(charged(&w, A), 100 + 150);
+    assert_eq!(w.unknown_ns, 200);
+    assert_eq!((w.episodes.count, w.episodes.sum_ns), (1, 150));
 }
 
 #[test]

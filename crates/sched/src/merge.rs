@@ -31,7 +31,10 @@ impl Merger {
         }
         let q = &mut self.held[cpu];
         if ev.ts() < self.released {
-            self.late += 1;
+            // A loss marker stamped with the CPU's last event is not late.
+            if !matches!(ev, Event::Lost { .. }) {
+                self.late += 1;
+            }
             if !matches!(q.back(), Some(Event::Lost { .. })) {
                 q.push_back(Event::Lost {
                     cpu: cpu as u32,

@@ -161,3 +161,11 @@ proptest::proptest! {
         let _ = decode(&page);
     }
 }
+
+#[test]
+fn parses_the_fixture_headers_of_kernel_6_18() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/formats");
+    let page = std::fs::read_to_string(dir.join("header_page")).unwrap();
+    let event = std::fs::read_to_string(dir.join("header_event")).unwrap();
+    assert_eq!(PageFormat::parse(&page, &event).unwrap(), fmt());
+}
