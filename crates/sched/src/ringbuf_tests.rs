@@ -59,7 +59,9 @@ impl Page {
     }
 }
 
-fn decode(page: &[u8]) -> (Vec<(u64, Vec<u8>)>, Result<Missed, String>) {
+type Decoded = (Vec<(u64, Vec<u8>)>, Result<Missed, String>);
+
+fn decode(page: &[u8]) -> Decoded {
     let mut out = Vec::new();
     let r = fmt().decode(page, |ts, d| out.push((ts, d.to_vec())));
     (out, r)

@@ -101,8 +101,11 @@ impl Drop for Spinner {
     }
 }
 
-/// (run ns, wait ns, times run) of a thread of this process.
-fn schedstat(tid: u32) -> (u64, u64, u64) {
+/// (run ns, wait ns, times run).
+type Stat = (u64, u64, u64);
+
+/// Schedstat of a thread of this process.
+fn schedstat(tid: u32) -> Stat {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
     let v: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
     (v[0], v[1], v[2])
@@ -136,8 +139,8 @@ fn cpu_busy() -> Vec<u64> {
 struct Window {
     before: SchedSample,
     after: SchedSample,
-    victim: ((u64, u64, u64), (u64, u64, u64)),
-    others: Vec<((u64, u64, u64), (u64, u64, u64))>,
+    victim: (Stat, Stat),
+    others: Vec<(Stat, Stat)>,
 }
 
 impl Window {
