@@ -28,6 +28,7 @@ pub mod throughput;
 pub mod wakeup;
 
 mod counters;
+mod harness;
 mod sys;
 mod tracefs;
 
@@ -66,6 +67,12 @@ pub fn pm_qos_limit_us() -> Option<i32> {
 /// once a probe has returned.
 pub fn leftover_trace_instances() -> Vec<String> {
     tracefs::leftover_instances()
+}
+
+/// Rounds to `digits` decimals, as every figure of a probe report is.
+pub(crate) fn round(v: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (v * f).round() / f
 }
 
 /// Live unit tests run probes on the same CPUs: one at a time.
