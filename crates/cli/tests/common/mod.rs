@@ -4,6 +4,7 @@
 pub mod libvirt;
 pub mod perf_raw;
 pub mod place;
+pub mod probes;
 pub mod testenv;
 pub mod tmux;
 
