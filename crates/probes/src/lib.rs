@@ -69,11 +69,8 @@ pub fn leftover_trace_instances() -> Vec<String> {
     tracefs::leftover_instances()
 }
 
-/// Rounds to `digits` decimals, as every figure of a probe report is.
-pub(crate) fn round(v: f64, digits: i32) -> f64 {
-    let f = 10f64.powi(digits);
-    (v * f).round() / f
-}
+/// Every figure of a probe report is rounded the one way reports round.
+pub(crate) use stealscope_findings::units::round;
 
 /// Live unit tests run probes on the same CPUs: one at a time.
 #[cfg(test)]

@@ -310,9 +310,12 @@ mod tests {
         assert_eq!(r.pm_qos_us, None);
         assert!(r.notes.iter().any(|n| n.contains("--no-change")));
         assert_eq!(r.overall.samples, c.stats.samples);
-        let v = serde_json::to_value(&r).unwrap();
+        let v = stealscope_findings::Evidence::of(&r);
+        let Some(stealscope_findings::Evidence::List(cpus)) = v.get("cpus") else {
+            panic!("no cpus list in {v}");
+        };
         for k in ["cpu", "samples", "p50_us", "p99_us", "p999_us", "max_us"] {
-            assert!(v["cpus"][0].get(k).is_some(), "missing {k}");
+            assert!(cpus[0].get(k).is_some(), "missing {k}");
         }
     }
 

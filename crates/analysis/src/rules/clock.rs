@@ -1,9 +1,8 @@
 //! Clocksource: a guest that fell back from tsc/kvm-clock to hpet, acpi_pm or
 //! jiffies pays a VM exit (MMIO/PIO emulation) on every clock read.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Evidence, Finding, Severity};
 use crate::roles::Roles;
-use serde_json::json;
 use stealscope_model::MachineModel;
 
 /// Clocksources read without leaving the guest.
@@ -55,9 +54,9 @@ pub fn unstable(m: &MachineModel, out: &mut Vec<Finding>) {
             },
             title,
         )
-        .evidence("current_clocksource", json!(current))
-        .evidence("available_clocksource", json!(available))
-        .evidence("kernel_log", json!(log))
+        .evidence("current_clocksource", Evidence::of(&current))
+        .evidence("available_clocksource", Evidence::of(&available))
+        .evidence("kernel_log", Evidence::of(&log))
         .files(&[
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
             "/sys/devices/system/clocksource/clocksource0/available_clocksource",

@@ -2,9 +2,8 @@
 //! so a high rate costs far more than on bare metal; on a host many of them
 //! are caused by the VMs.
 
-use crate::finding::{round, Finding, Severity};
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use crate::roles::Roles;
-use serde_json::json;
 use stealscope_model::irq_rates::CpuIrqRates;
 use stealscope_model::MachineModel;
 
@@ -114,25 +113,25 @@ pub fn storm(m: &MachineModel, out: &mut Vec<Finding>) {
         out.push(
             Finding::new("irq.storm", sev, title)
                 .evidence("cpu", worst.cpu)
-                .evidence("cpus", json!(cpus.iter().map(|c| c.cpu).collect::<Vec<_>>()))
+                .evidence("cpus", Evidence::of(&cpus.iter().map(|c| c.cpu).collect::<Vec<_>>()))
                 .evidence("total_per_s", round(worst.total_per_s, 0))
                 .evidence("dominant", top.name.clone())
                 .evidence("dominant_label", top.label.clone())
                 .evidence("dominant_per_s", round(top.per_s, 0))
                 .evidence(
                     "top_sources",
-                    json!(worst
+                    Evidence::of(&worst
                         .sources
                         .iter()
                         .take(5)
-                        .map(|s| json!({"name": s.name, "label": s.label, "per_s": round(s.per_s, 0)}))
+                        .map(|s| evidence!{"name" => s.name, "label" => s.label, "per_s" => round(s.per_s, 0)})
                         .collect::<Vec<_>>()),
                 )
                 .evidence(
                     "per_cpu",
-                    json!(cpus
+                    Evidence::of(&cpus
                         .iter()
-                        .map(|c| json!({"cpu": c.cpu, "total_per_s": round(c.total_per_s, 0)}))
+                        .map(|c| evidence!{"cpu" => c.cpu, "total_per_s" => round(c.total_per_s, 0)})
                         .collect::<Vec<_>>()),
                 )
                 .evidence("threshold_per_s", IRQ_STORM_PER_S)

@@ -2,9 +2,8 @@
 //! flushes the TLB; under shadow paging (host without EPT/NPT) each CR3 write
 //! is a VM exit, which made the KPTI case's VM several times slower.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Evidence, Finding, Severity};
 use crate::roles::Roles;
-use serde_json::json;
 use stealscope_model::MachineModel;
 
 pub fn kpti_without_pcid(m: &MachineModel, out: &mut Vec<Finding>) {
@@ -40,11 +39,11 @@ pub fn kpti_without_pcid(m: &MachineModel, out: &mut Vec<Finding>) {
     };
     out.push(
         Finding::new("mitigation.kpti-without-pcid", Severity::Warning, title)
-            .evidence("meltdown", json!(meltdown))
+            .evidence("meltdown", Evidence::of(&meltdown))
             .evidence("cpuinfo_pti", cpuinfo.has("pti"))
             .evidence("cpuinfo_pcid", false)
             .evidence("cpuinfo_invpcid", cpuinfo.has("invpcid"))
-            .evidence("kernel_log", json!(pti_log))
+            .evidence("kernel_log", Evidence::of(&pti_log))
             .files(&[
                 "/sys/devices/system/cpu/vulnerabilities/meltdown",
                 "/proc/cpuinfo",

@@ -1,8 +1,7 @@
 //! Steal: how much, whether it hit busy or idle vCPUs, whether it came in
 //! bursts that averages hide, and whether the counters can be trusted.
 
-use crate::finding::{round, Finding, Severity};
-use serde_json::{json, Value};
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use stealscope_model::windows::{count_at_least, peak, BUSY_WINDOW_PCT, IDLE_WINDOW_PCT};
 use stealscope_model::{Anomaly, MachineModel};
 
@@ -26,12 +25,12 @@ pub const BURST_MEAN_BELOW_PCT: f64 = 5.0;
 
 const STAT: &str = "/proc/stat";
 
-fn per_cpu_steal(m: &MachineModel) -> Value {
-    Value::Array(
+fn per_cpu_steal(m: &MachineModel) -> Evidence {
+    Evidence::List(
         m.interval
             .cpus
             .iter()
-            .map(|c| json!({"cpu": c.cpu, "steal_pct": round(c.steal_pct(), 2), "busy_pct": round(c.busy_pct(), 2)}))
+            .map(|c| evidence!{"cpu" => c.cpu, "steal_pct" => round(c.steal_pct(), 2), "busy_pct" => round(c.busy_pct(), 2)})
             .collect(),
     )
 }
@@ -151,8 +150,8 @@ pub fn bursty(m: &MachineModel, out: &mut Vec<Finding>) {
     );
 }
 
-fn describe(a: &Anomaly) -> Value {
-    serde_json::to_value(a).unwrap_or(Value::Null)
+fn describe(a: &Anomaly) -> Evidence {
+    Evidence::of(a)
 }
 
 pub fn counter_anomaly(m: &MachineModel, out: &mut Vec<Finding>) {
@@ -260,7 +259,7 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
     } else {
         Severity::Warning
     };
-    let opt = |v: Option<f64>, d| v.map_or(Value::Null, |x| round(x, d));
+    let opt = |v: Option<f64>, d| v.map_or(Evidence::Null, |x| round(x, d));
     out.push(
         Finding::new(
             "steal.ipc-collapse",
@@ -280,7 +279,7 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
         .evidence("cache_mpki_high_steal", opt(high.mpki(), 2))
         .evidence("windows_low_steal", low.windows)
         .evidence("windows_high_steal", high.windows)
-        .evidence("cpus_compared", json!(cpus))
+        .evidence("cpus_compared", Evidence::of(&cpus))
         .evidence("min_counter_running_share", opt(min_share, 3))
         .evidence("high_steal_window_pct", IPC_HIGH_STEAL_PCT)
         .evidence("low_steal_window_pct", IPC_LOW_STEAL_PCT)
