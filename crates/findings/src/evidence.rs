@@ -73,9 +73,13 @@ impl Evidence {
 }
 
 /// A map of evidence from anything serializable (values are borrowed):
-/// `evidence!{"cpu" => c.cpu, "name" => c.name, "steal_pct" => round(x, 2)}`.
+/// `evidence!{"cpu" => c.cpu, "name" => c.name, "steal_pct" => round(x, 2)}`,
+/// or in `json!`'s spelling, `evidence!({"cpu": c.cpu})`.
 #[macro_export]
 macro_rules! evidence {
+    ({ $($k:literal : $v:expr),* $(,)? }) => {
+        $crate::evidence!($($k => $v),*)
+    };
     ($($k:expr => $v:expr),* $(,)?) => {
         $crate::Evidence::Map(::std::collections::BTreeMap::from([
             $((::std::string::String::from($k), $crate::Evidence::of(&$v))),*
@@ -241,6 +245,13 @@ impl<K: Into<String>, V: Into<Evidence>> From<BTreeMap<K, V>> for Evidence {
     }
 }
 
+/// Printed in key order like every map.
+impl<K: Into<String>, V: Into<Evidence>, S> From<std::collections::HashMap<K, V, S>> for Evidence {
+    fn from(m: std::collections::HashMap<K, V, S>) -> Self {
+        Evidence::map(m)
+    }
+}
+
 impl<T: Into<Evidence>> FromIterator<T> for Evidence {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
         Evidence::List(iter.into_iter().map(Into::into).collect())
@@ -266,6 +277,10 @@ mod tests {
             (
                 crate::evidence! {"b" => 1u8, "a" => vec!["x"], "c" => Evidence::Null},
                 json!({"b": 1, "a": ["x"], "c": null}),
+            ),
+            (
+                crate::evidence!({"n": 2.5, "s": "x"}),
+                json!({"n": 2.5, "s": "x"}),
             ),
         ];
         for (e, v) in cases {

@@ -120,3 +120,38 @@ fn host_text(slow: bool, current: &str) -> (String, String, &'static str) {
         "arch/x86/kvm/x86.c (pvclock_update_vm_gtod_copy: master clock needs a tsc host)",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestMachine;
+
+    const CS: &str = "/sys/devices/system/clocksource/clocksource0";
+
+    fn machine(current: &str) -> TestMachine {
+        TestMachine::guest()
+            .file(&format!("{CS}/current_clocksource"), current)
+            .file(
+                &format!("{CS}/available_clocksource"),
+                "kvm-clock tsc hpet acpi_pm \n",
+            )
+    }
+
+    #[test]
+    fn hpet_is_a_slow_clocksource() {
+        let f = machine("hpet\n").run(unstable);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "clock.unstable");
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].evidence["current_clocksource"].as_str(), Some("hpet"));
+    }
+
+    #[test]
+    fn kvm_clock_is_silent_unless_the_log_says_unstable() {
+        assert!(machine("kvm-clock\n").run(unstable).is_empty());
+        let log = "4,100,5000,-;clocksource: timekeeping watchdog on CPU1: Marking clocksource 'tsc' as unstable because the skew is too large:\n";
+        let f = machine("kvm-clock\n").file("/dev/kmsg", log).run(unstable);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].severity, Severity::Info);
+    }
+}

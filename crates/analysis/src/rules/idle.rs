@@ -241,3 +241,34 @@ pub fn deep_cstates(m: &MachineModel, out: &mut Vec<Finding>) {
         .case("guest-micro-jitter-case.txt"),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestMachine;
+
+    fn machine(latency_us: u64, disabled: u8) -> TestMachine {
+        let dir = "/sys/devices/system/cpu/cpu0/cpuidle/state2";
+        TestMachine::guest()
+            .file(&format!("{dir}/name"), "C6\n")
+            .file(&format!("{dir}/latency"), format!("{latency_us}\n"))
+            .file(&format!("{dir}/disable"), format!("{disabled}\n"))
+            .file(&format!("{dir}/usage"), "12\n")
+    }
+
+    #[test]
+    fn an_enabled_deep_state_fires() {
+        let f = machine(100, 0).run(deep_cstates);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "idle.deep-cstates");
+    }
+
+    #[test]
+    fn shallow_disabled_or_held_off_states_are_silent() {
+        assert!(machine(10, 0).run(deep_cstates).is_empty());
+        assert!(machine(100, 1).run(deep_cstates).is_empty());
+        // A PM QoS request of 0 µs (4 raw bytes) keeps the governor out.
+        let held = machine(100, 0).file("/dev/cpu_dma_latency", [0u8; 4]);
+        assert!(held.run(deep_cstates).is_empty());
+    }
+}

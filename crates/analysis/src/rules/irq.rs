@@ -146,3 +146,35 @@ pub fn storm(m: &MachineModel, out: &mut Vec<Finding>) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestMachine;
+
+    fn machine(cal_t1: u64) -> TestMachine {
+        let text = |cal: u64| {
+            format!(
+                "           CPU0       CPU1       \nNMI:          0          0   Non-maskable interrupts\nCAL: {cal:>10} {:>10}   Function call interrupts\n",
+                10
+            )
+        };
+        TestMachine::guest().files("/proc/interrupts", &text(0), &text(cal_t1))
+    }
+
+    #[test]
+    fn a_function_call_storm_fires_by_rate() {
+        // 100,000 CAL in 5 s: 20,000/s on CPU 0, a warning.
+        let f = machine(100_000).run(storm);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "irq.storm");
+        assert_eq!(f[0].severity, Severity::Warning);
+        // 300,000 in 5 s: 60,000/s, critical.
+        assert_eq!(machine(300_000).run(storm)[0].severity, Severity::Critical);
+    }
+
+    #[test]
+    fn below_ten_thousand_per_second_is_silent() {
+        assert!(machine(40_000).run(storm).is_empty());
+    }
+}

@@ -157,3 +157,58 @@ pub fn dirty_writeback(m: &MachineModel, out: &mut Vec<Finding>) {
         .reference("Documentation/admin-guide/sysctl/vm.rst"),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{meminfo, TestMachine};
+
+    #[test]
+    fn an_elevator_on_a_virtio_disk_fires_and_none_is_silent() {
+        let sched = "/sys/block/vda/queue/scheduler";
+        let f = TestMachine::guest()
+            .file(sched, "[mq-deadline] kyber bfq none\n")
+            .run(io_scheduler);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "tuning.io-scheduler");
+        let quiet = TestMachine::guest().file(sched, "[none] mq-deadline \n");
+        assert!(quiet.run(io_scheduler).is_empty());
+        // A real disk keeps its scheduler.
+        let sda =
+            TestMachine::guest().file("/sys/block/sda/queue/scheduler", "[mq-deadline] none\n");
+        assert!(sda.run(io_scheduler).is_empty());
+    }
+
+    #[test]
+    fn powersave_governor_fires_and_performance_is_silent() {
+        let gov = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor";
+        let f = TestMachine::guest()
+            .file(gov, "powersave\n")
+            .run(cpufreq_governor);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "tuning.cpufreq-governor");
+        assert!(TestMachine::guest()
+            .file(gov, "performance\n")
+            .run(cpufreq_governor)
+            .is_empty());
+    }
+
+    fn dirty(available_kb: u64) -> TestMachine {
+        TestMachine::guest()
+            .file("/proc/meminfo", meminfo(available_kb, available_kb, 0))
+            .file("/proc/sys/vm/dirty_ratio", "20\n")
+            .file("/proc/sys/vm/dirty_background_ratio", "10\n")
+            .file("/proc/sys/vm/dirty_bytes", "0\n")
+            .file("/proc/sys/vm/dirty_background_bytes", "0\n")
+    }
+
+    #[test]
+    fn ratios_of_a_big_memory_fire_and_of_a_small_one_do_not() {
+        // 20 % of 16 GiB = 3.2 GiB dirty allowed: over the 1 GiB limit.
+        let f = dirty(16 << 20).run(dirty_writeback);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "tuning.dirty-writeback");
+        // 20 % of 2 GiB = 410 MiB, background 205 MiB: both under the limits.
+        assert!(dirty(2 << 20).run(dirty_writeback).is_empty());
+    }
+}
