@@ -25,6 +25,10 @@ pkgroot=$!
 echo "== guest kernel and initramfs for the QEMU tests"
 testenv/setup.sh
 
+echo "== fixtures: regenerate with fixtures/gen, fail on drift"
+python3 fixtures/gen/gen_fixtures.py --check
+python3 fixtures/gen/check_fixtures.py >/dev/null
+
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"

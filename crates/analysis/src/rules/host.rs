@@ -1,8 +1,7 @@
 //! Host-side rules: steal seen from the hypervisor (vCPU run-queue wait) and
 //! the host configuration that causes it.
 
-use crate::finding::{round, Finding, Severity};
-use serde_json::json;
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use stealscope_model::MachineModel;
 
 /// Mean vCPU wait (% of wall) at which host steal is worth a finding; the
@@ -23,8 +22,8 @@ pub const KVMCLOCK_IPI_PER_S: f64 = 5_000.0;
 /// HLT exits at least this share of all exits: guests idle by HLT.
 pub const HLT_EXIT_SHARE: f64 = 0.5;
 
-fn vm_table(m: &MachineModel) -> serde_json::Value {
-    json!(m.host.vms.iter().map(|v| json!({"name": v.name, "pid": v.pid, "vcpus": v.vcpus.len(), "steal_pct": round(v.steal_pct, 2), "util_pct": round(v.util_pct, 2)})).collect::<Vec<_>>())
+fn vm_table(m: &MachineModel) -> Evidence {
+    Evidence::of(&m.host.vms.iter().map(|v| evidence!{"name" => v.name, "pid" => v.pid, "vcpus" => v.vcpus.len(), "steal_pct" => round(v.steal_pct, 2), "util_pct" => round(v.util_pct, 2)}).collect::<Vec<_>>())
 }
 
 pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
@@ -181,9 +180,9 @@ pub fn vm_spans_nodes(m: &MachineModel, out: &mut Vec<Finding>) {
             Finding::new("host.vm-spans-nodes", Severity::Warning, format!("VM {} spans NUMA nodes (vCPUs may run on nodes {cpu_nodes:?}, memory on {mem_nodes:?})", vm.name))
                 .evidence("vm", vm.name.clone())
                 .evidence("pid", vm.pid)
-                .evidence("vcpu_nodes", json!(cpu_nodes))
-                .evidence("memory_nodes", json!(mem_nodes))
-                .evidence("memory_mib_per_node", json!(vm.numa_bytes.as_ref().map(|b| b.iter().map(|(n, v)| (n.to_string(), v >> 20)).collect::<std::collections::BTreeMap<_, _>>())))
+                .evidence("vcpu_nodes", Evidence::of(&cpu_nodes))
+                .evidence("memory_nodes", Evidence::of(&mem_nodes))
+                .evidence("memory_mib_per_node", Evidence::of(&vm.numa_bytes.as_ref().map(|b| b.iter().map(|(n, v)| (n.to_string(), v >> 20)).collect::<std::collections::BTreeMap<_, _>>())))
                 .files(&["/proc/<pid>/task/<tid>/status (Cpus_allowed_list)", "/proc/<pid>/numa_maps", "/sys/devices/system/node/node*/cpulist"])
                 .remedy(
                     "Remote memory accesses cost 30-100% more and cross-node vCPUs share caches badly. Keep the VM \
@@ -223,7 +222,7 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
     }
     out.push(
         Finding::new("host.cgroup-weight-unfair", Severity::Warning, format!("Per-VM cpu cgroup weights are not proportional to vCPUs (weight per vCPU differs {:.1}x)", hi / lo))
-            .evidence("groups", json!(groups.iter().map(|g| json!({"vm": g.0, "file": g.1, "vcpus": g.2, "relative_weight": round(g.3, 3)})).collect::<Vec<_>>()))
+            .evidence("groups", Evidence::of(&groups.iter().map(|g| evidence!{"vm" => g.0, "file" => g.1, "vcpus" => g.2, "relative_weight" => round(g.3, 3)}).collect::<Vec<_>>()))
             .evidence("ratio", round(hi / lo, 2))
             .files(&["/proc/<pid>/cgroup", "cpu.shares (v1) / cpu.weight (v2)"])
             .remedy(
@@ -386,9 +385,12 @@ pub fn no_ept(m: &MachineModel, out: &mut Vec<Finding>) {
     out.push(
         Finding::new("host.no-ept", Severity::Critical, title)
             .evidence("missing_flag", missing)
-            .evidence("module_parameter", json!(param_value))
-            .evidence("cpu_has_feature", json!(cpu_feature))
-            .evidence("vmx_flags", json!(ci.and_then(|c| c.vmx_flags.clone())))
+            .evidence("module_parameter", Evidence::of(&param_value))
+            .evidence("cpu_has_feature", Evidence::of(&cpu_feature))
+            .evidence(
+                "vmx_flags",
+                Evidence::of(&ci.and_then(|c| c.vmx_flags.clone())),
+            )
             .evidence("vms", m.t1.host.vms.len())
             .files(&["/proc/cpuinfo", param])
             .remedy(remedy)
@@ -420,7 +422,7 @@ pub fn hlt_exits_dominant(m: &MachineModel, out: &mut Vec<Finding>) {
             .evidence("halt_attempted_poll", polls)
             .evidence("halt_successful_poll", polls_ok)
             .evidence("exits_per_s", round(exits as f64 / m.wall_s, 0))
-            .evidence("sources", json!(sources))
+            .evidence("sources", Evidence::of(&sources))
             .files(&[
                 "/sys/kernel/debug/kvm/<pid>-<fd>/{exits,halt_exits,halt_*_poll}",
                 "KVM binary stats (stats fd or QMP query-stats)",
@@ -454,9 +456,9 @@ pub fn swap_pressure(m: &MachineModel, out: &mut Vec<Finding>) {
     let mem = m.t1.memory.clone();
     out.push(
         Finding::new("host.swap-pressure", Severity::Warning, format!("{} VM(s) have guest memory swapped out on the host", swapped.len()))
-            .evidence("vms", json!(swapped.iter().map(|(v, k)| json!({"vm": v.name, "pid": v.pid, "swap_mib": k >> 10})).collect::<Vec<_>>()))
-            .evidence("host_swap_free_mib", json!(mem.as_ref().and_then(|m| m.swap_free_bytes).map(|b| b >> 20)))
-            .evidence("host_mem_available_mib", json!(mem.as_ref().and_then(|m| m.available_bytes).map(|b| b >> 20)))
+            .evidence("vms", Evidence::of(&swapped.iter().map(|(v, k)| evidence!{"vm" => v.name, "pid" => v.pid, "swap_mib" => k >> 10}).collect::<Vec<_>>()))
+            .evidence("host_swap_free_mib", Evidence::of(&mem.as_ref().and_then(|m| m.swap_free_bytes).map(|b| b >> 20)))
+            .evidence("host_mem_available_mib", Evidence::of(&mem.as_ref().and_then(|m| m.available_bytes).map(|b| b >> 20)))
             .files(&["/proc/<pid>/status (VmSwap)", "/proc/meminfo"])
             .remedy(
                 "A vCPU touching swapped guest memory stalls for a disk read (guests see async page faults, HYP \

@@ -1,8 +1,7 @@
 //! How idle vCPUs idle: halt-polling and deep C-states.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Evidence, Finding, Severity};
 use crate::roles::is_kvm;
-use serde_json::json;
 use stealscope_model::MachineModel;
 
 /// Exit latency from which a C-state is "deep": wake-ups pay tens of µs
@@ -147,25 +146,25 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
         return;
     };
     f = f
-        .evidence("cpuid_kvm_base", json!(kvm.map(|k| &k.base)))
-        .evidence("cpuid_kvm_hints_realtime", json!(realtime))
-        .evidence("cpuid_kvm_poll_control", json!(poll_control))
+        .evidence("cpuid_kvm_base", Evidence::of(&kvm.map(|k| &k.base)))
+        .evidence("cpuid_kvm_hints_realtime", Evidence::of(&realtime))
+        .evidence("cpuid_kvm_poll_control", Evidence::of(&poll_control))
         .evidence(
             "cpuid_kvm_features_eax",
-            json!(kvm.map(|k| &k.features_eax)),
+            Evidence::of(&kvm.map(|k| &k.features_eax)),
         )
         .evidence("cpuid", if captured { "read" } else { "not captured" });
     f = f
-        .evidence("current_driver", json!(driver))
-        .evidence("current_governor", json!(o.cpuidle.governor()))
-        .evidence("available_governors", json!(governors))
+        .evidence("current_driver", Evidence::of(&driver))
+        .evidence("current_governor", Evidence::of(&o.cpuidle.governor()))
+        .evidence("available_governors", Evidence::of(&governors))
         .evidence("haltpoll_driver_present", has_driver)
-        .evidence("guest_halt_poll_ns", json!(o.haltpoll.guest_halt_poll_ns))
+        .evidence("guest_halt_poll_ns", Evidence::of(&o.haltpoll.guest_halt_poll_ns))
         .evidence("poll_state_entries", poll_usage)
         .evidence("idle_entries", idle_usage)
-        .evidence("cmdline_cpuidle_haltpoll_force", json!(cmd_force))
-        .evidence("cmdline_guest_halt_poll_ns", json!(cmd_poll_ns))
-        .evidence("host_lacks_poll_control", json!(no_poll_control))
+        .evidence("cmdline_cpuidle_haltpoll_force", Evidence::of(&cmd_force))
+        .evidence("cmdline_guest_halt_poll_ns", Evidence::of(&cmd_poll_ns))
+        .evidence("host_lacks_poll_control", Evidence::of(&no_poll_control))
         .files(&[
             "/sys/devices/system/cpu/cpuidle/current_driver",
             "/sys/devices/system/cpu/cpuidle/available_governors",
@@ -222,11 +221,11 @@ pub fn deep_cstates(m: &MachineModel, out: &mut Vec<Finding>) {
             Severity::Warning,
             format!("Deep C-states enabled ({}) and no PM QoS limit holds them off", names.join(", ")),
         )
-        .evidence("states", json!(names))
-        .evidence("cpus", json!(cpus))
+        .evidence("states", Evidence::of(&names))
+        .evidence("cpus", Evidence::of(&cpus))
         .evidence("max_exit_latency_us", max_lat)
-        .evidence("pm_qos_cpu_latency_us", json!(o.pm_qos_us))
-        .evidence("cpuidle_driver", json!(o.cpuidle.current_driver))
+        .evidence("pm_qos_cpu_latency_us", Evidence::of(&o.pm_qos_us))
+        .evidence("cpuidle_driver", Evidence::of(&o.cpuidle.current_driver))
         .evidence("threshold_us", DEEP_CSTATE_LATENCY_US)
         .files(&["/sys/devices/system/cpu/cpu*/cpuidle/state*/{name,latency,disable}", "/dev/cpu_dma_latency"])
         .remedy(format!(
@@ -241,4 +240,35 @@ pub fn deep_cstates(m: &MachineModel, out: &mut Vec<Finding>) {
         .reference("kernel/power/qos.c (cpu_dma_latency)")
         .case("guest-micro-jitter-case.txt"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestMachine;
+
+    fn machine(latency_us: u64, disabled: u8) -> TestMachine {
+        let dir = "/sys/devices/system/cpu/cpu0/cpuidle/state2";
+        TestMachine::guest()
+            .file(&format!("{dir}/name"), "C6\n")
+            .file(&format!("{dir}/latency"), format!("{latency_us}\n"))
+            .file(&format!("{dir}/disable"), format!("{disabled}\n"))
+            .file(&format!("{dir}/usage"), "12\n")
+    }
+
+    #[test]
+    fn an_enabled_deep_state_fires() {
+        let f = machine(100, 0).run(deep_cstates);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "idle.deep-cstates");
+    }
+
+    #[test]
+    fn shallow_disabled_or_held_off_states_are_silent() {
+        assert!(machine(10, 0).run(deep_cstates).is_empty());
+        assert!(machine(100, 1).run(deep_cstates).is_empty());
+        // A PM QoS request of 0 µs (4 raw bytes) keeps the governor out.
+        let held = machine(100, 0).file("/dev/cpu_dma_latency", [0u8; 4]);
+        assert!(held.run(deep_cstates).is_empty());
+    }
 }

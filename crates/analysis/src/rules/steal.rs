@@ -1,8 +1,7 @@
 //! Steal: how much, whether it hit busy or idle vCPUs, whether it came in
 //! bursts that averages hide, and whether the counters can be trusted.
 
-use crate::finding::{round, Finding, Severity};
-use serde_json::{json, Value};
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use stealscope_model::windows::{count_at_least, peak, BUSY_WINDOW_PCT, IDLE_WINDOW_PCT};
 use stealscope_model::{Anomaly, MachineModel};
 
@@ -26,12 +25,12 @@ pub const BURST_MEAN_BELOW_PCT: f64 = 5.0;
 
 const STAT: &str = "/proc/stat";
 
-fn per_cpu_steal(m: &MachineModel) -> Value {
-    Value::Array(
+fn per_cpu_steal(m: &MachineModel) -> Evidence {
+    Evidence::List(
         m.interval
             .cpus
             .iter()
-            .map(|c| json!({"cpu": c.cpu, "steal_pct": round(c.steal_pct(), 2), "busy_pct": round(c.busy_pct(), 2)}))
+            .map(|c| evidence!{"cpu" => c.cpu, "steal_pct" => round(c.steal_pct(), 2), "busy_pct" => round(c.busy_pct(), 2)})
             .collect(),
     )
 }
@@ -151,8 +150,8 @@ pub fn bursty(m: &MachineModel, out: &mut Vec<Finding>) {
     );
 }
 
-fn describe(a: &Anomaly) -> Value {
-    serde_json::to_value(a).unwrap_or(Value::Null)
+fn describe(a: &Anomaly) -> Evidence {
+    Evidence::of(a)
 }
 
 pub fn counter_anomaly(m: &MachineModel, out: &mut Vec<Finding>) {
@@ -260,7 +259,7 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
     } else {
         Severity::Warning
     };
-    let opt = |v: Option<f64>, d| v.map_or(Value::Null, |x| round(x, d));
+    let opt = |v: Option<f64>, d| v.map_or(Evidence::Null, |x| round(x, d));
     out.push(
         Finding::new(
             "steal.ipc-collapse",
@@ -280,7 +279,7 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
         .evidence("cache_mpki_high_steal", opt(high.mpki(), 2))
         .evidence("windows_low_steal", low.windows)
         .evidence("windows_high_steal", high.windows)
-        .evidence("cpus_compared", json!(cpus))
+        .evidence("cpus_compared", Evidence::of(&cpus))
         .evidence("min_counter_running_share", opt(min_share, 3))
         .evidence("high_steal_window_pct", IPC_HIGH_STEAL_PCT)
         .evidence("low_steal_window_pct", IPC_LOW_STEAL_PCT)
@@ -299,4 +298,90 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
         .reference("perf_event_open(2): PERF_FORMAT_GROUP, time_enabled/time_running scaling")
         .case("guest-micro-jitter-case.txt"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{ticks, TestMachine};
+
+    #[test]
+    fn busy_steal_fires_critical_at_20_pct() {
+        // Both CPUs wanted to run all the time and lost a fifth of it.
+        let m = TestMachine::guest().cpus(&[ticks(400, 0, 100); 2]);
+        let f = m.run(busy_idle);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "steal.busy");
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(f[0].evidence["steal_pct"].as_f64(), Some(20.0));
+    }
+
+    #[test]
+    fn idle_steal_fires_as_a_warning() {
+        // 3 % steal on mostly idle CPUs: above the 2 % mean threshold.
+        let m = TestMachine::guest().cpus(&[ticks(20, 465, 15); 2]);
+        let f = m.run(busy_idle);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "steal.idle");
+        assert_eq!(f[0].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn steal_below_both_thresholds_is_silent() {
+        // 1 % mean, 1.6 % on the worst CPU: under 2 % and 5 %.
+        let m = TestMachine::guest().cpus(&[ticks(200, 295, 5), ticks(200, 292, 8)]);
+        assert!(m.run(busy_idle).is_empty());
+        assert!(TestMachine::guest().run(busy_idle).is_empty());
+    }
+
+    fn windows(burst: u64) -> Vec<Vec<crate::testing::Ticks>> {
+        // 50 windows of 100 ms on 2 CPUs; window 20 of CPU 1 loses `burst` ticks.
+        (0..50)
+            .map(|i| {
+                let b = if i == 20 { burst } else { 0 };
+                vec![ticks(3, 7, 0), ticks(3, 7 - b, b)]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_burst_under_a_low_mean_fires() {
+        let f = TestMachine::guest().windows(windows(2)).run(bursty);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "steal.bursty");
+        assert_eq!(f[0].evidence["peak_window_cpu"].as_f64(), Some(1.0));
+        assert_eq!(f[0].evidence["burst_windows"].as_f64(), Some(1.0));
+    }
+
+    #[test]
+    fn one_tick_is_not_a_burst() {
+        // 10 % of a window: one tick can be rounding alone.
+        assert!(TestMachine::guest()
+            .windows(windows(1))
+            .run(bursty)
+            .is_empty());
+        // No sample series, no burst detection.
+        assert!(TestMachine::guest()
+            .cpus(&[ticks(100, 390, 10); 2])
+            .run(bursty)
+            .is_empty());
+    }
+
+    #[test]
+    fn steal_going_backwards_is_a_counter_anomaly() {
+        let stat = |steal: u64| {
+            format!(
+                "cpu  200 0 0 800 0 0 0 {s2} 0 0\ncpu0 100 0 0 400 0 0 0 {steal} 0 0\ncpu1 100 0 0 400 0 0 0 100 0 0\n",
+                s2 = steal + 100
+            )
+        };
+        let t1 = stat(50).replace("cpu0 100 0 0 400", "cpu0 300 0 0 700");
+        let t1 = t1.replace("cpu1 100 0 0 400", "cpu1 300 0 0 700");
+        let m = TestMachine::guest().files("/proc/stat", &stat(100), &t1);
+        let f = m.run(counter_anomaly);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "steal.counter-anomaly");
+        // Counters that only move forward raise nothing.
+        assert!(TestMachine::guest().run(counter_anomaly).is_empty());
+    }
 }

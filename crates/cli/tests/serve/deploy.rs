@@ -67,7 +67,8 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 /// or what the rules record.
 #[test]
 fn dashboard_and_rules_use_only_exported_metrics() {
-    let root = repo().join("fixtures/snapshots/host-vtx-no-ept/t1");
+    let tree = fixture_side("host-vtx-no-ept", "t1");
+    let root = tree.path().to_path_buf();
     let root_arg = root.to_str().unwrap().to_string();
     let s = Serve::start(&["--root", &root_arg, "--findings-interval", "500ms"]);
     let m = wait_for("the fixture's findings", Duration::from_secs(10), || {
@@ -128,7 +129,8 @@ fn dashboard_and_rules_use_only_exported_metrics() {
 /// (read here independently), and the static critical finding is exported.
 #[test]
 fn fixture_host_vcpu_series_equal_its_schedstat() {
-    let root = repo().join("fixtures/snapshots/host-vtx-no-ept/t1");
+    let tree = fixture_side("host-vtx-no-ept", "t1");
+    let root = tree.path().to_path_buf();
     let mut expected = BTreeMap::new();
     for p in std::fs::read_dir(root.join("proc")).unwrap() {
         let p = p.unwrap().path();

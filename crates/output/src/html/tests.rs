@@ -14,6 +14,21 @@ fn fixture(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// One file of a packed fixture (fixtures/gen/pack.py), read on its own.
+fn member(name: &str, rel: &str) -> String {
+    let f = std::fs::File::open(fixture(name).join("snapshot.tar.gz")).unwrap();
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path().unwrap().to_str() == Some(rel) {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut e, &mut s).unwrap();
+            return s;
+        }
+    }
+    panic!("{name}: no {rel} in the archive");
+}
+
 struct Loaded {
     snap: Snapshot,
     model: MachineModel,
@@ -21,7 +36,7 @@ struct Loaded {
 }
 
 fn load(name: &str) -> Loaded {
-    let snap = snapshot::open(&fixture(name)).unwrap();
+    let snap = snapshot::open(&fixture(name).join("snapshot.tar.gz")).unwrap();
     let model = MachineModel::build(&snap).unwrap();
     let report = stealscope_analysis::build(ReportInput {
         model: &model,
@@ -72,7 +87,7 @@ fn cells(svg: &str) -> usize {
 /// samples.jsonl read here on its own: per window (wall s, per-CPU steal
 /// ticks), CPU count.
 fn windows_by_hand(name: &str) -> (Vec<(f64, Vec<u64>)>, usize) {
-    let text = std::fs::read_to_string(fixture(name).join("samples.jsonl")).unwrap();
+    let text = member(name, "samples.jsonl");
     let rows: Vec<(u64, Vec<u64>)> = text
         .lines()
         .map(|l| {
@@ -295,10 +310,8 @@ fn counters_are_drawn_next_to_steal() {
     let html = page(&l, &Timeline::default());
     let s = section(&html, hw::ID);
     let (windows, cpus) = windows_by_hand("6.x-ipc-collapse");
-    let counters: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("6.x-ipc-collapse").join("counters.json")).unwrap(),
-    )
-    .unwrap();
+    let counters: serde_json::Value =
+        serde_json::from_str(&member("6.x-ipc-collapse", "counters.json")).unwrap();
     let counted_cpus = counters["samples"][0]["cpus"].as_array().unwrap().len();
     let bins = windows.len().min(bins::MAX_BINS);
     assert_eq!(cells(svg_of(s, "heatmap steal")), cpus * bins);
