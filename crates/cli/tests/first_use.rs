@@ -1,9 +1,14 @@
+//! Findings a first user acts on, from fixture snapshots changed here.
+//!
 //! `steal.bursty` on snapshots sampled at 100 Hz (10 ms windows, as
 //! `record` takes them by default): one counter unit of steal in one window
 //! is rounding of /proc/stat's 10 ms units, not a burst, and the report's
 //! histogram does not draw it as a 95-100 % span; 40 % of 200 ms is a burst.
 //! The snapshots are the `6.x-bursty-steal` fixture with its series
 //! replaced by one written here, tick by tick.
+//!
+//! `idle.haltpoll-inactive` with guest_halt_poll_ns=0 words its title from
+//! the POLL-state entries of the interval, not from the totals since boot.
 
 mod common;
 use common::*;
@@ -17,15 +22,18 @@ const STEAL_CPU: usize = 1;
 /// The fixture with a 100 Hz series: every CPU gets one tick per window,
 /// idle unless `steal(i)` puts it in steal on [`STEAL_CPU`]; t1's cpu rows
 /// and uptime end where the series ends.
-fn snapshot(dir: &Path, steal: impl Fn(usize) -> bool) {
-    let src = repo().join("fixtures/snapshots/6.x-bursty-steal");
+fn copy_fixture(name: &str, dir: &Path) {
     let status = std::process::Command::new("cp")
         .arg("-r")
-        .arg(&src)
+        .arg(repo().join("fixtures/snapshots").join(name))
         .arg(dir)
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+fn snapshot(dir: &Path, steal: impl Fn(usize) -> bool) {
+    copy_fixture("6.x-bursty-steal", dir);
     let t0 = std::fs::read_to_string(dir.join("t0/proc/stat")).unwrap();
     let mut rows: Vec<Vec<u64>> = t0
         .lines()
@@ -136,4 +144,67 @@ fn forty_percent_for_200ms_at_100hz_is_a_burst() {
     assert!((30.0..=45.0).contains(&pct), "{e}");
     let start = e["peak_start_s"].as_f64().unwrap();
     assert!((2.4..=2.7).contains(&start), "{e}");
+}
+
+/// The haltpoll fixture with each CPU's POLL-state usage set to `before`
+/// at t0 and `before + added` at t1; the finding about it.
+fn haltpoll(before: u64, added: u64) -> Value {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    copy_fixture("6.18-haltpoll-poll-ns-zero", &dir);
+    let cpus = std::fs::read_dir(dir.join("t1/sys/devices/system/cpu"))
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            n.strip_prefix("cpu")?.parse::<u32>().ok()
+        })
+        .collect::<Vec<_>>();
+    assert!(!cpus.is_empty());
+    for cpu in &cpus {
+        for (side, v) in [("t0", before), ("t1", before + added)] {
+            let p = dir.join(format!(
+                "{side}/sys/devices/system/cpu/cpu{cpu}/cpuidle/state0"
+            ));
+            assert_eq!(
+                std::fs::read_to_string(p.join("name")).unwrap().trim(),
+                "POLL"
+            );
+            std::fs::write(p.join("usage"), format!("{v}\n")).unwrap();
+        }
+    }
+    let v = doctor(&dir);
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "idle.haltpoll-inactive")
+        .unwrap_or_else(|| panic!("no haltpoll finding: {:#}", v["findings"]))
+        .clone();
+    let e = &f["evidence"];
+    assert_eq!(e["poll_state_entries"], added * cpus.len() as u64, "{e}");
+    assert_eq!(
+        e["poll_state_entries_since_boot"],
+        (before + added) * cpus.len() as u64,
+        "{e}"
+    );
+    f
+}
+
+#[test]
+fn haltpoll_title_counts_the_interval_not_the_boot() {
+    // Polled a million times before the interval (another setting, earlier),
+    // not at all during it.
+    let f = haltpoll(1_059_209, 0);
+    let title = f["title"].as_str().unwrap();
+    assert!(title.contains("none of "), "{title}");
+    assert!(title.contains(" idle entries in 5 s polled"), "{title}");
+    // 500 POLL entries per CPU in 5 s: polling happens, the title says how
+    // often.
+    let f = haltpoll(1_059_209, 500);
+    let title = f["title"].as_str().unwrap();
+    let cpus = f["evidence"]["poll_state_entries"].as_u64().unwrap() / 500;
+    let rate = format!("({}/s)", 100 * cpus);
+    assert!(title.contains(&format!("only {} of ", 500 * cpus)), "{title}");
+    assert!(title.contains(&rate), "{title}");
+    assert!(!title.contains("never"), "{title}");
 }
