@@ -28,9 +28,16 @@ use stealscope_readers::cpulist::format as cpulist;
 
 /// CPUs of demand within which a CPU counts as least loaded.
 const TOLERANCE: f64 = 0.15;
-/// Demand is rounded to this many CPUs: a busy vCPU measures 0.93 one
-/// second and 1.00 the next (run plus wait), which must not reorder the map.
-const STEP: f64 = 0.2;
+/// Demand is rounded to this many CPUs: a busy vCPU measured 0.87 one
+/// second and 1.00 the next (run plus wait, a TCG guest on a loaded host),
+/// which must not reorder the map; half CPUs still tell busy, light and
+/// idle vCPUs apart.
+const STEP: f64 = 0.5;
+
+/// A measured demand in [`STEP`]s, as the planner compares demands.
+pub(crate) fn steps(demand: f64) -> f64 {
+    (demand / STEP).round() * STEP
+}
 /// The reason of each pin action the map makes; the plan says the why once.
 pub const ACTION_REASON: &str = "balanced vCPU mapping (see `vCPU mapping` in the plan)";
 /// `auto` keeps a pinned pool pinned down to this share of `pin_above`.
@@ -106,8 +113,7 @@ fn map_node(
                 slot,
                 pid: plans[i].pid,
                 // A vCPU never measured counts as busy (as in the pool's demand).
-                demand: (t.and_then(|t| t.util).unwrap_or(1.0).clamp(0.0, 1.0) / STEP).round()
-                    * STEP,
+                demand: steps(t.and_then(|t| t.util).unwrap_or(1.0).clamp(0.0, 1.0)),
                 current: t
                     .filter(|t| t.cpus_allowed.len() == 1)
                     .map(|t| t.cpus_allowed[0])

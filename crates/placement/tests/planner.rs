@@ -590,8 +590,8 @@ fn a_pool_with_room_is_left_to_the_balancer_and_auto_has_hysteresis() {
 }
 
 /// The host: VM A with 2 busy vCPUs and B with 1 on 2 CPUs, none
-/// pinned yet, measured twice with the noise of a busy host (run plus wait
-/// of a spinning thread reads 0.93-1.00): both measurements plan one map.
+/// pinned yet, measured with the noise of a busy host (run plus wait of a
+/// spinning TCG vCPU read 0.87-1.05 in place_qemu): all plan one map.
 #[test]
 fn noisy_measurements_of_one_host_plan_the_same_map() {
     let mut h = host(1, 2, false, 64 * GIB, 0.8);
@@ -614,7 +614,7 @@ fn noisy_measurements_of_one_host_plan_the_same_map() {
     };
     let first = measured([1.0, 0.96, 0.99]);
     assert!(per_cpu(&h, &plan(&h, &cfg(), &History::default(), 0.0)).is_some());
-    for utils in [[0.95, 1.0, 1.0], [1.0, 1.0, 0.93], [0.97, 0.94, 1.0]] {
+    for utils in [[0.95, 1.0, 1.0], [1.0, 1.0, 0.93], [0.97, 0.87, 1.0], [0.8, 1.0, 0.9]] {
         assert_eq!(measured(utils), first, "measured {utils:?}");
     }
 }
