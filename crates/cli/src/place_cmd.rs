@@ -160,7 +160,11 @@ fn journal_path(c: &PlaceCommon, cfg: &Config) -> PathBuf {
 
 /// The host observed over `interval`, as the planner's input, with the
 /// config's shared group as it is now.
-fn observe(cfg: &Config, interval: Duration, stop: Option<&AtomicBool>) -> Result<HostInput, Error> {
+fn observe(
+    cfg: &Config,
+    interval: Duration,
+    stop: Option<&AtomicBool>,
+) -> Result<HostInput, Error> {
     let src = RootFs::new(Path::new("/"));
     // Timed from just before each side: collect_host reads the thread times
     // first, and the rest of a side can take seconds on a busy host.

@@ -336,7 +336,9 @@ fn throughput_text(r: &throughput::ThroughputReport) -> String {
     );
     head(
         &mut o,
-        ["CPU", "ops/s", "ops/s", "loss %", "steal %", "run %", "windows", "in them", "in them"],
+        [
+            "CPU", "ops/s", "ops/s", "loss %", "steal %", "run %", "windows", "in them", "in them",
+        ],
     );
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     for c in &r.cpus {

@@ -38,7 +38,12 @@ fn snapshot(dir: &Path, steal: impl Fn(usize) -> bool) {
     let mut rows: Vec<Vec<u64>> = t0
         .lines()
         .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-        .map(|l| l.split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect())
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .map(|v| v.parse().unwrap())
+                .collect()
+        })
         .collect();
     let t0_ns = 86_417_070_000_000u64;
     let render = |rows: &Vec<Vec<u64>>| {
@@ -53,7 +58,11 @@ fn snapshot(dir: &Path, steal: impl Fn(usize) -> bool) {
             format!("{name} {}", cols.join(" "))
         };
         let mut out = vec![line("cpu ".into(), &total)];
-        out.extend(rows.iter().enumerate().map(|(i, r)| line(format!("cpu{i}"), r)));
+        out.extend(
+            rows.iter()
+                .enumerate()
+                .map(|(i, r)| line(format!("cpu{i}"), r)),
+        );
         out.join("\n")
     };
     let mut samples = String::new();
@@ -88,7 +97,12 @@ fn snapshot(dir: &Path, steal: impl Fn(usize) -> bool) {
 }
 
 fn doctor(dir: &Path) -> Value {
-    json(&run(&["doctor", "--snapshot", dir.to_str().unwrap(), "--json"]))
+    json(&run(&[
+        "doctor",
+        "--snapshot",
+        dir.to_str().unwrap(),
+        "--json",
+    ]))
 }
 
 fn bursty(v: &Value) -> Option<&Value> {
@@ -204,7 +218,10 @@ fn haltpoll_title_counts_the_interval_not_the_boot() {
     let title = f["title"].as_str().unwrap();
     let cpus = f["evidence"]["poll_state_entries"].as_u64().unwrap() / 500;
     let rate = format!("({}/s)", 100 * cpus);
-    assert!(title.contains(&format!("only {} of ", 500 * cpus)), "{title}");
+    assert!(
+        title.contains(&format!("only {} of ", 500 * cpus)),
+        "{title}"
+    );
     assert!(title.contains(&rate), "{title}");
     assert!(!title.contains("never"), "{title}");
 }

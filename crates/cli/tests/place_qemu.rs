@@ -153,7 +153,14 @@ fn place_on_real_qemu_vms() {
         .iter()
         .map(|x| &x["action"])
         .collect();
-    assert_eq!(would, first["actions"].as_array().unwrap().iter().collect::<Vec<_>>());
+    assert_eq!(
+        would,
+        first["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .collect::<Vec<_>>()
+    );
     // The map pins every vCPU to one CPU, spread over both CPUs.
     let vcpu_cpus: Vec<u32> = first["vms"]
         .as_array()
@@ -166,7 +173,10 @@ fn place_on_real_qemu_vms() {
             c[0].as_u64().unwrap() as u32
         })
         .collect();
-    assert!(vcpu_cpus.contains(&0) && vcpu_cpus.contains(&1), "{vcpu_cpus:?}");
+    assert!(
+        vcpu_cpus.contains(&0) && vcpu_cpus.contains(&1),
+        "{vcpu_cpus:?}"
+    );
     let text = |args: &[&str]| {
         let out = place(args, &pinned_cfg, &journal);
         assert_ok(&out);
@@ -180,7 +190,11 @@ fn place_on_real_qemu_vms() {
     );
     assert!(dry_text[plan_text.len()..].contains("Dry run (add --yes to apply)"));
     // The mapping's why once, not once per VM or action.
-    assert_eq!(plan_text.matches("left to the load balancer").count(), 1, "{plan_text}");
+    assert_eq!(
+        plan_text.matches("left to the load balancer").count(),
+        1,
+        "{plan_text}"
+    );
     assert_eq!(masks(&pids), untouched, "dry runs change nothing");
 
     // 1. plan, apply --yes, undo --yes.

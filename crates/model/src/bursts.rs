@@ -207,7 +207,9 @@ mod tests {
     #[test]
     fn forty_percent_for_200ms_is_one_burst_at_any_rate() {
         // 100 Hz: 8 units spread over 20 windows of 10 ms.
-        let w = series(1500, 10.0, |i| u32::from((700..720).contains(&i) && i % 5 < 2));
+        let w = series(1500, 10.0, |i| {
+            u32::from((700..720).contains(&i) && i % 5 < 2)
+        });
         let b = judge(&w, 100.0).expect("burst");
         assert_eq!(b.count, 1);
         assert_eq!(b.peak.cpu, 1);

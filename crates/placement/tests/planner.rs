@@ -512,10 +512,7 @@ fn an_overcommitted_pool_is_pinned_one_vcpu_per_cpu_balanced_and_stays_so() {
             unreachable!()
         };
         // The why is said once, in the plan's mapping, not per action.
-        assert!(
-            reason.starts_with("balanced vCPU mapping (see"),
-            "{reason}"
-        );
+        assert!(reason.starts_with("balanced vCPU mapping (see"), "{reason}");
     }
     // Applied, then planned again with slightly different measurements: no move.
     let mut again = applied(&h, &p);
@@ -607,14 +604,22 @@ fn noisy_measurements_of_one_host_plan_the_same_map() {
             }
         }
         let p = plan(&x, &cfg(), &History::default(), 0.0);
-        let map: Vec<(u32, Vec<(u32, u32, Vec<u32>)>)> =
-            p.vms.iter().map(|v| (v.pid, v.vcpus.clone())).collect();
+        let map: Vec<String> = p
+            .vms
+            .iter()
+            .map(|v| format!("{} {:?}", v.pid, v.vcpus))
+            .collect();
         let acts: Vec<String> = p.actions.iter().map(|a| a.to_string()).collect();
         (map, acts)
     };
     let first = measured([1.0, 0.96, 0.99]);
     assert!(per_cpu(&h, &plan(&h, &cfg(), &History::default(), 0.0)).is_some());
-    for utils in [[0.95, 1.0, 1.0], [1.0, 1.0, 0.93], [0.97, 0.87, 1.0], [0.8, 1.0, 0.9]] {
+    for utils in [
+        [0.95, 1.0, 1.0],
+        [1.0, 1.0, 0.93],
+        [0.97, 0.87, 1.0],
+        [0.8, 1.0, 0.9],
+    ] {
         assert_eq!(measured(utils), first, "measured {utils:?}");
     }
 }

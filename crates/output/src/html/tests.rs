@@ -3,11 +3,11 @@
 //! renderer.
 
 use super::*;
+use std::collections::BTreeMap;
 use stealscope_analysis::{Finding, ReportInput, Severity};
 use stealscope_model::irq_rates::{CpuIrqRates, SourceRate};
 use stealscope_model::timeline::{IrqWindow, ProbeWindow, VcpuWindow};
 use stealscope_readers::snapshot::{self, Snapshot};
-use std::collections::BTreeMap;
 
 fn fixture(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -477,7 +477,10 @@ fn stacked_columns_fill_the_plot_without_notches() {
     let mut columns: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for tag in svg.split("<rect class=\"seg ").skip(1) {
         let tag = tag.split('>').next().unwrap();
-        let x = tag[tag.find(" x=\"").unwrap() + 4..].split('"').next().unwrap();
+        let x = tag[tag.find(" x=\"").unwrap() + 4..]
+            .split('"')
+            .next()
+            .unwrap();
         columns
             .entry(x.to_string())
             .or_default()
@@ -490,10 +493,16 @@ fn stacked_columns_fill_the_plot_without_notches() {
         // where the one above ends.
         assert!((segs[0].0 - svg::TOP).abs() < 1e-6, "column {x}: {segs:?}");
         for w in segs.windows(2) {
-            assert!((w[0].0 + w[0].1 - w[1].0).abs() < 0.051, "column {x}: {segs:?}");
+            assert!(
+                (w[0].0 + w[0].1 - w[1].0).abs() < 0.051,
+                "column {x}: {segs:?}"
+            );
         }
         let (y, h) = segs[segs.len() - 1];
-        assert!((y + h - (svg::TOP + 200.0)).abs() < 0.051, "column {x}: {segs:?}");
+        assert!(
+            (y + h - (svg::TOP + 200.0)).abs() < 0.051,
+            "column {x}: {segs:?}"
+        );
     }
 }
 
