@@ -244,10 +244,13 @@ mod tests {
         let texts: Vec<Vec<u8>> = vec![
             Vec::new(),
             b"cpu  1 2 3 4\n".repeat(500),
-            (0..200_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect(),
+            (0..200_000u32)
+                .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+                .collect(),
         ];
         for t in texts.iter().chain(texts.iter()) {
-            let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+            let mut e =
+                flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
             e.write_all(t).unwrap();
             let fresh = e.finish().unwrap();
             let z = deflate(t);
