@@ -3,6 +3,7 @@
 use crate::finding::{Evidence, Finding, Severity};
 use crate::roles::is_kvm;
 use stealscope_model::MachineModel;
+use stealscope_readers::cpuidle::CpuIdleStates;
 
 /// Exit latency from which a C-state is "deep": wake-ups pay tens of µs
 /// (C6 is ~100-200 µs on Intel servers; C1/C1E are 1-10 µs).
@@ -13,6 +14,58 @@ const HARDWARE_IDLE_DRIVERS: &[&str] = &["intel_idle"];
 
 const HALTPOLL_CASE: &str = "haltpoll-hypervisor-cpuid.txt";
 const HALTPOLL_DOC: &str = "Documentation/virt/guest-halt-polling.rst";
+
+/// POLL-state entries and all idle entries, summed over CPUs: cumulative
+/// since boot.
+fn entries(cpus: &[CpuIdleStates]) -> (u64, u64) {
+    cpus.iter().fold((0u64, 0u64), |(p, t), cpu| {
+        let p2: u64 = cpu
+            .states
+            .iter()
+            .filter(|s| s.name.as_deref() == Some("POLL"))
+            .filter_map(|s| s.usage)
+            .sum();
+        let t2: u64 = cpu.states.iter().filter_map(|s| s.usage).sum();
+        (p + p2, t + t2)
+    })
+}
+
+/// POLL and all idle entries during the interval, over the CPUs read at
+/// both ends; None without both readings (the totals since boot say what
+/// happened before, possibly with another guest_halt_poll_ns).
+fn interval_entries(m: &MachineModel) -> Option<(u64, u64)> {
+    let mut sum = None;
+    for c1 in &m.t1.idle_states {
+        let Some(c0) = m.t0.idle_states.iter().find(|c| c.cpu == c1.cpu) else {
+            continue;
+        };
+        let (p0, t0) = entries(std::slice::from_ref(c0));
+        let (p1, t1) = entries(std::slice::from_ref(c1));
+        let (p, t) = sum.get_or_insert((0u64, 0u64));
+        *p += p1.saturating_sub(p0);
+        *t += t1.saturating_sub(t0);
+    }
+    sum
+}
+
+/// The haltpoll title from what the interval measured.
+fn poll_ns_zero_title(over: Option<(u64, u64)>, wall_s: f64) -> String {
+    let head = "haltpoll driver is loaded but guest_halt_poll_ns=0";
+    match over {
+        Some((_, 0)) => format!(
+            "{head}: no CPU idled in the {wall_s:.0} s measured; with this setting each idle halts with an HLT exit"
+        ),
+        Some((0, idle)) => format!(
+            "{head}: none of {idle} idle entries in {wall_s:.0} s polled ({:.0}/s HLT exits)",
+            idle as f64 / wall_s.max(1e-9)
+        ),
+        Some((poll, idle)) => format!(
+            "{head}: only {poll} of {idle} idle entries in {wall_s:.0} s polled ({:.0}/s); the rest exit with HLT",
+            poll as f64 / wall_s.max(1e-9)
+        ),
+        None => format!("{head}: the governor will not poll, so each idle halts with an HLT exit"),
+    }
+}
 
 pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
@@ -31,16 +84,8 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
     if HARDWARE_IDLE_DRIVERS.contains(&driver.as_deref().unwrap_or("")) {
         return;
     }
-    let (poll_usage, idle_usage) = o.idle_states.iter().fold((0u64, 0u64), |(p, t), cpu| {
-        let p2: u64 = cpu
-            .states
-            .iter()
-            .filter(|s| s.name.as_deref() == Some("POLL"))
-            .filter_map(|s| s.usage)
-            .sum();
-        let t2: u64 = cpu.states.iter().filter_map(|s| s.usage).sum();
-        (p + p2, t + t2)
-    });
+    let (poll_usage, idle_usage) = entries(&o.idle_states);
+    let over_interval = interval_entries(m);
     let no_poll_control = o
         .kmsg_lines_containing("does not support poll control")
         .next()
@@ -131,7 +176,7 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
         Finding::new(
             "idle.haltpoll-inactive",
             Severity::Warning,
-            "haltpoll driver is loaded but guest_halt_poll_ns=0: the guest never polls, every idle is an HLT exit",
+            poll_ns_zero_title(over_interval, m.wall_s),
         )
         .remedy(format!(
             "{cpuid_says}With guest_halt_poll_ns=0 the haltpoll governor never grows its poll window, so it always \
@@ -160,8 +205,15 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
         .evidence("available_governors", Evidence::of(&governors))
         .evidence("haltpoll_driver_present", has_driver)
         .evidence("guest_halt_poll_ns", Evidence::of(&o.haltpoll.guest_halt_poll_ns))
-        .evidence("poll_state_entries", poll_usage)
-        .evidence("idle_entries", idle_usage)
+        .evidence("poll_state_entries_since_boot", poll_usage)
+        .evidence("idle_entries_since_boot", idle_usage)
+        .evidence("poll_state_entries", Evidence::of(&over_interval.map(|o| o.0)))
+        .evidence("idle_entries", Evidence::of(&over_interval.map(|o| o.1)))
+        .evidence(
+            "poll_state_entries_per_s",
+            Evidence::of(&over_interval.map(|o| crate::finding::round(o.0 as f64 / m.wall_s.max(1e-9), 1))),
+        )
+        .evidence("interval_s", crate::finding::round(m.wall_s, 1))
         .evidence("cmdline_cpuidle_haltpoll_force", Evidence::of(&cmd_force))
         .evidence("cmdline_guest_halt_poll_ns", Evidence::of(&cmd_poll_ns))
         .evidence("host_lacks_poll_control", Evidence::of(&no_poll_control))

@@ -2,7 +2,8 @@
 //! bursts that averages hide, and whether the counters can be trusted.
 
 use crate::finding::{evidence, round, Evidence, Finding, Severity};
-use stealscope_model::windows::{count_at_least, peak, BUSY_WINDOW_PCT, IDLE_WINDOW_PCT};
+pub use stealscope_model::bursts::{BURST_MIN_UNITS, BURST_SPAN_S, BURST_WINDOW_PCT};
+use stealscope_model::windows::{BUSY_WINDOW_PCT, IDLE_WINDOW_PCT};
 use stealscope_model::{Anomaly, MachineModel};
 
 /// Mean steal at which we speak up: below ~2 % steal is within the noise of
@@ -14,12 +15,7 @@ pub const STEAL_CPU_WARN_PCT: f64 = 5.0;
 /// Critical: the wellness-portal case lost 26 % throughput at only 4 % steal;
 /// at 10 % the loss is larger than most services can absorb.
 pub const STEAL_CRITICAL_PCT: f64 = 10.0;
-/// A short window with this much steal is a burst: the case's 18 ms stall is
-/// 18 % of a 100 ms window. /proc/stat rounds the cumulative steal to 10 ms
-/// ticks, so one window reads 1 or 2 ticks for it; 15 % needs 2 ticks, which
-/// one rounding step alone cannot produce.
-pub const BURST_WINDOW_PCT: f64 = 15.0;
-/// ...while the interval average stays below this, i.e. the 1 s/15 s views
+/// Bursts are reported only while the interval average stays below this, i.e. the 1 s/15 s views
 /// that people alert on would show nothing alarming.
 pub const BURST_MEAN_BELOW_PCT: f64 = 5.0;
 
@@ -115,34 +111,40 @@ pub fn busy_idle(m: &MachineModel, out: &mut Vec<Finding>) {
 
 pub fn bursty(m: &MachineModel, out: &mut Vec<Finding>) {
     let Some(mean) = m.steal_pct() else { return };
-    let Some(p) = peak(&m.windows) else { return };
-    if p.steal_pct < BURST_WINDOW_PCT || mean >= BURST_MEAN_BELOW_PCT {
+    if mean >= BURST_MEAN_BELOW_PCT {
         return;
     }
-    let bursts = count_at_least(&m.windows, BURST_WINDOW_PCT);
+    let Some(b) = stealscope_model::bursts::judge(&m.windows, m.clk_tck as f64) else {
+        return;
+    };
+    let p = b.peak;
     out.push(
         Finding::new(
             "steal.bursty",
             Severity::Warning,
             format!(
-                "Steal arrives in bursts: {:.0}% of a {:.0} ms window on CPU {} while the average is {mean:.1}%",
-                p.steal_pct,
+                "Steal arrives in bursts: {:.0} ms stolen in {:.0} ms ({:.0}%) on CPU {} while the average is {mean:.1}%",
+                p.steal_s * 1000.0,
                 p.wall_s * 1000.0,
+                p.steal_pct(),
                 p.cpu
             ),
         )
-        .evidence("peak_window_steal_pct", round(p.steal_pct, 1))
-        .evidence("peak_window_cpu", p.cpu)
-        .evidence("peak_window_start_s", round(p.start_s, 2))
-        .evidence("peak_window_ms", round(p.wall_s * 1000.0, 1))
-        .evidence("burst_windows", bursts)
+        .evidence("peak_steal_pct", round(p.steal_pct(), 1))
+        .evidence("peak_steal_ms", round(p.steal_s * 1000.0, 1))
+        .evidence("peak_cpu", p.cpu)
+        .evidence("peak_start_s", round(p.start_s, 2))
+        .evidence("peak_span_ms", round(p.wall_s * 1000.0, 1))
+        .evidence("bursts", b.count)
         .evidence("windows", m.windows.len())
         .evidence("mean_steal_pct", round(mean, 2))
         .evidence("burst_threshold_pct", BURST_WINDOW_PCT)
+        .evidence("min_span_ms", round(BURST_SPAN_S * 1000.0, 1))
+        .evidence("min_steal_ms", round(1000.0 * BURST_MIN_UNITS / m.clk_tck as f64, 1))
         .files(&["samples.jsonl"])
         .remedy(
             "1 s and 15 s averages hide these stalls. Measure them with a higher sample rate (`stealscope doctor \
-             --rate 100`) and the active probes (`stealscope probe preempt`, `probe wakeup`; planned), and alert \
+             --rate 100`) and the active probes (`stealscope probe preempt`, `stealscope probe wakeup`), and alert \
              on short-window steal rather than on averages. Latency-sensitive services need a host with \
              dedicated or pinned vCPUs; ask the provider with this evidence.",
         )
@@ -349,8 +351,8 @@ mod tests {
         let f = TestMachine::guest().windows(windows(2)).run(bursty);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].id, "steal.bursty");
-        assert_eq!(f[0].evidence["peak_window_cpu"].as_f64(), Some(1.0));
-        assert_eq!(f[0].evidence["burst_windows"].as_f64(), Some(1.0));
+        assert_eq!(f[0].evidence["peak_cpu"].as_f64(), Some(1.0));
+        assert_eq!(f[0].evidence["bursts"].as_f64(), Some(1.0));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! renderer.
 
 use super::*;
+use std::collections::BTreeMap;
 use stealscope_analysis::{Finding, ReportInput, Severity};
 use stealscope_model::irq_rates::{CpuIrqRates, SourceRate};
 use stealscope_model::timeline::{IrqWindow, ProbeWindow, VcpuWindow};
@@ -472,4 +473,71 @@ proptest::proptest! {
             proptest::prop_assert!(html.contains(&format!("id=\"{id}\"")), "{}", id);
         }
     }
+}
+
+/// An attribute's number in one tag.
+fn attr(tag: &str, name: &str) -> f64 {
+    let at = tag.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+    tag[at..].split('"').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn stacked_columns_fill_the_plot_without_notches() {
+    // 100 ms windows whose tick counts miss their length by a tick or so.
+    let l = load("6.x-bursty-steal");
+    let html = page(&l, &Timeline::default());
+    let svg = svg_of(section(&html, stacked::ID), "stacked");
+    let mut columns: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for tag in svg.split("<rect class=\"seg ").skip(1) {
+        let tag = tag.split('>').next().unwrap();
+        let x = tag[tag.find(" x=\"").unwrap() + 4..]
+            .split('"')
+            .next()
+            .unwrap();
+        columns
+            .entry(x.to_string())
+            .or_default()
+            .push((attr(tag, "y"), attr(tag, "height")));
+    }
+    assert!(columns.len() > 10, "{} columns", columns.len());
+    for (x, mut segs) in columns {
+        segs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // From the top of the plot down to the axis, each segment starting
+        // where the one above ends.
+        assert!((segs[0].0 - svg::TOP).abs() < 1e-6, "column {x}: {segs:?}");
+        for w in segs.windows(2) {
+            assert!(
+                (w[0].0 + w[0].1 - w[1].0).abs() < 0.051,
+                "column {x}: {segs:?}"
+            );
+        }
+        let (y, h) = segs[segs.len() - 1];
+        assert!(
+            (y + h - (svg::TOP + 200.0)).abs() < 0.051,
+            "column {x}: {segs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_series_read_later_still_has_a_zero_tick() {
+    // Interrupts read from +0.5 s on, as a recording's 1 Hz reader does.
+    let l = load("6.x-healthy");
+    let t = Timeline {
+        irq: (0..5)
+            .map(|i| IrqWindow {
+                start_s: 0.5 + i as f64,
+                wall_s: 1.0,
+                cpus: vec![CpuIrqRates {
+                    cpu: 0,
+                    total_per_s: 100.0,
+                    sources: vec![],
+                }],
+            })
+            .collect(),
+        ..Timeline::default()
+    };
+    let html = page(&l, &t);
+    let axis = section(&html, irq::ID).split("x-axis").nth(1).unwrap();
+    assert!(axis.contains(">+0 s<"), "{axis}");
 }
