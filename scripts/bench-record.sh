@@ -22,10 +22,12 @@ if [[ ! -x $SADC ]]; then
 fi
 
 . scripts/lib.sh
-cargo build --release --quiet -p stealscope --bin stealscope --example sample_floor >&2
+cargo build --release --quiet -p stealscope --bin stealscope >&2
 BIN=${CARGO_TARGET_DIR:-target}/release/stealscope
-FLOOR=${CARGO_TARGET_DIR:-target}/release/examples/sample_floor
 tmp=$(mktemp -d)
+# The floor: the reads record makes and nothing else, in C.
+FLOOR=$tmp/sample_floor
+cc -O2 -o "$FLOOR" scripts/sample_floor.c
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -69,8 +71,9 @@ pids+=("$RPID")
 "$SADC" -S XALL 1 $((SECS + 30)) "$tmp/sa.data" &
 SPID=$!
 pids+=("$SPID")
-# The floor: a bare 100 Hz loop of sleep + pread of /proc/stat, same minutes.
-"$FLOOR" "$((SECS + 5))" 100 >"$tmp/floor.out" &
+# The floor: absolute 10 ms sleeps, a pread of /proc/stat each and of
+# /proc/interrupts once a second, same minutes.
+"$FLOOR" "$((SECS + 5))" 100 1 >"$tmp/floor.out" &
 FPID=$!
 pids+=("$FPID")
 rss_r=()
@@ -126,9 +129,9 @@ per-CPU times and interrupts included) recording the same $MINUTES minutes. CPU 
 | bytes on disk | $rec_bytes | $sa_bytes |
 | **bytes per CPU-sample** | **$(per "$rec_bytes" "$samples" "$ncpu")** | $(per "$sa_bytes" "$sa_samples" "$ncpu") |
 
-Floor: \`cargo run --release --example sample_floor\` (crates/cli/examples/sample_floor.rs), a bare loop of
-absolute-deadline sleeps and one pread of /proc/stat at 100 Hz and nothing else, run beside them over
-the same minutes, used **${floor} %** of one CPU: on this machine (a KVM guest, where each timer
+Floor: scripts/sample_floor.c (\`cc -O2\`), a C loop of absolute 10 ms sleeps, a pread of /proc/stat
+each time and of /proc/interrupts once a second (the reads record makes) and nothing else, run beside
+them over the same minutes, used **${floor} %** of one CPU: on this machine (a KVM guest, where each timer
 wake-up is a trip through the hypervisor) that is what 100 wake-ups a second cost before any work.
 
 Target: at most 0.2 % of one CPU at 100 Hz and RSS flat over the run. Read cost here (pread of a

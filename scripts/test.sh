@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter \
   chromium-headless-shell sysstat tmux \
-  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients; do
+  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients \
+  lintian debootstrap man-db systemd; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
@@ -16,8 +17,17 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+echo "== clean Debian root for the package test (in the background, cached)"
+mkdir -p target
+scripts/test-package.sh --prepare-root >target/pkgroot.log 2>&1 &
+pkgroot=$!
+
 echo "== guest kernel and initramfs for the QEMU tests"
 testenv/setup.sh
+
+echo "== fixtures: regenerate with fixtures/gen, fail on drift"
+python3 fixtures/gen/gen_fixtures.py --check
+python3 fixtures/gen/check_fixtures.py >/dev/null
 
 echo "== cargo fmt"
 cargo fmt --all -- --check
@@ -25,3 +35,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
+echo "== Debian package: build (scripts/package.sh), then install on a clean root"
+wait "$pkgroot" || { cat target/pkgroot.log; exit 1; }
+deb=$(scripts/package.sh | tail -n 1)
+scripts/test-package.sh "$deb"

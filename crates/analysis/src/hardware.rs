@@ -2,9 +2,8 @@
 //! hypervisor, per-CPU counter figures over the interval, and one line per
 //! counter that could not be read saying why.
 
-use crate::finding::round;
 use serde::Serialize;
-use serde_json::Value;
+use stealscope_findings::units::round_opt;
 use stealscope_model::hardware::HardwareModel;
 use stealscope_model::hw::HwTotals;
 use stealscope_model::MachineModel;
@@ -20,15 +19,16 @@ pub const COUNTERS_NOT_CAPTURED: &str =
 #[derive(Debug, Clone, Serialize)]
 pub struct CpuCounters {
     pub cpu: u32,
-    pub ipc: Value,
-    pub cache_miss_rate: Value,
+    pub ipc: Option<f64>,
+    pub cache_miss_rate: Option<f64>,
     /// Least share of a window the cycles group counted (< 1: multiplexed).
-    pub min_running_share: Value,
-    pub tsc_mhz: Value,
-    pub avg_mhz: Value,
-    pub busy_mhz: Value,
-    pub busy_pct: Value,
-    pub smi: Value,
+    pub min_running_share: Option<f64>,
+    pub tsc_mhz: Option<f64>,
+    pub avg_mhz: Option<f64>,
+    pub busy_mhz: Option<f64>,
+    pub busy_pct: Option<f64>,
+    /// SMIs counted (MSR 0x34), None when not readable.
+    pub smi: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -51,11 +51,6 @@ pub struct HardwareSection {
     pub cpuid: Option<CpuidFacts>,
     /// Null when the snapshot did not capture counters.
     pub counters: Option<CountersSection>,
-}
-
-fn opt(v: Option<f64>, digits: i32) -> Value {
-    v.filter(|x| x.is_finite())
-        .map_or(Value::Null, |x| round(x, digits))
 }
 
 fn mean(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
@@ -83,23 +78,19 @@ fn per_cpu(h: &HardwareModel) -> Vec<CpuCounters> {
             let smi: Vec<u64> = ws.iter().filter_map(|w| w.smi).collect();
             CpuCounters {
                 cpu,
-                ipc: opt(t.ipc(), 3),
-                cache_miss_rate: opt(t.miss_rate(), 4),
-                min_running_share: opt(
+                ipc: round_opt(t.ipc(), 3),
+                cache_miss_rate: round_opt(t.miss_rate(), 4),
+                min_running_share: round_opt(
                     ws.iter()
                         .filter_map(|w| w.hw_running_share)
                         .reduce(f64::min),
                     3,
                 ),
-                tsc_mhz: opt(mean(ws.iter().map(|w| w.tsc_mhz)), 1),
-                avg_mhz: opt(mean(ws.iter().map(|w| w.avg_mhz)), 1),
-                busy_mhz: opt(mean(ws.iter().map(|w| w.busy_mhz)), 1),
-                busy_pct: opt(mean(ws.iter().map(|w| w.busy_pct)), 2),
-                smi: if smi.is_empty() {
-                    Value::Null
-                } else {
-                    Value::from(smi.iter().sum::<u64>())
-                },
+                tsc_mhz: round_opt(mean(ws.iter().map(|w| w.tsc_mhz)), 1),
+                avg_mhz: round_opt(mean(ws.iter().map(|w| w.avg_mhz)), 1),
+                busy_mhz: round_opt(mean(ws.iter().map(|w| w.busy_mhz)), 1),
+                busy_pct: round_opt(mean(ws.iter().map(|w| w.busy_pct)), 2),
+                smi: (!smi.is_empty()).then(|| smi.iter().sum::<u64>()),
             }
         })
         .collect()

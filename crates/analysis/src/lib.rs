@@ -6,6 +6,8 @@ pub mod hardware;
 pub mod report;
 pub mod roles;
 pub mod rules;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use finding::{Finding, Severity};
 pub use report::{build, host_report, DoctorReport, HostReport, ReportInput};

@@ -1,33 +1,37 @@
 //! The doctor report (SPEC.md "JSON report"): summary, ranked findings, notes.
 
-use crate::finding::{round, Finding};
+use crate::finding::{evidence, Finding};
 use crate::roles::guest_evidence;
 use crate::rules::run_guest;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Serialize, Serializer};
+use stealscope_findings::evidence::in_key_order;
+use stealscope_findings::units::{pct, round_opt};
+use stealscope_model::host::derived::ExitsByVm;
 use stealscope_model::host::VmKind;
 use stealscope_model::MachineModel;
+use stealscope_probes::{preempt::PreemptReport, wakeup::WakeupReport};
+use stealscope_readers::kvm_debugfs::KvmVm;
 
 pub const SCHEMA: &str = "stealscope/doctor/1";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CpuSummary {
     pub cpu: u32,
-    pub busy_pct: Value,
-    pub idle_pct: Value,
-    pub steal_pct: Value,
+    pub busy_pct: Option<f64>,
+    pub idle_pct: Option<f64>,
+    pub steal_pct: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     /// Mean over CPUs, % of wall time; null when no CPU was online throughout.
-    pub steal_pct: Value,
+    pub steal_pct: Option<f64>,
     pub cpus: Vec<CpuSummary>,
     /// Share of steal that hit busy / idle windows; null when no steal.
-    pub steal_busy_share: Value,
-    pub steal_idle_share: Value,
+    pub steal_busy_share: Option<f64>,
+    pub steal_idle_share: Option<f64>,
     pub windows: usize,
-    pub wall_s: Value,
+    pub wall_s: Option<f64>,
 }
 
 /// The host view: VMs, per-vCPU host steal, the hypervisor split.
@@ -36,7 +40,8 @@ pub struct HostSection {
     pub vms: Vec<stealscope_model::host::VmSteal>,
     pub hypervisor: Hypervisor,
     /// KVM statistics from debugfs, or why they are missing.
-    pub kvm_stats: Value,
+    #[serde(serialize_with = "in_key_order")]
+    pub kvm_stats: KvmStats,
     pub numa_nodes: usize,
     /// KVM binary statistics (stats fds or QMP query-stats) per VM, or why not.
     pub kvm_binary_stats: SourceStatus,
@@ -59,6 +64,42 @@ pub struct WhoStole {
     pub host_work: stealscope_model::host::host_work::HostWork,
 }
 
+/// KVM debugfs statistics per VM, or one sentence saying why there are none
+/// (JSON: the list, or the sentence as a string).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum KvmStats {
+    Vms(Vec<KvmVm>),
+    Missing(String),
+}
+
+impl KvmStats {
+    /// The sentence, when the statistics are missing.
+    pub fn missing(&self) -> Option<&str> {
+        match self {
+            KvmStats::Missing(s) => Some(s),
+            KvmStats::Vms(_) => None,
+        }
+    }
+}
+
+/// One VM whose KVM binary statistics were read, and from where.
+#[derive(Debug, Clone, Serialize)]
+pub struct BinaryStatsVm {
+    pub name: String,
+    pub pid: u32,
+    pub source: &'static str,
+    pub vcpus: usize,
+}
+
+/// The details behind a [`SourceStatus`].
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum SourceData {
+    Binary(Vec<BinaryStatsVm>),
+    Exits(ExitsByVm),
+}
+
 /// A source of KVM statistics: whether it gave anything, one line saying
 /// what (the text report prints it as is), and the details.
 #[derive(Debug, Clone, Serialize)]
@@ -66,16 +107,19 @@ pub struct SourceStatus {
     /// "available", "partial", "not available", "no exits" or "not taken".
     pub status: &'static str,
     pub detail: String,
-    #[serde(skip_serializing_if = "Value::is_null")]
-    pub data: Value,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "in_key_order"
+    )]
+    pub data: Option<SourceData>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Hypervisor {
-    pub vcpu_wait_cpu_s: Value,
-    pub host_idle_cpu_s: Value,
-    pub busy_steal_share: Value,
-    pub idle_steal_share: Value,
+    pub vcpu_wait_cpu_s: Option<f64>,
+    pub host_idle_cpu_s: Option<f64>,
+    pub busy_steal_share: Option<f64>,
+    pub idle_steal_share: Option<f64>,
 }
 
 pub fn host_section(m: &MachineModel) -> Option<HostSection> {
@@ -83,18 +127,18 @@ pub fn host_section(m: &MachineModel) -> Option<HostSection> {
     if m.t1.host.vms.is_empty() {
         return None;
     }
-    let share = |v: Option<f64>| v.map_or(Value::Null, |x| round(x, 3));
+    let share = |v: Option<f64>| round_opt(v, 3);
     let kvm_stats = match &m.t1.host.kvm {
-        Some(vms) => serde_json::to_value(vms).unwrap_or(Value::Null),
-        None => Value::from("not available: KVM debugfs (/sys/kernel/debug/kvm) is not mounted or KVM is not loaded; exit and halt-poll statistics not shown"),
+        Some(vms) => KvmStats::Vms(vms.clone()),
+        None => KvmStats::Missing("not available: KVM debugfs (/sys/kernel/debug/kvm) is not mounted or KVM is not loaded; exit and halt-poll statistics not shown".into()),
     };
     Some(HostSection {
         kvm_binary_stats: kvm_binary_status(m),
         kvm_exit_sample: exit_sample_status(m),
         vms: h.vms.clone(),
         hypervisor: Hypervisor {
-            vcpu_wait_cpu_s: round(h.split.vcpu_wait_s, 3),
-            host_idle_cpu_s: round(h.split.host_idle_s, 3),
+            vcpu_wait_cpu_s: round_opt(Some(h.split.vcpu_wait_s), 3),
+            host_idle_cpu_s: round_opt(Some(h.split.host_idle_s), 3),
             busy_steal_share: share(h.split.busy_share()),
             idle_steal_share: share(h.split.idle_share()),
         },
@@ -118,8 +162,12 @@ fn kvm_binary_status(m: &MachineModel) -> SourceStatus {
         let who = format!("{} (pid {})", vm.name, vm.pid);
         let outcome = match h.kvm_binary.get(&vm.pid) {
             Some(c) => {
-                got.push(serde_json::json!({"name": vm.name, "pid": vm.pid,
-                    "source": c.source.as_str(), "vcpus": c.vcpus.len()}));
+                got.push(BinaryStatsVm {
+                    name: vm.name.clone(),
+                    pid: vm.pid,
+                    source: c.source.as_str(),
+                    vcpus: c.vcpus.len(),
+                });
                 c.source.as_str().to_string()
             }
             None => format!(
@@ -152,7 +200,7 @@ fn kvm_binary_status(m: &MachineModel) -> SourceStatus {
     SourceStatus {
         status,
         detail: detail.join("; "),
-        data: Value::Array(got),
+        data: Some(SourceData::Binary(got)),
     }
 }
 
@@ -162,7 +210,7 @@ fn exit_sample_status(m: &MachineModel) -> SourceStatus {
         return SourceStatus {
             status: "not taken",
             detail: "not taken (this snapshot has no kvm:kvm_exit sample)".into(),
-            data: Value::Null,
+            data: None,
         };
     };
     let c = match sample {
@@ -171,11 +219,11 @@ fn exit_sample_status(m: &MachineModel) -> SourceStatus {
             return SourceStatus {
                 status: "not available",
                 detail: format!("not available: {reason}"),
-                data: Value::Null,
+                data: None,
             }
         }
     };
-    let data = serde_json::to_value(&m.host.exits).unwrap_or(Value::Null);
+    let data = m.host.exits.clone().map(SourceData::Exits);
     let lost = if c.lost > 0 {
         format!(", {} events lost", c.lost)
     } else {
@@ -249,7 +297,7 @@ fn exit_sample_status(m: &MachineModel) -> SourceStatus {
 pub struct DoctorReport {
     pub schema: &'static str,
     pub roles: Vec<String>,
-    pub interval_s: Value,
+    pub interval_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -258,10 +306,9 @@ pub struct DoctorReport {
     /// Present when VMs run on this machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostSection>,
-    /// Reports of the active probes (`doctor --probe`), as the probes
-    /// crate renders them.
+    /// Reports of the active probes (`doctor --probe`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub probes: Option<Value>,
+    pub probes: Option<ProbeReports>,
     /// CPUID (hypervisor, KVM features and hints) and hardware counters.
     pub hardware: crate::hardware::HardwareSection,
     /// Most severe first.
@@ -273,11 +320,31 @@ pub struct DoctorReport {
 impl DoctorReport {
     /// Adds what the active probes measured: their reports, their
     /// findings (ranked with the rest) and their notes.
-    pub fn add_probes(&mut self, reports: Value, findings: Vec<Finding>, notes: Vec<String>) {
+    pub fn add_probes(
+        &mut self,
+        reports: ProbeReports,
+        findings: Vec<Finding>,
+        notes: Vec<String>,
+    ) {
         self.probes = Some(reports);
         self.findings.extend(findings);
         rank(&mut self.findings);
         self.notes.extend(notes);
+    }
+}
+
+/// What `doctor --probe` measured: the wakeup probe, then the preempt probe
+/// unless the run was interrupted first.
+#[derive(Debug, Clone)]
+pub struct ProbeReports {
+    pub wakeup: WakeupReport,
+    pub preempt: Option<PreemptReport>,
+}
+
+/// In JSON every object of the probe reports has its keys in name order.
+impl Serialize for ProbeReports {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        evidence! {"wakeup" => self.wakeup, "preempt" => self.preempt}.serialize(s)
     }
 }
 
@@ -294,8 +361,8 @@ fn rank(findings: &mut [Finding]) {
 /// Tick quantisation can put a column a tick above wall time; a CPU cannot
 /// be more than 100 % anything, so the report clamps (the raw deltas and any
 /// real excess are kept as counter anomalies).
-fn pct(v: f64) -> Value {
-    round(v.clamp(0.0, 100.0), 2)
+fn pct_of(v: f64) -> Option<f64> {
+    pct(v)
 }
 
 pub struct ReportInput<'a> {
@@ -332,30 +399,30 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
                 .to_string(),
         );
     }
-    let share = |v: Option<f64>| v.map_or(Value::Null, |x| round(x, 3));
+    let share = |v: Option<f64>| round_opt(v, 3);
     DoctorReport {
         schema: SCHEMA,
         roles,
-        interval_s: round(input.interval_s, 3),
+        interval_s: round_opt(Some(input.interval_s), 3),
         hostname: input.hostname,
         kernel: input.kernel.or_else(|| m.t1.osrelease.clone()),
         summary: Summary {
-            steal_pct: m.steal_pct().map_or(Value::Null, pct),
+            steal_pct: m.steal_pct().and_then(pct_of),
             cpus: m
                 .interval
                 .cpus
                 .iter()
                 .map(|c| CpuSummary {
                     cpu: c.cpu,
-                    busy_pct: pct(c.busy_pct()),
-                    idle_pct: pct(c.idle_pct()),
-                    steal_pct: pct(c.steal_pct()),
+                    busy_pct: pct_of(c.busy_pct()),
+                    idle_pct: pct_of(c.idle_pct()),
+                    steal_pct: pct_of(c.steal_pct()),
                 })
                 .collect(),
             steal_busy_share: share(m.split.busy_share()),
             steal_idle_share: share(m.split.idle_share()),
             windows: m.windows.len(),
-            wall_s: round(m.wall_s, 3),
+            wall_s: round_opt(Some(m.wall_s), 3),
         },
         host,
         probes: None,
@@ -370,10 +437,11 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct HostReport {
     pub schema: &'static str,
-    pub interval_s: Value,
+    pub interval_s: Option<f64>,
     pub vms: Vec<stealscope_model::host::VmSteal>,
     pub hypervisor: Option<Hypervisor>,
-    pub kvm_stats: Value,
+    #[serde(serialize_with = "in_key_order")]
+    pub kvm_stats: Option<KvmStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kvm_binary_stats: Option<SourceStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -390,11 +458,11 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         Some(h) => (
             h.vms,
             Some(h.hypervisor),
-            h.kvm_stats,
+            Some(h.kvm_stats),
             Some(h.kvm_binary_stats),
             Some(h.kvm_exit_sample),
         ),
-        None => (Vec::new(), None, Value::Null, None, None),
+        None => (Vec::new(), None, None, None, None),
     };
     // The host view leaves out the guest-side hardware notes (CPUID, counters).
     let hw_notes = crate::hardware::notes(&d.hardware);

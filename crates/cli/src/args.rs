@@ -7,7 +7,7 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "stealscope",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("STEALSCOPE_GIT_COMMIT"), ")"),
     about = "Who stole my CPU? Steal and jitter diagnosis for KVM guests and hosts",
     long_about = "stealscope measures CPU steal and scheduling jitter inside a VM, tells busy steal \
                   (the host is oversubscribed) from idle steal (host configuration), and names known \
@@ -224,7 +224,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|_| format!("{s:?} is not a duration like 5s, 500ms or 2m"))?;
     let secs = v * mult;
     if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
-        return Err(format!("{s:?}: duration must be between 0 and 24h"));
+        return Err(format!(
+            "{s:?}: a duration must be longer than 0 and at most 24h (e.g. 500ms, 5s, 2m)"
+        ));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -235,4 +237,18 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
         return Err("rate must be between 0 and 1000 Hz".into());
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_bounds_are_the_ones_enforced() {
+        let e = parse_duration("0").unwrap_err();
+        assert!(e.contains("longer than 0 and at most 24h"), "{e}");
+        assert!(parse_duration("24h").is_ok());
+        assert!(parse_duration("1ms").is_ok());
+        assert!(parse_duration("24.1h").unwrap_err().contains("at most 24h"));
+    }
 }

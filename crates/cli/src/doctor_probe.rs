@@ -4,9 +4,9 @@
 //! interval: the preempt spinner keeps every CPU busy, which would turn the
 //! interval's idle steal into busy steal.
 
-use serde_json::json;
 use std::time::Duration;
-use stealscope_analysis::{DoctorReport, Finding};
+use stealscope_analysis::report::ProbeReports;
+use stealscope_analysis::DoctorReport;
 use stealscope_probes::{findings::jitter_findings, preempt, signals, wakeup};
 
 type Error = Box<dyn std::error::Error>;
@@ -31,11 +31,7 @@ pub fn add_to(report: &mut DoctorReport, duration: Duration) -> Result<(), Error
             &stop,
         )?)
     };
-    let findings = jitter_findings(Some(&w), p.as_ref())
-        .into_iter()
-        .map(serde_json::from_value::<Finding>)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("probe finding does not match the finding schema: {e}"))?;
+    let findings = jitter_findings(Some(&w), p.as_ref());
     let mut notes: Vec<String> = w
         .notes
         .iter()
@@ -47,6 +43,13 @@ pub fn add_to(report: &mut DoctorReport, duration: Duration) -> Result<(), Error
     if w.interrupted || p.as_ref().is_none_or(|p| p.interrupted) {
         notes.push("probes interrupted: their figures cover the part that ran".into());
     }
-    report.add_probes(json!({ "wakeup": w, "preempt": p }), findings, notes);
+    report.add_probes(
+        ProbeReports {
+            wakeup: w,
+            preempt: p,
+        },
+        findings,
+        notes,
+    );
     Ok(())
 }

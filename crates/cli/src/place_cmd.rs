@@ -158,8 +158,13 @@ fn journal_path(c: &PlaceCommon, cfg: &Config) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(&cfg.journal))
 }
 
-/// The host observed over `interval`, as the planner's input.
-fn observe(interval: Duration, stop: Option<&AtomicBool>) -> Result<HostInput, Error> {
+/// The host observed over `interval`, as the planner's input, with the
+/// config's shared group as it is now.
+fn observe(
+    cfg: &Config,
+    interval: Duration,
+    stop: Option<&AtomicBool>,
+) -> Result<HostInput, Error> {
     let src = RootFs::new(Path::new("/"));
     // Timed from just before each side: collect_host reads the thread times
     // first, and the rest of a side can take seconds on a busy host.
@@ -168,12 +173,12 @@ fn observe(interval: Duration, stop: Option<&AtomicBool>) -> Result<HostInput, E
     sleep_until(start + interval, stop);
     let end = Instant::now();
     let t1 = collect_host(&src, Side::End)?;
-    Ok(live::host_input(
-        &src,
-        &t0,
-        &t1,
-        (end - start).as_secs_f64(),
-    )?)
+    let mut host = live::host_input(&src, &t0, &t1, (end - start).as_secs_f64())?;
+    host.shared_group_weight = host
+        .cpu_controller
+        .as_ref()
+        .and_then(|c| live::group_weight(&src, &c.group(&cfg.shared_group)));
+    Ok(host)
 }
 
 fn sleep_until(deadline: Instant, stop: Option<&AtomicBool>) {
@@ -260,7 +265,7 @@ fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
             })?
         }
         None => {
-            let host = observe(a.plan.interval, None)?;
+            let host = observe(&cfg, a.plan.interval, None)?;
             let state = journal::read(&jpath)?;
             plan(
                 &host,
@@ -276,7 +281,23 @@ fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
     let mut log = |l: &str| eprintln!("stealscope place: {l}");
     let mut ap = applier(&cfg, jpath, !a.yes, ctl.as_ref(), &mut log);
     let r = ap.apply(&p.actions, BatchKind::Apply, None)?;
-    print_report(&r, a.plan.common.json)?;
+    if a.yes {
+        print_report(&r, a.plan.common.json)?;
+    } else {
+        // A dry run shows the plan it would apply, then what each action
+        // would replace.
+        crate::write_stdout(&if a.plan.common.json {
+            let mut v = serde_json::to_value(&r)?;
+            v["plan"] = serde_json::to_value(&p)?;
+            stealscope_output::json::render(&v)
+        } else {
+            format!(
+                "{}\n{}",
+                stealscope_output::place::plan(&p),
+                stealscope_output::place::apply_report(&r)
+            )
+        })?;
+    }
     match &r.error {
         Some(e) => Err(format!("apply failed: {e}").into()),
         None => Ok(()),
@@ -333,7 +354,7 @@ fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
     let mut pass = 0u64;
     while !stop.load(Ordering::Relaxed) && a.passes.is_none_or(|n| pass < n) {
         pass += 1;
-        let mut host = match observe(interval, Some(&stop)) {
+        let mut host = match observe(&cfg, interval, Some(&stop)) {
             Ok(h) => h,
             Err(e) => {
                 log(&format!("pass {pass}: cannot observe the host: {e}"));
@@ -416,7 +437,7 @@ pub fn run(a: &PlaceArgs) -> Result<(), Error> {
     match &a.cmd {
         PlaceCmd::Plan(p) => {
             let cfg = config(&p.common)?;
-            let host = observe(p.interval, None)?;
+            let host = observe(&cfg, p.interval, None)?;
             let state = journal::read(&journal_path(&p.common, &cfg))?;
             print_plan(
                 &plan(

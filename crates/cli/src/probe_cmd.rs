@@ -322,24 +322,29 @@ fn throughput_text(r: &throughput::ThroughputReport) -> String {
         "throughput: {}, {:.2} s in {} ms windows",
         r.kernel, r.duration_s, r.window_ms
     );
-    let _ = writeln!(
-        o,
-        "{:>5} {:>10} {:>10} {:>7} {:>8} {:>10} {:>8} {:>10} {:>10}",
-        "CPU",
-        "ops/s",
-        "best ops/s",
-        "loss %",
-        "steal %",
-        "not run %",
-        "steal w",
-        "w steal %",
-        "w loss %"
+    // Two header rows so every column has a name, within 80 columns.
+    let head = |o: &mut String, h: [&str; 9]| {
+        let _ = writeln!(
+            o,
+            "{:>4} {:>9} {:>9} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7}",
+            h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8]
+        );
+    };
+    head(
+        &mut o,
+        ["", "", "best", "", "", "not", "steal", "steal %", "loss %"],
+    );
+    head(
+        &mut o,
+        [
+            "CPU", "ops/s", "ops/s", "loss %", "steal %", "run %", "windows", "in them", "in them",
+        ],
     );
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     for c in &r.cpus {
         let _ = writeln!(
             o,
-            "{:>5} {:>10.0} {:>10.0} {:>7.2} {:>8} {:>10.2} {:>8} {:>10} {:>10}",
+            "{:>4} {:>9.0} {:>9.0} {:>6.2} {:>7} {:>7.2} {:>7} {:>7} {:>7}",
             c.cpu,
             c.ops_per_s,
             c.baseline_ops_per_s,
@@ -351,6 +356,11 @@ fn throughput_text(r: &throughput::ThroughputReport) -> String {
             opt(c.steal_window_loss_pct)
         );
     }
+    let _ = writeln!(
+        o,
+        "steal windows: the {} ms windows with any steal; steal % and loss % in them: their mean.",
+        r.window_ms
+    );
     let _ = writeln!(o, "{}", r.summary);
     notes(&mut o, &r.notes);
     o

@@ -88,10 +88,11 @@ pub fn run(a: &ReportArgs) -> Result<(), Error> {
     });
     write_page(&a.output, &page)?;
     eprintln!(
-        "wrote {} ({} KiB, {} findings)",
+        "wrote {} ({} KiB, {} finding{})",
         a.output.display(),
         page.len().div_ceil(1024),
-        report.findings.len()
+        report.findings.len(),
+        if report.findings.len() == 1 { "" } else { "s" }
     );
     Ok(())
 }

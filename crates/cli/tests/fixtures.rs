@@ -18,6 +18,17 @@ fn fixture_dirs(kind: &str) -> Vec<std::path::PathBuf> {
     v
 }
 
+/// What a fixture directory holds to analyse: its packed snapshot
+/// (fixtures/gen/pack.py), or the directory itself (fixtures/bad).
+fn snapshot_of(dir: &std::path::Path) -> std::path::PathBuf {
+    let packed = dir.join("snapshot.tar.gz");
+    if packed.exists() {
+        packed
+    } else {
+        dir.to_path_buf()
+    }
+}
+
 fn expect(p: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p.join("expect.json")).unwrap()).unwrap()
 }
@@ -98,7 +109,8 @@ fn snapshot_fixtures_meet_expectations() {
     for dir in &dirs {
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let exp = expect(dir);
-        let out = run(&["doctor", "--json", "--snapshot", dir.to_str().unwrap()]);
+        let snap = snapshot_of(dir);
+        let out = run(&["doctor", "--json", "--snapshot", snap.to_str().unwrap()]);
         if !out.status.success() {
             failures.push(format!(
                 "{name}: exit {:?}: {}",
@@ -192,7 +204,7 @@ fn snapshot_fixtures_meet_expectations() {
             }
         }
         // Text output must render too, and never be empty.
-        let text = run(&["doctor", "--snapshot", dir.to_str().unwrap()]);
+        let text = run(&["doctor", "--snapshot", snap.to_str().unwrap()]);
         assert!(
             text.status.success() && text.stdout.len() > 100,
             "{name}: text report"

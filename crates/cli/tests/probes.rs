@@ -4,36 +4,13 @@
 //! it was. Tests that need root fail under CI=true and skip otherwise.
 
 mod common;
+use common::probes::*;
 use common::*;
 use serde_json::Value;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// The probes use every CPU they are given: one test at a time, also across
-/// processes (another checkout's `cargo test` running the same tests).
-struct Serial {
-    _file: std::fs::File,
-    _guard: MutexGuard<'static, ()>,
-}
-
-fn serial() -> Serial {
-    use std::os::fd::AsRawFd;
-    static LOCK: Mutex<()> = Mutex::new(());
-    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(std::env::temp_dir().join("stealscope-probe-tests.lock"))
-        .unwrap();
-    // SAFETY: flock on a descriptor we own; released when the file closes.
-    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0);
-    Serial {
-        _file: file,
-        _guard: guard,
-    }
-}
 
 const BURST_US: u64 = 200;
 /// The preempt test's burst period: ~10 ms. Not a multiple of the 1000 µs
@@ -43,9 +20,6 @@ const PERIOD_US: u64 = 9_973;
 /// wake-ups, so ~20% of them fall inside a burst. At 10 ms only 2% would, and
 /// on a shared VM the baseline's own tail moves by more than that.
 const WAKEUP_PERIOD_US: u64 = 1_009;
-/// PM QoS value when nobody holds a request (PM_QOS_DEFAULT_VALUE).
-const PM_QOS_DEFAULT: i32 = 2_000_000_000;
-
 fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -165,73 +139,6 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: valid pointer to a timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn probe_cpu() -> u32 {
-    // The last CPU: CPU 0 takes most housekeeping.
-    (std::thread::available_parallelism().map_or(1, |n| n.get()) - 1) as u32
-}
-
-fn pm_qos() -> Option<i32> {
-    let b = std::fs::read("/dev/cpu_dma_latency").ok()?;
-    Some(i32::from_ne_bytes(b.get(..4)?.try_into().ok()?))
-}
-
-/// Threads of `pid` (or of every process when None) with SCHED_FIFO/RR
-/// whose name starts with "ss-": the probes' threads.
-fn rt_probe_threads(pid: Option<u32>) -> Vec<String> {
-    let pids: Vec<String> = match pid {
-        Some(p) => vec![p.to_string()],
-        None => std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            .collect(),
-    };
-    let mut out = Vec::new();
-    for p in pids {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
-                continue;
-            };
-            let Some((head, rest)) = stat.rsplit_once(')') else {
-                continue;
-            };
-            let comm = head.split_once('(').map_or("", |x| x.1);
-            // Field 41 (policy); `rest` starts at field 3.
-            let policy: u32 = rest
-                .split_whitespace()
-                .nth(38)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            if comm.starts_with("ss-") && (policy == 1 || policy == 2) {
-                out.push(format!("{p}/{comm}"));
-            }
-        }
-    }
-    out
-}
-
-fn trace_instances() -> Vec<String> {
-    std::fs::read_dir("/sys/kernel/tracing/instances")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("stealscope-probe-"))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn tracefs_mounted() -> bool {
-    std::fs::read_to_string("/proc/self/mounts")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some("/sys/kernel/tracing"))
 }
 
 fn cpu_entry(v: &Value, cpu: u32) -> &Value {

@@ -445,7 +445,7 @@ fn bad_input_exits_2_with_one_line() {
         assert!(!out_html.exists(), "wrote a page for {}", input.display());
     }
     // An output that cannot be written names itself.
-    let good = repo().join("fixtures/snapshots/6.x-healthy");
+    let good = repo().join("fixtures/snapshots/6.x-healthy/snapshot.tar.gz");
     let nowhere = dir.path().join("no/such/dir/r.html");
     let out = report(&good, &nowhere);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -458,7 +458,7 @@ fn bad_input_exits_2_with_one_line() {
 /// in `host --json` of the same snapshot.
 #[test]
 fn report_of_a_host_snapshot_has_the_who_stole_table() {
-    let snap = repo().join("fixtures/snapshots/host-noisy-neighbor");
+    let snap = repo().join("fixtures/snapshots/host-noisy-neighbor/snapshot.tar.gz");
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("who.html");
     assert_ok(&report(&snap, &page));

@@ -2,6 +2,7 @@
 //! readings with hostile-counter handling, short windows and the busy/idle
 //! steal split, interrupt rates.
 
+pub mod bursts;
 pub mod cputime;
 pub mod hardware;
 pub mod hw;

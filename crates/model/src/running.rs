@@ -2,14 +2,17 @@
 //! exporters (`serve`): per-CPU seconds per mode that never decrease, because
 //! every step is a [`delta`] (a counter that goes backwards or jumps past wall
 //! time is clamped there and counted here), and a histogram of the steal
-//! share of every window, so bursts survive a 15 s scrape.
+//! share of every span of at least ~100 ms (windows merged as the burst
+//! judgement merges them, [`crate::bursts`]), so bursts survive a 15 s
+//! scrape and one 10 ms counter unit does not read as a 100 % window.
 
+use crate::bursts::SpanBuilder;
 use crate::cputime::{delta, modes_present, ModeSecs};
 use std::collections::BTreeMap;
 use stealscope_readers::stat::ProcStat;
 
-/// Upper bounds of the steal-share buckets (plus +Inf). At 10 Hz with
-/// USER_HZ=100 a window holds 10 ticks, so shares sit near multiples of 0.1;
+/// Upper bounds of the steal-share buckets (plus +Inf). A span of ~100 ms
+/// with USER_HZ=100 holds 10 ticks, so shares sit near multiples of 0.1;
 /// the edges lie between those so that jitter in a window's length does not
 /// move it across a bucket. `0` counts the windows without any steal.
 pub const STEAL_SHARE_BOUNDS: [f64; 8] = [0.0, 0.05, 0.15, 0.25, 0.45, 0.65, 0.85, 0.95];
@@ -53,8 +56,10 @@ pub struct CpuRunning {
     pub secs: ModeSecs,
     /// Columns the kernel prints for this CPU ([`crate::cputime::MODES`] order).
     pub present: [bool; 8],
-    /// Steal share of each window; empty when the kernel has no steal column.
+    /// Steal share of each span; empty when the kernel has no steal column.
     pub steal_windows: ShareHistogram,
+    /// Windows since the last complete span.
+    span: SpanBuilder,
     /// Counter anomalies (backwards, above wall time) clamped on this CPU.
     pub anomalies: u64,
 }
@@ -88,6 +93,7 @@ impl RunningCpuTimes {
                 secs: ModeSecs::from_ticks(&row.times, self.clk_tck),
                 present: modes_present(&row.times),
                 steal_windows: ShareHistogram::default(),
+                span: SpanBuilder::default(),
                 anomalies: 0,
             });
         }
@@ -100,7 +106,9 @@ impl RunningCpuTimes {
                 };
                 run.secs.add(&c.secs);
                 if c.has_steal {
-                    run.steal_windows.observe(c.secs.steal / wall_s);
+                    if let Some(span) = run.span.push(c.cpu, 0.0, wall_s, c.secs.steal) {
+                        run.steal_windows.observe(span.steal_s / span.wall_s);
+                    }
                 }
             }
             for a in d.anomalies.iter().filter(|a| a.is_counter()) {
@@ -147,6 +155,23 @@ mod tests {
         // 0.3 falls in the (0.25, 0.45] bucket.
         assert_eq!(c.steal_windows.counts[4], 1);
         assert_eq!(c.anomalies, 0);
+    }
+
+    #[test]
+    fn short_windows_are_merged_into_100ms_spans() {
+        let mut r = RunningCpuTimes::new(100.0);
+        let ms = 1_000_000;
+        r.push(0, st(&[[0, 0, 0, 0, 0, 0, 0, 0]]));
+        // 10 ms windows; one counter unit in the first.
+        for k in 1..=20u64 {
+            r.push(10 * k * ms, st(&[[0, 0, 0, k, 0, 0, 0, 1]]));
+        }
+        let h = &r.cpus[&0].steal_windows;
+        // Two spans of 90 ms (a short tail waits), 11 % and 0 %: no 100 %
+        // window.
+        assert_eq!(h.count, 2, "{h:?}");
+        assert_eq!(h.counts[0], 1);
+        assert_eq!(h.counts[2], 1);
     }
 
     #[test]

@@ -101,42 +101,6 @@ pub fn split<'a>(windows: impl IntoIterator<Item = &'a IntervalDelta>) -> StealS
     s
 }
 
-/// The window with the most steal on any CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PeakWindow {
-    pub cpu: u32,
-    pub start_s: f64,
-    pub wall_s: f64,
-    pub steal_pct: f64,
-}
-
-pub fn peak(windows: &[(f64, IntervalDelta)]) -> Option<PeakWindow> {
-    let mut best: Option<PeakWindow> = None;
-    for (start, w) in windows {
-        for c in &w.cpus {
-            let pct = c.steal_pct();
-            if best.is_none_or(|b| pct > b.steal_pct) {
-                best = Some(PeakWindow {
-                    cpu: c.cpu,
-                    start_s: *start,
-                    wall_s: c.wall_s,
-                    steal_pct: pct,
-                });
-            }
-        }
-    }
-    best
-}
-
-/// How many (cpu, window) pairs had steal at or above `pct`.
-pub fn count_at_least(windows: &[(f64, IntervalDelta)], pct: f64) -> usize {
-    windows
-        .iter()
-        .flat_map(|(_, w)| w.cpus.iter())
-        .filter(|c| c.steal_pct() >= pct)
-        .count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,11 +7,11 @@
 use std::cell::RefCell;
 use std::path::Path;
 use stealscope_model::observation::{collect, Side};
-use stealscope_readers::{ReadError, RootFs, Source};
+use stealscope_readers::{snapshot, MemFs, ReadError, Source};
 
 /// Passes reads through, keeping the order of the paths.
 struct Logged {
-    inner: RootFs,
+    inner: MemFs,
     reads: RefCell<Vec<String>>,
 }
 
@@ -30,11 +30,14 @@ impl Source for Logged {
 
 #[test]
 fn thread_times_come_right_after_the_clock_and_before_files_that_wait_for_a_vm() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/snapshots/host-2node-pinned-qemu-img");
-    for side in ["t0", "t1"] {
+    let snap = snapshot::open(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/snapshots/host-2node-pinned-qemu-img/snapshot.tar.gz"),
+    )
+    .unwrap();
+    for (side, fs) in [("t0", &snap.t0), ("t1", &snap.t1)] {
         let src = Logged {
-            inner: RootFs::new(dir.join(side)),
+            inner: fs.clone(),
             reads: RefCell::new(Vec::new()),
         };
         let obs = collect(&src, if side == "t0" { Side::Start } else { Side::End }).unwrap();

@@ -138,7 +138,7 @@ fn timeline(c: &Case, base: &MachineModel) -> Timeline {
 
 fn main() {
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/snapshots/6.x-bursty-steal");
+        .join("../../fixtures/snapshots/6.x-bursty-steal/snapshot.tar.gz");
     let snap = snapshot::open(&fixture).unwrap();
     let base = MachineModel::build(&snap).unwrap();
     let cases = [

@@ -178,7 +178,7 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
     if with_windows.clone().next().is_some() {
         let mut m = enc.encode_descriptor(
             "stealscope_steal_window_ratio",
-            "Steal share of each short sampling window (default 100 ms), so that bursts survive a long scrape interval.",
+            "Steal share of each span of sampling windows at least ~100 ms long (one window at the default 10 Hz), so that bursts survive a long scrape interval and one 10 ms counter unit is not a 100 % window.",
             None,
             MetricType::Histogram,
         )?;

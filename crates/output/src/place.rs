@@ -48,6 +48,19 @@ pub fn plan(p: &Plan) -> String {
     for v in &p.vms {
         vm_line(&mut out, v);
     }
+    // One paragraph per pinned pool, however many VMs and actions it covers.
+    let mut maps: Vec<&str> = Vec::new();
+    for m in p.vms.iter().filter_map(|v| v.mapping.as_deref()) {
+        if !maps.contains(&m) {
+            maps.push(m);
+        }
+    }
+    if !maps.is_empty() {
+        let _ = writeln!(out, "\nvCPU mapping:");
+        for m in maps {
+            let _ = writeln!(out, "  {m}");
+        }
+    }
     if !p.node_pressure.is_empty() {
         let load: Vec<String> = p
             .node_pressure

@@ -1,11 +1,12 @@
 //! Human-readable report: verdict first, per-CPU table, findings ranked by
 //! severity with evidence and the fix. Colour only when asked (on a TTY).
 
-use serde_json::Value;
 use std::fmt::Write;
 use stealscope_analysis::hardware::HardwareSection;
-use stealscope_analysis::report::{Hypervisor, SourceStatus};
+use stealscope_analysis::report::{Hypervisor, KvmStats, ProbeReports, SourceStatus};
 use stealscope_analysis::{DoctorReport, Finding, HostReport, Severity};
+use stealscope_findings::units::{self, num_text};
+use stealscope_findings::Evidence;
 use stealscope_model::host::VmSteal;
 
 const WIDTH: usize = 100;
@@ -56,17 +57,14 @@ fn wrap(out: &mut String, lead: &str, text: &str) {
     }
 }
 
-pub(crate) fn fmt_value(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "n/a".to_string(),
-        Value::Array(a) if a.len() > 6 => format!("[{} items]", a.len()),
-        other => other.to_string(),
-    }
+/// Evidence as the text report prints it (see `stealscope_findings::units`).
+pub(crate) fn fmt_value(v: &Evidence) -> String {
+    units::value(v)
 }
 
-pub(crate) fn pct(v: &Value) -> String {
-    v.as_f64().map_or("n/a".to_string(), |x| format!("{x:.1}"))
+/// A percentage: one decimal, `n/a` when unknown.
+pub(crate) fn pct(v: &Option<f64>) -> String {
+    units::pct_text(*v)
 }
 
 fn finding(out: &mut String, st: &Style, f: &Finding) {
@@ -86,7 +84,7 @@ fn finding(out: &mut String, st: &Style, f: &Finding) {
     if !ev.is_empty() {
         wrap(out, "    evidence: ", &ev.join(", "));
     }
-    if let Some(Value::Array(files)) = f.evidence.get("files") {
+    if let Some(Evidence::List(files)) = f.evidence.get("files") {
         let names: Vec<String> = files.iter().map(fmt_value).collect();
         wrap(out, "    from:     ", &names.join(" "));
     }
@@ -114,7 +112,7 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
         r.summary.windows
     );
     let s = &r.summary;
-    let split = match (s.steal_busy_share.as_f64(), s.steal_idle_share.as_f64()) {
+    let split = match (s.steal_busy_share, s.steal_idle_share) {
         (Some(b), Some(i)) => format!(
             " ({:.0}% of it while vCPUs were busy, {:.0}% while idle, {:.0}% mixed)",
             100.0 * b,
@@ -138,7 +136,7 @@ pub fn doctor(r: &DoctorReport, color: bool) -> String {
     hardware(&mut out, &st, &r.hardware);
     if let Some(h) = &r.host {
         let kvm = KvmLines {
-            debugfs: &h.kvm_stats,
+            debugfs: Some(&h.kvm_stats),
             binary: Some(&h.kvm_binary_stats),
             exits: Some(&h.kvm_exit_sample),
         };
@@ -253,9 +251,8 @@ fn hardware(out: &mut String, st: &Style, h: &HardwareSection) {
         out,
         "\n  CPU     IPC  miss%  TSC MHz  Avg MHz  Bzy MHz  %Busy   SMI"
     );
-    let num = |v: &Value, scale: f64, d: usize| {
-        v.as_f64()
-            .map_or("n/a".to_string(), |x| format!("{:.*}", d, x * scale))
+    let num = |v: &Option<f64>, scale: f64, d: usize| {
+        v.map_or(units::NA.to_string(), |x| format!("{:.*}", d, x * scale))
     };
     for cpu in &c.cpus {
         let _ = writeln!(
@@ -268,42 +265,28 @@ fn hardware(out: &mut String, st: &Style, h: &HardwareSection) {
             num(&cpu.avg_mhz, 1.0, 0),
             num(&cpu.busy_mhz, 1.0, 0),
             num(&cpu.busy_pct, 1.0, 1),
-            fmt_value(&cpu.smi)
+            fmt_value(&Evidence::from(cpu.smi))
         );
     }
 }
 
 /// One line per probe that ran under `doctor --probe` (the whole reports
 /// are in the JSON).
-fn probes_summary(out: &mut String, st: &Style, p: &Value) {
-    let num = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+fn probes_summary(out: &mut String, st: &Style, p: &ProbeReports) {
     let _ = writeln!(out, "\n{}", st.bold("Probes"));
-    if let Some(o) = p.get("wakeup").and_then(|w| w.get("overall")) {
-        if let (Some(p50), Some(p99), Some(max)) =
-            (num(o, "p50_us"), num(o, "p99_us"), num(o, "max_us"))
-        {
-            let policy = p["wakeup"]
-                .get("policy")
-                .and_then(Value::as_str)
-                .unwrap_or("?");
-            let _ = writeln!(
-                out,
-                "  wakeup   timer latency p50 {p50:.1} µs, p99 {p99:.1} µs, max {max:.1} µs ({policy})"
-            );
-        }
-    }
-    if let Some(o) = p.get("preempt").and_then(|w| w.get("overall")) {
-        if let (Some(un), Some(max)) = (num(o, "unexplained_pct"), num(o, "max_unexplained_gap_us"))
-        {
-            let attribution = p["preempt"]
-                .get("attribution")
-                .and_then(Value::as_str)
-                .unwrap_or("?");
-            let _ = writeln!(
-                out,
-                "  preempt  hypervisor (unexplained) {un:.2}% of CPU, longest stall {max:.1} µs (attribution: {attribution})"
-            );
-        }
+    let w = &p.wakeup;
+    let o = &w.overall;
+    let _ = writeln!(
+        out,
+        "  wakeup   timer latency p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs ({})",
+        o.p50_us, o.p99_us, o.max_us, w.policy
+    );
+    if let Some(p) = &p.preempt {
+        let _ = writeln!(
+            out,
+            "  preempt  hypervisor (unexplained) {:.2}% of CPU, longest stall {:.1} µs (attribution: {})",
+            p.overall.unexplained_pct, p.overall.max_unexplained_gap_us, p.attribution
+        );
     }
 }
 
@@ -323,7 +306,7 @@ fn findings_and_notes(out: &mut String, st: &Style, findings: &[Finding], notes:
 
 /// What the host table says about each KVM statistics source.
 struct KvmLines<'a> {
-    debugfs: &'a Value,
+    debugfs: Option<&'a KvmStats>,
     binary: Option<&'a SourceStatus>,
     exits: Option<&'a SourceStatus>,
 }
@@ -334,8 +317,8 @@ fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kv
         "\n{}: {} VM(s); vCPUs waited {} CPU-s while host CPUs idled {} CPU-s (busy steal {}, idle steal {})",
         st.bold("Host"),
         vms.len(),
-        fmt_value(&hv.vcpu_wait_cpu_s),
-        fmt_value(&hv.host_idle_cpu_s),
+        num_text(hv.vcpu_wait_cpu_s),
+        num_text(hv.host_idle_cpu_s),
         share(&hv.busy_steal_share),
         share(&hv.idle_steal_share)
     );
@@ -374,7 +357,7 @@ fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kv
             );
         }
     }
-    if let Value::String(s) = kvm.debugfs {
+    if let Some(s) = kvm.debugfs.and_then(KvmStats::missing) {
         wrap(out, "  KVM debugfs: ", s);
     }
     if let Some(b) = kvm.binary {
@@ -385,9 +368,8 @@ fn host_table(out: &mut String, st: &Style, vms: &[VmSteal], hv: &Hypervisor, kv
     }
 }
 
-fn share(v: &Value) -> String {
-    v.as_f64()
-        .map_or("n/a".to_string(), |x| format!("{:.0}%", 100.0 * x))
+fn share(v: &Option<f64>) -> String {
+    v.map_or(units::NA.to_string(), |x| format!("{:.0}%", 100.0 * x))
 }
 
 pub fn host(r: &HostReport, color: bool) -> String {
@@ -397,11 +379,11 @@ pub fn host(r: &HostReport, color: bool) -> String {
         out,
         "{} interval {} s",
         st.bold("stealscope host"),
-        fmt_value(&r.interval_s)
+        num_text(r.interval_s)
     );
     if let Some(hv) = &r.hypervisor {
         let kvm = KvmLines {
-            debugfs: &r.kvm_stats,
+            debugfs: r.kvm_stats.as_ref(),
             binary: r.kvm_binary_stats.as_ref(),
             exits: r.kvm_exit_sample.as_ref(),
         };

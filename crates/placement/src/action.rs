@@ -163,9 +163,15 @@ impl fmt::Display for Action {
                 ..
             } => write!(
                 f,
-                "{vm}: {} = {value} (was {}){}",
+                "{vm}: {} = {value} ({}){}",
                 group.weight_file(),
-                from.map_or("unknown".to_string(), |v| v.to_string()),
+                match from {
+                    Some(v) => format!("was {v}"),
+                    // Only the shared group is read before planning; it
+                    // has no weight when it does not exist yet.
+                    None if vm == crate::diff::SHARED_GROUP_VM => "new group".to_string(),
+                    None => "was unknown".to_string(),
+                },
                 match via {
                     Knob::Libvirt { .. } => " (virsh schedinfo cpu_shares)",
                     Knob::Direct => "",

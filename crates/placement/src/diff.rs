@@ -113,11 +113,12 @@ pub fn actions(host: &HostInput, cfg: &Config, plans: &[VmPlan]) -> (Vec<Action>
                     cpus: cpus.clone(),
                     from: t.cpus_allowed.clone(),
                     via: vm.knob.clone(),
-                    reason: p
-                        .mapping
-                        .clone()
-                        .or_else(|| p.reasons.first().cloned())
-                        .unwrap_or_default(),
+                    // The mapping's reasoning is said once, in the plan.
+                    reason: if p.mapping.is_some() {
+                        crate::mapping::ACTION_REASON.to_string()
+                    } else {
+                        p.reasons.first().cloned().unwrap_or_default()
+                    },
                 });
             }
         }
@@ -160,20 +161,23 @@ pub fn actions(host: &HostInput, cfg: &Config, plans: &[VmPlan]) -> (Vec<Action>
     }
     if let (Some(g), true) = (&shared_group, shared_vcpus > 0) {
         let (unit, ..) = g.weight_unit();
-        weights.insert(
+        let value = clamp_weight(g, shared_vcpus);
+        if host.shared_group_weight != Some(value) {
+            weights.insert(
             0,
             Action::CpuWeight {
                 vm: SHARED_GROUP_VM.into(),
                 pid: 0,
                 group: g.clone(),
-                value: clamp_weight(g, shared_vcpus),
-                from: None,
+                value,
+                from: host.shared_group_weight,
                 via: Knob::Direct,
                 reason: format!(
                     "the shared group weighs as its {shared_vcpus} vCPU thread(s) would at top level ({unit} each) against the host's other groups"
                 ),
             },
         );
+        }
     }
     let mut all = groups;
     all.extend(weights);

@@ -38,6 +38,10 @@ pub struct HostInput {
     /// Where the cpu controller is (None: no cpu controller mounted).
     pub cpu_controller: Option<CpuController>,
     pub vms: Vec<VmInput>,
+    /// The weight of the config's shared group now; None when the group
+    /// does not exist yet (the plan creates it).
+    #[serde(default)]
+    pub shared_group_weight: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -140,7 +140,17 @@ pub fn host_input(
         numad_running: numad_running(src)?,
         cpu_controller: ctl,
         vms,
+        shared_group_weight: None,
     })
+}
+
+/// The weight of a cpu group now; None when it does not exist (or its
+/// weight file is unreadable).
+pub fn group_weight(src: &dyn Source, g: &crate::action::CgroupRef) -> Option<u64> {
+    src.read_value(&g.weight_file())
+        .ok()
+        .flatten()
+        .and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(test)]

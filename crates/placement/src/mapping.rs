@@ -15,6 +15,9 @@
 //! CPU never run at once: a preempted lock holder stalls the others), and
 //! keeping a thread on the CPU it is pinned to when that CPU is within
 //! `TOLERANCE` of the least loaded one, so a placed host plans no moves.
+//! Demand is counted in steps of `STEP` CPUs and ties go to the lower pid,
+//! vCPU and CPU, so two measurements of one host (`plan`, then `apply`, or
+//! a smoothed daemon pass) give the same map.
 
 use crate::config::{Config, VcpuMapping};
 use crate::input::{HostInput, VmInput};
@@ -25,6 +28,18 @@ use stealscope_readers::cpulist::format as cpulist;
 
 /// CPUs of demand within which a CPU counts as least loaded.
 const TOLERANCE: f64 = 0.15;
+/// Demand is rounded to this many CPUs: a busy vCPU measured 0.87 one
+/// second and 1.00 the next (run plus wait, a TCG guest on a loaded host),
+/// which must not reorder the map; half CPUs still tell busy, light and
+/// idle vCPUs apart.
+const STEP: f64 = 0.5;
+
+/// A measured demand in [`STEP`]s, as the planner compares demands.
+pub(crate) fn steps(demand: f64) -> f64 {
+    (demand / STEP).round() * STEP
+}
+/// The reason of each pin action the map makes; the plan says the why once.
+pub const ACTION_REASON: &str = "balanced vCPU mapping (see `vCPU mapping` in the plan)";
 /// `auto` keeps a pinned pool pinned down to this share of `pin_above`.
 const RELEASE: f64 = 0.9;
 
@@ -98,7 +113,7 @@ fn map_node(
                 slot,
                 pid: plans[i].pid,
                 // A vCPU never measured counts as busy (as in the pool's demand).
-                demand: t.and_then(|t| t.util).unwrap_or(1.0).clamp(0.0, 1.0),
+                demand: steps(t.and_then(|t| t.util).unwrap_or(1.0).clamp(0.0, 1.0)),
                 current: t
                     .filter(|t| t.cpus_allowed.len() == 1)
                     .map(|t| t.cpus_allowed[0])
@@ -145,16 +160,25 @@ fn map_node(
         .zip(&load)
         .map(|(c, l)| format!("CPU {c}: {l:.2}"))
         .collect();
+    let even = load.iter().all(|l| (l - load[0]).abs() < 1e-9);
     let reason = format!(
-        "vCPU mapping: each vCPU pinned to one CPU of the pool {} so every CPU carries the same demand ({}), because {why}; left to the load balancer, more busy vCPU threads than CPUs sit in uneven layouts for seconds",
+        "pool {}: each vCPU pinned to one CPU, {} (demand in steps of {STEP} CPU: {}), because {why}; left to the load balancer, more busy vCPU threads than CPUs sit in uneven layouts for seconds",
         cpulist(pool),
+        if even {
+            "so every CPU carries the same demand"
+        } else {
+            "spreading the demand as evenly as whole vCPUs allow"
+        },
         per_cpu.join(", ")
     );
     for (t, k) in threads.iter().zip(got) {
         plans[t.plan].vcpus[t.slot].2 = vec![pool[k]];
     }
     for &i in members {
-        plans[i].reasons.push(reason.clone());
+        plans[i].reasons.push(format!(
+            "vCPUs pinned one per CPU of the pool {} (see `vCPU mapping`)",
+            cpulist(pool)
+        ));
         plans[i].mapping = Some(reason.clone());
     }
 }

@@ -111,13 +111,15 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
     }
     let mut nodes = node_states(host, &hk);
 
-    // Biggest first: they are the hardest to fit.
+    // Biggest first: they are the hardest to fit. Demand in the mapping's
+    // steps, so that measurement noise does not reorder VMs of equal size.
     let mut order: Vec<&VmInput> = host.vms.iter().filter(|v| !v.vcpus.is_empty()).collect();
+    let steps = |v: &VmInput| crate::mapping::steps(v.demand());
     order.sort_by(|a, b| {
         b.vcpus
             .len()
             .cmp(&a.vcpus.len())
-            .then(b.demand().total_cmp(&a.demand()))
+            .then(steps(b).total_cmp(&steps(a)))
             .then(a.pid.cmp(&b.pid))
     });
     let mut shared = Vec::new();

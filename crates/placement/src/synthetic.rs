@@ -79,6 +79,7 @@ pub fn host(
             mount: "/sys/fs/cgroup/cpu".into(),
         }),
         vms: Vec::new(),
+        shared_group_weight: None,
     }
 }
 

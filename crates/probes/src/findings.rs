@@ -1,11 +1,9 @@
-//! The `jitter.*` findings from probe reports, as JSON objects shaped like
-//! every other finding (`stealscope_analysis::finding::Finding`: id,
-//! severity, title, evidence with `files`, remedy, references, case), so the
-//! doctor report can take them as they are.
+//! The `jitter.*` findings from probe reports: the same [`Finding`] every
+//! rule builds, so the doctor report ranks them with the rest.
 
 use crate::preempt::PreemptReport;
 use crate::wakeup::WakeupReport;
-use serde_json::{json, Value};
+use stealscope_findings::{evidence, Evidence, Finding, Severity};
 
 /// p99 wake-up latency that is worth a warning. A real-time thread on a
 /// well-configured KVM guest wakes within a few tens of µs at p99; above
@@ -29,11 +27,11 @@ pub const PREEMPT_GAP_CRITICAL_US: f64 = 10_000.0;
 
 const CASE: &str = "guest-micro-jitter-case.txt";
 
-fn sev(critical: bool) -> &'static str {
+fn sev(critical: bool) -> Severity {
     if critical {
-        "critical"
+        Severity::Critical
     } else {
-        "warning"
+        Severity::Warning
     }
 }
 
@@ -41,7 +39,7 @@ fn sev(critical: bool) -> &'static str {
 pub fn jitter_findings(
     wakeup: Option<&WakeupReport>,
     preempt: Option<&PreemptReport>,
-) -> Vec<Value> {
+) -> Vec<Finding> {
     let mut out = Vec::new();
     if let Some(w) = wakeup {
         if let Some(f) = wakeup_finding(w) {
@@ -56,7 +54,7 @@ pub fn jitter_findings(
     out
 }
 
-fn wakeup_finding(w: &WakeupReport) -> Option<Value> {
+fn wakeup_finding(w: &WakeupReport) -> Option<Finding> {
     let o = &w.overall;
     if o.samples == 0 || (o.p99_us <= WAKEUP_P99_WARN_US && o.max_us <= WAKEUP_MAX_CRITICAL_US) {
         return None;
@@ -79,44 +77,42 @@ fn wakeup_finding(w: &WakeupReport) -> Option<Value> {
             " - measured without SCHED_FIFO"
         }
     );
-    Some(json!({
-        "id": "jitter.wakeup-latency",
-        "severity": sev(critical),
-        "title": title,
-        "evidence": {
-            "interval_us": w.interval_us,
-            "duration_s": w.duration_s,
-            "policy": w.policy,
-            "priority": w.priority,
-            "memory_locked": w.memory_locked,
-            "pm_qos_us": w.pm_qos_us,
-            "p50_us": o.p50_us,
-            "p99_us": o.p99_us,
-            "p999_us": o.p999_us,
-            "max_us": o.max_us,
-            "p99_warn_us": WAKEUP_P99_WARN_US,
-            "max_critical_us": WAKEUP_MAX_CRITICAL_US,
-            "per_cpu": serde_json::to_value(&w.cpus).unwrap_or(Value::Null),
-            "histogram": serde_json::to_value(&o.buckets).unwrap_or(Value::Null),
-            "notes": w.notes,
-            "files": ["probe:wakeup", "/proc/stat"],
-        },
-        "remedy": "A real-time thread woke late. If `stealscope probe preempt` shows unexplained gaps \
-                   of the same size, the hypervisor is descheduling the vCPU: ask the provider for \
-                   dedicated or pinned vCPUs and send this evidence; nothing inside the guest removes it. \
-                   If the gaps are guest IRQs or threads, move them off the latency-critical CPUs \
-                   (irqaffinity=, isolcpus=/nohz_full= with rcu_nocbs=) and hold a PM QoS limit \
-                   (`stealscope probe wakeup --pm-qos-us 0` shows the gain) while the service runs.",
-        "references": [
-            "rt-tests cyclictest(8)",
-            "Documentation/power/pm_qos_interface.rst (/dev/cpu_dma_latency)",
-            "Documentation/admin-guide/kernel-parameters.txt (nohz_full, isolcpus, rcu_nocbs)"
-        ],
-        "case": CASE,
-    }))
+    Some(
+        Finding::new("jitter.wakeup-latency", sev(critical), title)
+            .evidence("interval_us", w.interval_us)
+            .evidence("duration_s", w.duration_s)
+            .evidence("policy", &w.policy)
+            .evidence("priority", w.priority)
+            .evidence("memory_locked", w.memory_locked)
+            .evidence("pm_qos_us", w.pm_qos_us)
+            .evidence("p50_us", o.p50_us)
+            .evidence("p99_us", o.p99_us)
+            .evidence("p999_us", o.p999_us)
+            .evidence("max_us", o.max_us)
+            .evidence("p99_warn_us", WAKEUP_P99_WARN_US)
+            .evidence("max_critical_us", WAKEUP_MAX_CRITICAL_US)
+            .evidence("per_cpu", Evidence::of(&w.cpus))
+            .evidence("histogram", Evidence::of(&o.buckets))
+            .evidence("notes", w.notes.clone())
+            .files(&["probe:wakeup", "/proc/stat"])
+            .remedy(
+                "A real-time thread woke late. If `stealscope probe preempt` shows unexplained gaps \
+                 of the same size, the hypervisor is descheduling the vCPU: ask the provider for \
+                 dedicated or pinned vCPUs and send this evidence; nothing inside the guest removes it. \
+                 If the gaps are guest IRQs or threads, move them off the latency-critical CPUs \
+                 (irqaffinity=, isolcpus=/nohz_full= with rcu_nocbs=) and hold a PM QoS limit \
+                 (`stealscope probe wakeup --pm-qos-us 0` shows the gain) while the service runs.",
+            )
+            .reference("rt-tests cyclictest(8)")
+            .reference("Documentation/power/pm_qos_interface.rst (/dev/cpu_dma_latency)")
+            .reference(
+                "Documentation/admin-guide/kernel-parameters.txt (nohz_full, isolcpus, rcu_nocbs)",
+            )
+            .case(CASE),
+    )
 }
 
-fn preempt_finding(p: &PreemptReport) -> Option<Value> {
+fn preempt_finding(p: &PreemptReport) -> Option<Finding> {
     let worst_pct = p
         .cpus
         .iter()
@@ -129,24 +125,24 @@ fn preempt_finding(p: &PreemptReport) -> Option<Value> {
     let critical = p.attribution == "tracefs"
         && (worst_pct.unexplained_pct >= PREEMPT_UNEXPLAINED_CRITICAL_PCT
             || max_gap >= PREEMPT_GAP_CRITICAL_US);
-    let per_cpu: Vec<Value> = p
+    let per_cpu: Vec<Evidence> = p
         .cpus
         .iter()
         .map(|c| {
-            json!({
-                "cpu": c.cpu,
-                "unexplained_pct": c.unexplained_pct,
-                "uncovered_pct": c.uncovered_pct,
-                "steal_pct": c.steal_pct,
-                "noise_us_per_s": c.noise_us_per_s,
-                "available_pct": c.available_pct,
-                "unexplained_gaps": c.classes.unexplained.count,
-                "max_unexplained_gap_us": c.classes.unexplained.max_us,
-                "irq_gaps": c.classes.irq.count,
-                "softirq_gaps": c.classes.softirq.count,
-                "thread_gaps": c.classes.thread.count,
-                "unexplained_histogram": c.unexplained_stats.buckets,
-            })
+            evidence! {
+                "cpu" => c.cpu,
+                "unexplained_pct" => c.unexplained_pct,
+                "uncovered_pct" => c.uncovered_pct,
+                "steal_pct" => c.steal_pct,
+                "noise_us_per_s" => c.noise_us_per_s,
+                "available_pct" => c.available_pct,
+                "unexplained_gaps" => c.classes.unexplained.count,
+                "max_unexplained_gap_us" => c.classes.unexplained.max_us,
+                "irq_gaps" => c.classes.irq.count,
+                "softirq_gaps" => c.classes.softirq.count,
+                "thread_gaps" => c.classes.thread.count,
+                "unexplained_histogram" => c.unexplained_stats.buckets,
+            }
         })
         .collect();
     let mut longest: Vec<&crate::preempt::Gap> = p
@@ -170,37 +166,33 @@ fn preempt_finding(p: &PreemptReport) -> Option<Value> {
         worst_pct.cpu,
         max_gap / 1000.0
     );
-    Some(json!({
-        "id": "jitter.hypervisor-preemption",
-        "severity": sev(critical),
-        "title": title,
-        "evidence": {
-            "attribution": p.attribution,
-            "duration_s": p.duration_s,
-            "threshold_us": p.threshold_us,
-            "policy": p.policy,
-            "unexplained_pct": p.overall.unexplained_pct,
-            "steal_pct": p.overall.steal_pct,
-            "max_unexplained_gap_us": max_gap,
-            "unexplained_warn_pct": PREEMPT_UNEXPLAINED_WARN_PCT,
-            "gap_warn_us": PREEMPT_GAP_WARN_US,
-            "per_cpu": per_cpu,
-            "longest_unexplained_gaps": longest,
-            "notes": p.notes,
-            "files": files,
-        },
-        "remedy": "These stalls are the hypervisor running something else on this vCPU's physical CPU: the \
-                   guest took no interrupt and ran no other thread meanwhile. /proc/stat steal shows them only \
-                   as 10 ms ticks. Nothing inside the guest fixes them: ask the provider for dedicated or \
-                   pinned vCPUs or a less loaded host, and send this evidence (`stealscope probe preempt \
-                   --json`). Inside the guest, keep latency-critical work on the CPUs with the least \
-                   unexplained time and size for the lost capacity.",
-        "references": [
-            "Documentation/trace/osnoise-tracer.rst",
-            "Documentation/virt/kvm/x86/msr.rst (MSR_KVM_STEAL_TIME)"
-        ],
-        "case": CASE,
-    }))
+    Some(
+        Finding::new("jitter.hypervisor-preemption", sev(critical), title)
+            .evidence("attribution", &p.attribution)
+            .evidence("duration_s", p.duration_s)
+            .evidence("threshold_us", p.threshold_us)
+            .evidence("policy", &p.policy)
+            .evidence("unexplained_pct", p.overall.unexplained_pct)
+            .evidence("steal_pct", p.overall.steal_pct)
+            .evidence("max_unexplained_gap_us", max_gap)
+            .evidence("unexplained_warn_pct", PREEMPT_UNEXPLAINED_WARN_PCT)
+            .evidence("gap_warn_us", PREEMPT_GAP_WARN_US)
+            .evidence("per_cpu", per_cpu)
+            .evidence("longest_unexplained_gaps", Evidence::of(&longest))
+            .evidence("notes", p.notes.clone())
+            .files(&files)
+            .remedy(
+                "These stalls are the hypervisor running something else on this vCPU's physical CPU: the \
+                 guest took no interrupt and ran no other thread meanwhile. /proc/stat steal shows them only \
+                 as 10 ms ticks. Nothing inside the guest fixes them: ask the provider for dedicated or \
+                 pinned vCPUs or a less loaded host, and send this evidence (`stealscope probe preempt \
+                 --json`). Inside the guest, keep latency-critical work on the CPUs with the least \
+                 unexplained time and size for the lost capacity.",
+            )
+            .reference("Documentation/trace/osnoise-tracer.rst")
+            .reference("Documentation/virt/kvm/x86/msr.rst (MSR_KVM_STEAL_TIME)")
+            .case(CASE),
+    )
 }
 
 #[cfg(test)]
@@ -298,19 +290,9 @@ mod tests {
         }
     }
 
-    fn valid_shape(f: &Value) {
-        for k in [
-            "id",
-            "severity",
-            "title",
-            "evidence",
-            "remedy",
-            "references",
-        ] {
-            assert!(f.get(k).is_some(), "missing {k}");
-        }
-        assert!(!f["evidence"]["files"].as_array().unwrap().is_empty());
-        assert!(["info", "warning", "critical"].contains(&f["severity"].as_str().unwrap()));
+    fn valid_shape(f: &Finding) {
+        assert!(!f.title.is_empty() && !f.remedy.is_empty() && !f.references.is_empty());
+        assert!(!f.file_list().is_empty());
     }
 
     #[test]
@@ -318,13 +300,13 @@ mod tests {
         assert!(jitter_findings(Some(&wakeup(40.0, 300.0, "fifo")), None).is_empty());
         let f = &jitter_findings(Some(&wakeup(150.0, 300.0, "fifo")), None)[0];
         valid_shape(f);
-        assert_eq!(f["id"], "jitter.wakeup-latency");
-        assert_eq!(f["severity"], "warning");
+        assert_eq!(f.id, "jitter.wakeup-latency");
+        assert_eq!(f.severity, Severity::Warning);
         let f = &jitter_findings(Some(&wakeup(40.0, 18_400.0, "fifo")), None)[0];
-        assert_eq!(f["severity"], "critical");
-        assert!(f["title"].as_str().unwrap().contains("18.4 ms"));
+        assert_eq!(f.severity, Severity::Critical);
+        assert!(f.title.contains("18.4 ms"));
         let f = &jitter_findings(Some(&wakeup(40.0, 18_400.0, "other")), None)[0];
-        assert_eq!(f["severity"], "warning");
+        assert_eq!(f.severity, Severity::Warning);
     }
 
     #[test]
@@ -332,20 +314,20 @@ mod tests {
         assert!(jitter_findings(None, Some(&preempt(0.5, 400.0, "tracefs"))).is_empty());
         let f = &jitter_findings(None, Some(&preempt(1.5, 400.0, "tracefs")))[0];
         valid_shape(f);
-        assert_eq!(f["id"], "jitter.hypervisor-preemption");
-        assert_eq!(f["severity"], "warning");
+        assert_eq!(f.id, "jitter.hypervisor-preemption");
+        assert_eq!(f.severity, Severity::Warning);
         let f = &jitter_findings(None, Some(&preempt(0.2, 1_500.0, "tracefs")))[0];
-        assert_eq!(f["severity"], "warning");
+        assert_eq!(f.severity, Severity::Warning);
         let f = &jitter_findings(None, Some(&preempt(0.2, 18_400.0, "tracefs")))[0];
-        assert_eq!(f["severity"], "critical");
+        assert_eq!(f.severity, Severity::Critical);
         let f = &jitter_findings(None, Some(&preempt(0.2, 18_400.0, "counters")))[0];
-        assert_eq!(f["severity"], "warning");
-        assert_eq!(f["evidence"]["files"][0], "/proc/interrupts");
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.file_list()[0], "/proc/interrupts");
         let both = jitter_findings(
             Some(&wakeup(150.0, 300.0, "fifo")),
             Some(&preempt(6.0, 400.0, "tracefs")),
         );
         assert_eq!(both.len(), 2);
-        assert_eq!(both[1]["severity"], "critical");
+        assert_eq!(both[1].severity, Severity::Critical);
     }
 }

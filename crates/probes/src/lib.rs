@@ -28,6 +28,7 @@ pub mod throughput;
 pub mod wakeup;
 
 mod counters;
+mod harness;
 mod sys;
 mod tracefs;
 
@@ -67,6 +68,9 @@ pub fn pm_qos_limit_us() -> Option<i32> {
 pub fn leftover_trace_instances() -> Vec<String> {
     tracefs::leftover_instances()
 }
+
+/// Every figure of a probe report is rounded the one way reports round.
+pub(crate) use stealscope_findings::units::round;
 
 /// Live unit tests run probes on the same CPUs: one at a time.
 #[cfg(test)]

@@ -9,16 +9,16 @@
 //! Changes nothing on the system (no priority, no lock, no PM QoS).
 
 use crate::error::ProbeError;
+use crate::harness;
+use crate::round;
 use crate::sys;
 use serde::Serialize;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::stat::{self, ProcStat};
 
-const STACK: usize = 256 * 1024;
 /// Matrix side: 3 matrices of 48x48 f64 = 55 KB, past L1, inside L2.
 const N: usize = 48;
 /// Windows whose ops/s are at or above this quantile of the CPU's windows
@@ -158,101 +158,71 @@ pub fn run(opts: &ThroughputOptions, stop: &AtomicBool) -> Result<ThroughputRepo
     let cpus = crate::resolve_cpus(opts.cpus.as_deref())?;
     let mut notes = Vec::new();
     let duration = opts.duration.as_nanos() as u64;
-    let gate = sys::StartGate::default();
-    let setup_error: Mutex<Option<ProbeError>> = Mutex::new(None);
     let mut cpu0 = 0.0;
     let stat_missing = AtomicBool::new(false);
-    let outs: Vec<Option<Vec<RawWindow>>> = std::thread::scope(|s| {
-        let mut handles = Vec::new();
-        for &cpu in &cpus {
-            let (gate, setup_error, stat_missing) = (&gate, &setup_error, &stat_missing);
-            let h = std::thread::Builder::new()
-                .name(format!("ss-tput/{cpu}"))
-                .stack_size(STACK)
-                .spawn_scoped(s, move || {
-                    if let Err(e) = sys::pin_current_thread(cpu) {
-                        *setup_error.lock().unwrap() = Some(e);
-                        gate.arrive_and_wait();
-                        return None;
+    let outs = harness::run_per_cpu(
+        "ss-tput",
+        &cpus,
+        |cpu, ctx| {
+            let mut k = Kernel::new(0x5eed + cpu as u64);
+            k.op(); // warm caches and pages
+            let mut f = PreadFile::open(Path::new("/"), stat::PATH).ok();
+            if f.is_none() {
+                stat_missing.store(true, Ordering::Relaxed);
+            }
+            let mut parsed = ProcStat::default();
+            let mut windows = Vec::with_capacity((duration / win + 2) as usize);
+            if !ctx.start() {
+                return None;
+            }
+            let start = sys::now_ns();
+            let end = start + duration;
+            let mut steal = steal_ticks(&mut f, &mut parsed, cpu);
+            let mut w_start = sys::now_ns();
+            let mut w_cpu = sys::thread_cputime_ns();
+            let mut ops = 0u64;
+            loop {
+                k.op();
+                ops += 1;
+                let now = sys::now_ns();
+                if now >= w_start + win || now >= end || stop.load(Ordering::Relaxed) {
+                    let cpu_now = sys::thread_cputime_ns();
+                    let st = steal_ticks(&mut f, &mut parsed, cpu);
+                    windows.push(RawWindow {
+                        start: w_start - start,
+                        end: now - start,
+                        ops,
+                        cpu_ns: cpu_now.saturating_sub(w_cpu),
+                        steal_ticks: match (steal, st) {
+                            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+                            _ => None,
+                        },
+                    });
+                    steal = st;
+                    ops = 0;
+                    // Reading /proc/stat is not part of the next window.
+                    w_start = sys::now_ns();
+                    w_cpu = sys::thread_cputime_ns();
+                    if now >= end || stop.load(Ordering::Relaxed) {
+                        return Some(windows);
                     }
-                    let mut k = Kernel::new(0x5eed + cpu as u64);
-                    k.op(); // warm caches and pages
-                    let mut f = PreadFile::open(Path::new("/"), stat::PATH).ok();
-                    if f.is_none() {
-                        stat_missing.store(true, Ordering::Relaxed);
-                    }
-                    let mut parsed = ProcStat::default();
-                    let mut windows = Vec::with_capacity((duration / win + 2) as usize);
-                    if !gate.arrive_and_wait() {
-                        return None;
-                    }
-                    let start = sys::now_ns();
-                    let end = start + duration;
-                    let mut steal = steal_ticks(&mut f, &mut parsed, cpu);
-                    let mut w_start = sys::now_ns();
-                    let mut w_cpu = sys::thread_cputime_ns();
-                    let mut ops = 0u64;
-                    loop {
-                        k.op();
-                        ops += 1;
-                        let now = sys::now_ns();
-                        if now >= w_start + win || now >= end || stop.load(Ordering::Relaxed) {
-                            let cpu_now = sys::thread_cputime_ns();
-                            let st = steal_ticks(&mut f, &mut parsed, cpu);
-                            windows.push(RawWindow {
-                                start: w_start - start,
-                                end: now - start,
-                                ops,
-                                cpu_ns: cpu_now.saturating_sub(w_cpu),
-                                steal_ticks: match (steal, st) {
-                                    (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-                                    _ => None,
-                                },
-                            });
-                            steal = st;
-                            ops = 0;
-                            // Reading /proc/stat is not part of the next window.
-                            w_start = sys::now_ns();
-                            w_cpu = sys::thread_cputime_ns();
-                            if now >= end || stop.load(Ordering::Relaxed) {
-                                return Some(windows);
-                            }
-                        }
-                    }
-                });
-            match h {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    *setup_error.lock().unwrap() = Some(ProbeError::spawn(cpu, e));
-                    break;
                 }
             }
-        }
-        if gate.settle(handles.len(), cpus.len(), || {
-            setup_error.lock().unwrap().is_some()
-        }) {
+        },
+        |control| {
             cpu0 = sys::process_cpu_s();
-            gate.open();
-        }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(None))
-            .collect()
-    });
+            control.open();
+        },
+    );
     let cpu_time_s = sys::process_cpu_s() - cpu0;
-    if let Some(e) = setup_error.into_inner().unwrap() {
-        return Err(e);
-    }
-    if outs.len() != cpus.len() || outs.iter().any(Option::is_none) {
-        return Err(ProbeError::Thread("a probe thread panicked".into()));
-    }
+    let outs = outs?;
     if stat_missing.load(Ordering::Relaxed) {
         notes.push(format!("{} unreadable: no steal per window", stat::PATH));
     }
     let hz = sys::user_hz();
     let mut per_cpu = Vec::new();
     let mut wall_max = 0u64;
-    for (raw, &cpu) in outs.into_iter().flatten().zip(&cpus) {
+    for (raw, &cpu) in outs.into_iter().zip(&cpus) {
         per_cpu.push(summarize(cpu, &raw, hz));
         wall_max = wall_max.max(raw.last().map_or(0, |w| w.end));
     }
@@ -268,11 +238,6 @@ pub fn run(opts: &ThroughputOptions, stop: &AtomicBool) -> Result<ThroughputRepo
         interrupted: stop.load(Ordering::Relaxed),
         notes,
     })
-}
-
-fn round(v: f64, d: i32) -> f64 {
-    let f = 10f64.powi(d);
-    (v * f).round() / f
 }
 
 fn summarize(cpu: u32, raw: &[RawWindow], hz: f64) -> ThroughputCpu {

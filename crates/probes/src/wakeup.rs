@@ -6,16 +6,14 @@
 
 use crate::counters::{self, Counters};
 use crate::error::ProbeError;
+use crate::harness;
+use crate::round;
 use crate::stats::{self, LatencyStats};
 use crate::sys::{self, FifoGuard, MlockGuard, PmQosGuard};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
-
-/// Stack of a probe thread: small, so that locking all memory stays cheap.
-const STACK: usize = 256 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct WakeupOptions {
@@ -144,79 +142,57 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
     let (mut counters, _) = Counters::open(false);
     let interval = opts.interval.as_nanos() as u64;
     let duration = opts.duration.as_nanos() as u64;
-    let gate = sys::StartGate::default();
-    let setup_error: Mutex<Option<ProbeError>> = Mutex::new(None);
     let mut mlock: Option<MlockGuard> = None;
     let mut memory_locked = false;
     let mut before = Vec::new();
     let mut cpu0 = 0.0;
     let mut wall = 0u64;
 
-    let outs: Vec<Option<ThreadOut>> = std::thread::scope(|s| {
-        let mut handles = Vec::new();
-        for &cpu in &cpus {
-            let (gate, setup_error) = (&gate, &setup_error);
-            let h = std::thread::Builder::new()
-                .name(format!("ss-wakeup/{cpu}"))
-                .stack_size(STACK)
-                .spawn_scoped(s, move || {
-                    let mut hist = stats::new_histogram();
-                    if let Err(e) = sys::pin_current_thread(cpu) {
-                        *setup_error.lock().unwrap() = Some(e);
-                        gate.arrive_and_wait();
-                        return None;
+    let outs = harness::run_per_cpu(
+        "ss-wakeup",
+        &cpus,
+        |_, ctx| {
+            let mut hist = stats::new_histogram();
+            let (fifo, fifo_error) = FifoGuard::request(want_fifo.then_some(opts.priority));
+            let policy = sys::current_policy();
+            // One dry pass through the loop's calls, so their code is
+            // mapped (and locked) before the first real deadline.
+            let _ = sys::sleep_until(sys::now_ns());
+            stats::record(&mut hist, 1);
+            hist.reset();
+            if !ctx.start() {
+                return None;
+            }
+            let start = sys::now_ns();
+            let end = start + duration;
+            let mut next = start + interval;
+            let mut overruns = 0;
+            while next <= end && !stop.load(Ordering::Relaxed) {
+                match sys::sleep_until(next) {
+                    Ok(()) => {}
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => {
+                        ctx.fail(ProbeError::sys("clock_nanosleep", e));
+                        break;
                     }
-                    let (fifo, fifo_error) = FifoGuard::request(want_fifo.then_some(opts.priority));
-                    let policy = sys::current_policy();
-                    // One dry pass through the loop's calls, so their code is
-                    // mapped (and locked) before the first real deadline.
-                    let _ = sys::sleep_until(sys::now_ns());
-                    stats::record(&mut hist, 1);
-                    hist.reset();
-                    if !gate.arrive_and_wait() {
-                        return None;
-                    }
-                    let start = sys::now_ns();
-                    let end = start + duration;
-                    let mut next = start + interval;
-                    let mut overruns = 0;
-                    while next <= end && !stop.load(Ordering::Relaxed) {
-                        match sys::sleep_until(next) {
-                            Ok(()) => {}
-                            Err(nix::errno::Errno::EINTR) => continue,
-                            Err(e) => {
-                                *setup_error.lock().unwrap() =
-                                    Some(ProbeError::sys("clock_nanosleep", e));
-                                break;
-                            }
-                        }
-                        let now = sys::now_ns();
-                        stats::record(&mut hist, now.saturating_sub(next));
-                        next += interval;
-                        while next <= now {
-                            next += interval;
-                            overruns += 1;
-                        }
-                    }
-                    drop(fifo);
-                    Some(ThreadOut {
-                        hist,
-                        overruns,
-                        policy,
-                        fifo_error,
-                    })
-                });
-            match h {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    *setup_error.lock().unwrap() = Some(ProbeError::spawn(cpu, e));
-                    break;
+                }
+                let now = sys::now_ns();
+                stats::record(&mut hist, now.saturating_sub(next));
+                next += interval;
+                while next <= now {
+                    next += interval;
+                    overruns += 1;
                 }
             }
-        }
-        if gate.settle(handles.len(), cpus.len(), || {
-            setup_error.lock().unwrap().is_some()
-        }) {
+            drop(fifo);
+            Some(ThreadOut {
+                hist,
+                overruns,
+                policy,
+                fifo_error,
+            })
+        },
+        |control| {
             // Every thread has its histogram and stack: lock it all now, so
             // the measurement takes no page faults.
             (mlock, memory_locked) =
@@ -224,25 +200,15 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
             before = counters.sample(&cpus).unwrap_or_default();
             cpu0 = sys::process_cpu_s();
             wall = sys::now_ns();
-            gate.open();
-        }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(None))
-            .collect()
-    });
+            control.open();
+        },
+    );
     let wall_s = sys::now_ns().saturating_sub(wall) as f64 / 1e9;
     let cpu_time_s = sys::process_cpu_s() - cpu0;
     let after = counters.sample(&cpus).unwrap_or_default();
     drop(mlock);
     drop(pm_qos);
-    if let Some(e) = setup_error.into_inner().unwrap() {
-        return Err(e);
-    }
-    if outs.len() != cpus.len() || outs.iter().any(Option::is_none) {
-        return Err(ProbeError::Thread("a probe thread panicked".into()));
-    }
-    let outs: Vec<ThreadOut> = outs.into_iter().flatten().collect();
+    let outs = outs?;
     if let Some(e) = outs.iter().find_map(|o| o.fifo_error) {
         notes.push(format!(
             "no SCHED_FIFO ({e}): ran SCHED_OTHER; latencies include guest scheduling \
@@ -255,7 +221,7 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
         let _ = all.add(&o.hist);
         let steal_pct = match (before.get(i), after.get(i)) {
             (Some(a), Some(b)) if wall_s > 0.0 => {
-                counters::steal_us(a, b).map(|us| round2(100.0 * us / 1e6 / wall_s))
+                counters::steal_us(a, b).map(|us| round(100.0 * us / 1e6 / wall_s, 2))
             }
             _ => None,
         };
@@ -273,7 +239,7 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
     };
     Ok(WakeupReport {
         probe: "wakeup",
-        duration_s: round2(wall_s),
+        duration_s: round(wall_s, 2),
         interval_us: opts.interval.as_nanos() as f64 / 1000.0,
         priority: opts.priority,
         policy: policy.to_string(),
@@ -281,14 +247,10 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
         pm_qos_us: pm_qos_held,
         cpus: per_cpu,
         overall: LatencyStats::from_histogram(None, &all),
-        cpu_time_s: (cpu_time_s * 1000.0).round() / 1000.0,
+        cpu_time_s: round(cpu_time_s, 3),
         interrupted: stop.load(Ordering::Relaxed),
         notes,
     })
-}
-
-fn round2(v: f64) -> f64 {
-    (v * 100.0).round() / 100.0
 }
 
 #[cfg(test)]
@@ -348,9 +310,12 @@ mod tests {
         assert_eq!(r.pm_qos_us, None);
         assert!(r.notes.iter().any(|n| n.contains("--no-change")));
         assert_eq!(r.overall.samples, c.stats.samples);
-        let v = serde_json::to_value(&r).unwrap();
+        let v = stealscope_findings::Evidence::of(&r);
+        let Some(stealscope_findings::Evidence::List(cpus)) = v.get("cpus") else {
+            panic!("no cpus list in {v}");
+        };
         for k in ["cpu", "samples", "p50_us", "p99_us", "p999_us", "max_us"] {
-            assert!(v["cpus"][0].get(k).is_some(), "missing {k}");
+            assert!(cpus[0].get(k).is_some(), "missing {k}");
         }
     }
 

@@ -37,6 +37,12 @@ impl PreadFile {
             while len < self.buf.len() {
                 match self.file.read_at(&mut self.buf[len..], len as u64) {
                     Ok(0) => return Ok(&self.buf[..len]),
+                    // procfs and sysfs (seq_file) fill the buffer up to the
+                    // end of the file, so a short read is the end. Asking
+                    // again at the offset would make the kernel generate the
+                    // whole of /proc/stat a second time to skip to it: half
+                    // the sampling cost at 100 Hz.
+                    Ok(n) if len + n < self.buf.len() => return Ok(&self.buf[..len + n]),
                     Ok(n) => len += n,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => return Err(ReadError::io(&self.path, e)),
@@ -58,5 +64,31 @@ impl PreadFile {
         // No copy of the path per read: this is the 1000 Hz sampling path.
         let len = self.read()?.len();
         std::str::from_utf8(&self.buf[..len]).map_err(|_| ReadError::parse(&self.path, "not text"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_small_and_growing_files_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0usize, 1171, 16 * 1024, 16 * 1024 + 1, 100_000] {
+            let text: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+            std::fs::write(dir.path().join("f"), &text).unwrap();
+            let mut f = PreadFile::open(dir.path(), "/f").unwrap();
+            assert_eq!(f.read_text().unwrap(), text, "{len} bytes");
+            // Again, with the buffer grown by the first read.
+            assert_eq!(f.read_text().unwrap(), text, "{len} bytes, re-read");
+        }
+    }
+
+    #[test]
+    fn proc_stat_is_read_whole() {
+        let mut f = PreadFile::open(Path::new("/"), "/proc/stat").unwrap();
+        let text = f.read_text().unwrap().to_string();
+        assert!(text.starts_with("cpu ") && text.ends_with('\n'), "{text}");
+        assert!(text.contains("\nprocs_running "), "{text}");
     }
 }

@@ -19,6 +19,524 @@
 //!   entry/exit) whoever was current; to `unknown` when no record of c
 //!   covers it (before the first switch seen on c, or older than the
 //!   per-CPU record kept).
-//! - Time is the event timestamps' clock (the trace clock: `local` for
-//!   tracefs instances, `bpf_ktime_get_ns` for BPF, both CLOCK_MONOTONIC
-//!   based), never the reader's.
+//! - Time is the event timestamps' clock (the trace clock: `mono` for the
+//!   tracefs instance, `bpf_ktime_get_ns` for BPF, both CLOCK_MONOTONIC),
+//!   never the reader's.
+//!
+//! User-space details the rules leave open (the tracefs route):
+//! - A wake-up of a thread already running or queued changes nothing (the
+//!   kernel traces wake-ups of running tasks too).
+//! - Events lost on c ([`Event::Lost`]) make c's current unknown until its
+//!   next switch, a watched thread that was running there unknown until it
+//!   is seen again, and every queued watched thread uncertain (its lost
+//!   switch-in, sleep or wake-up may be among them): its time goes to
+//!   `unknown` until it is seen again, and that episode is not recorded.
+//!   What is lost is never blamed on a culprit.
+//! - A switch resets c's interrupt nesting: no switch happens inside a hard
+//!   or soft interrupt handler, so a lost exit cannot charge irq forever.
+
+use crate::model::{Culprit, ThreadWaits};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+/// A task's comm as the kernel stores it (NUL-padded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Comm(pub [u8; 16]);
+
+impl Comm {
+    pub fn new(s: &str) -> Comm {
+        let mut c = [0u8; 16];
+        let n = s.len().min(15);
+        c[..n].copy_from_slice(&s.as_bytes()[..n]);
+        Comm(c)
+    }
+
+    pub fn as_string(&self) -> String {
+        let end = self.0.iter().position(|&b| b == 0).unwrap_or(16);
+        String::from_utf8_lossy(&self.0[..end]).into_owned()
+    }
+}
+
+/// A decoded scheduler event, timestamps in ns of the trace clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Switch {
+        cpu: u32,
+        ts: u64,
+        prev_tid: u32,
+        /// Preempted, or `prev_state` TASK_RUNNING: it stays queued.
+        prev_runnable: bool,
+        next_tid: u32,
+        next_comm: Comm,
+    },
+    /// `sched_wakeup` or `sched_wakeup_new`.
+    Wakeup {
+        ts: u64,
+        tid: u32,
+        target_cpu: u32,
+    },
+    Migrate {
+        ts: u64,
+        tid: u32,
+        orig_cpu: u32,
+        dest_cpu: u32,
+    },
+    IrqEnter {
+        cpu: u32,
+        ts: u64,
+    },
+    IrqExit {
+        cpu: u32,
+        ts: u64,
+    },
+    SoftirqEnter {
+        cpu: u32,
+        ts: u64,
+    },
+    SoftirqExit {
+        cpu: u32,
+        ts: u64,
+    },
+    /// The kernel dropped events of `cpu` after `ts` (buffer overrun).
+    Lost {
+        cpu: u32,
+        ts: u64,
+    },
+}
+
+impl Event {
+    pub fn ts(&self) -> u64 {
+        match *self {
+            Event::Switch { ts, .. }
+            | Event::Wakeup { ts, .. }
+            | Event::Migrate { ts, .. }
+            | Event::IrqEnter { ts, .. }
+            | Event::IrqExit { ts, .. }
+            | Event::SoftirqEnter { ts, .. }
+            | Event::SoftirqExit { ts, .. }
+            | Event::Lost { ts, .. } => ts,
+        }
+    }
+}
+
+/// Thread-group id and kernel-thread flag of a culprit, which `sched_switch`
+/// does not carry.
+pub trait Identify: Send {
+    /// (tgid, kthread) of `tid`.
+    fn identify(&mut self, tid: u32) -> (u32, bool);
+}
+
+/// Reads /proc/<tid>/status (Tgid) and /proc/<tid>/stat (flags, PF_KTHREAD)
+/// once per (tid, comm) seen as a culprit.
+pub struct ProcIdentity {
+    root: PathBuf,
+}
+
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+impl ProcIdentity {
+    pub fn new(proc_root: impl Into<PathBuf>) -> ProcIdentity {
+        ProcIdentity {
+            root: proc_root.into(),
+        }
+    }
+}
+
+impl Identify for ProcIdentity {
+    fn identify(&mut self, tid: u32) -> (u32, bool) {
+        let dir = self.root.join(tid.to_string());
+        let tgid = std::fs::read_to_string(dir.join("status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Tgid:"))
+                    .and_then(|v| v.trim().parse().ok())
+            });
+        // Field 9 (flags) counts from after the comm's closing parenthesis.
+        let kthread = std::fs::read_to_string(dir.join("stat"))
+            .ok()
+            .and_then(|s| {
+                let rest = &s[s.rfind(')')? + 1..];
+                rest.split_whitespace().nth(6)?.parse::<u64>().ok()
+            })
+            .is_some_and(|f| f & PF_KTHREAD != 0);
+        // A thread gone before we looked: its tid stands for its group and
+        // the kthread flag is unknown, so it is taken as a user thread.
+        (tgid.unwrap_or(tid), kthread)
+    }
+}
+
+/// What a CPU is running, as far as the events tell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Current {
+    Unknown,
+    Idle,
+    Task(u32, Comm),
+}
+
+#[derive(Debug, Clone)]
+struct Cpu {
+    current: Current,
+    /// Hard plus soft interrupt nesting.
+    irq: u32,
+    /// Watched threads queued here.
+    queued: Vec<u32>,
+}
+
+impl Default for Cpu {
+    fn default() -> Self {
+        Cpu {
+            current: Current::Unknown,
+            irq: 0,
+            queued: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    /// Not seen since it was watched (or since events were lost).
+    Unknown,
+    Sleeping,
+    Running {
+        cpu: u32,
+    },
+    /// Queued on `cpu` since `since` (episode start), charged up to
+    /// `charged`; `uncertain` once events were lost while it was queued
+    /// (it may have run and slept unseen: its time goes to unknown).
+    Queued {
+        cpu: u32,
+        since: u64,
+        charged: u64,
+        uncertain: bool,
+    },
+}
+
+struct Watched {
+    state: State,
+    waits: ThreadWaits,
+}
+
+/// Most (tid, comm) identities kept before the cache starts over.
+const IDENTITY_CACHE: usize = 16384;
+
+/// The charging rules over a stream of events in timestamp order.
+pub struct Aggregator {
+    cpus: Vec<Cpu>,
+    threads: HashMap<u32, Watched>,
+    ident: Box<dyn Identify>,
+    culprits: HashMap<(u32, Comm), Culprit>,
+    /// Latest time applied; earlier timestamps are taken as this one.
+    now: u64,
+    events: u64,
+}
+
+impl Aggregator {
+    /// Culprits identified from /proc.
+    pub fn new() -> Aggregator {
+        Aggregator::with_identity(Box::new(ProcIdentity::new("/proc")))
+    }
+
+    pub fn with_identity(ident: Box<dyn Identify>) -> Aggregator {
+        Aggregator {
+            cpus: Vec::new(),
+            threads: HashMap::new(),
+            ident,
+            culprits: HashMap::new(),
+            now: 0,
+            events: 0,
+        }
+    }
+
+    /// Replaces the watched set; threads that stay keep their counters.
+    pub fn watch(&mut self, tids: &[u32]) {
+        self.threads.retain(|tid, _| tids.contains(tid));
+        for c in &mut self.cpus {
+            c.queued.retain(|t| tids.contains(t));
+        }
+        for &tid in tids {
+            self.threads.entry(tid).or_insert_with(|| Watched {
+                state: State::Unknown,
+                waits: ThreadWaits {
+                    tid,
+                    ..ThreadWaits::default()
+                },
+            });
+        }
+    }
+
+    /// Events applied so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Cumulative waits of every watched thread, charged up to the last
+    /// event or [`Aggregator::advance`].
+    pub fn waits(&self) -> BTreeMap<u32, ThreadWaits> {
+        self.threads
+            .iter()
+            .map(|(&tid, w)| (tid, w.waits.clone()))
+            .collect()
+    }
+
+    /// Charges every queued thread up to `ts` (no event between the last one
+    /// and `ts`, as the reader knows after draining every CPU).
+    pub fn advance(&mut self, ts: u64) {
+        let t = self.clock(ts);
+        for cpu in 0..self.cpus.len() as u32 {
+            self.settle(cpu, t);
+        }
+    }
+
+    pub fn apply(&mut self, ev: &Event) {
+        self.events += 1;
+        let t = self.clock(ev.ts());
+        match *ev {
+            Event::Switch {
+                cpu,
+                prev_tid,
+                prev_runnable,
+                next_tid,
+                next_comm,
+                ..
+            } => self.switch(cpu, t, prev_tid, prev_runnable, next_tid, next_comm),
+            Event::Wakeup {
+                tid, target_cpu, ..
+            } => {
+                if let Some(w) = self.threads.get(&tid) {
+                    match w.state {
+                        State::Unknown | State::Sleeping => self.enqueue(tid, target_cpu, t, t),
+                        // It slept in a gap: a fresh episode starts here.
+                        State::Queued {
+                            uncertain: true, ..
+                        } => {
+                            self.unqueue(tid, t);
+                            self.enqueue(tid, target_cpu, t, t);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Event::Migrate { tid, dest_cpu, .. } => {
+                if let Some(&Watched {
+                    state:
+                        State::Queued {
+                            since, uncertain, ..
+                        },
+                    ..
+                }) = self.threads.get(&tid)
+                {
+                    self.unqueue(tid, t);
+                    self.enqueue(tid, dest_cpu, since, t);
+                    self.set_uncertain(tid, uncertain);
+                }
+            }
+            Event::IrqEnter { cpu, .. } | Event::SoftirqEnter { cpu, .. } => {
+                self.settle(cpu, t);
+                self.cpu(cpu).irq += 1;
+            }
+            Event::IrqExit { cpu, .. } | Event::SoftirqExit { cpu, .. } => {
+                self.settle(cpu, t);
+                let c = self.cpu(cpu);
+                c.irq = c.irq.saturating_sub(1);
+            }
+            Event::Lost { cpu, .. } => {
+                // Wake-ups and migrations of any thread may be among the
+                // lost: every queued thread becomes uncertain.
+                self.advance(t);
+                let c = self.cpu(cpu);
+                c.current = Current::Unknown;
+                c.irq = 0;
+                for w in self.threads.values_mut() {
+                    match &mut w.state {
+                        State::Running { cpu: r } if *r == cpu => w.state = State::Unknown,
+                        State::Queued { uncertain, .. } => *uncertain = true,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn clock(&mut self, ts: u64) -> u64 {
+        self.now = self.now.max(ts);
+        self.now
+    }
+
+    fn cpu(&mut self, cpu: u32) -> &mut Cpu {
+        let i = cpu as usize;
+        if self.cpus.len() <= i {
+            self.cpus.resize_with(i + 1, Cpu::default);
+        }
+        &mut self.cpus[i]
+    }
+
+    fn switch(&mut self, cpu: u32, t: u64, prev: u32, runnable: bool, next: u32, comm: Comm) {
+        self.settle(cpu, t);
+        if self.threads.contains_key(&prev) && prev != 0 {
+            // Queued while it was running means an event was missed: the
+            // stretch so far stays charged, no episode is recorded.
+            self.unqueue(prev, t);
+            if runnable {
+                self.enqueue(prev, cpu, t, t);
+            } else if let Some(w) = self.threads.get_mut(&prev) {
+                w.state = State::Sleeping;
+            }
+        }
+        if next != 0 {
+            let uncertain = matches!(
+                self.threads.get(&next).map(|w| w.state),
+                Some(State::Queued {
+                    uncertain: true,
+                    ..
+                })
+            );
+            if let Some(since) = self.unqueue(next, t) {
+                if let Some(w) = self.threads.get_mut(&next) {
+                    // An episode with a gap in it has no known length.
+                    if !uncertain {
+                        w.waits.episodes.record(t.saturating_sub(since));
+                    }
+                }
+            }
+            if let Some(w) = self.threads.get_mut(&next) {
+                w.state = State::Running { cpu };
+            }
+        }
+        let c = self.cpu(cpu);
+        c.irq = 0;
+        c.current = if next == 0 {
+            Current::Idle
+        } else {
+            Current::Task(next, comm)
+        };
+    }
+
+    /// Queues a watched thread on `cpu` from `t` (episode begun at `since`).
+    fn enqueue(&mut self, tid: u32, cpu: u32, since: u64, t: u64) {
+        let Some(w) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        w.state = State::Queued {
+            cpu,
+            since,
+            charged: t,
+            uncertain: false,
+        };
+        let c = self.cpu(cpu);
+        if !c.queued.contains(&tid) {
+            c.queued.push(tid);
+        }
+    }
+
+    fn set_uncertain(&mut self, tid: u32, v: bool) {
+        if let Some(Watched {
+            state: State::Queued { uncertain, .. },
+            ..
+        }) = self.threads.get_mut(&tid)
+        {
+            *uncertain = v;
+        }
+    }
+
+    /// Charges a queued thread up to `t` and takes it off its queue; its
+    /// episode start, if it was queued.
+    fn unqueue(&mut self, tid: u32, t: u64) -> Option<u64> {
+        let State::Queued { cpu, since, .. } = self.threads.get(&tid)?.state else {
+            return None;
+        };
+        self.settle(cpu, t);
+        self.cpu(cpu).queued.retain(|&q| q != tid);
+        if let Some(w) = self.threads.get_mut(&tid) {
+            w.state = State::Unknown;
+        }
+        Some(since)
+    }
+
+    /// Charges every thread queued on `cpu` up to `t` to what runs there.
+    fn settle(&mut self, cpu: u32, t: u64) {
+        let Some(c) = self.cpus.get(cpu as usize) else {
+            return;
+        };
+        if c.queued.is_empty() {
+            return;
+        }
+        let target = if c.irq > 0 {
+            Target::Irq
+        } else {
+            match c.current {
+                Current::Unknown => Target::Unknown,
+                Current::Idle => Target::Idle,
+                Current::Task(tid, comm) => Target::Task(tid, comm),
+            }
+        };
+        let queued = c.queued.clone();
+        for tid in queued {
+            let Some(w) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let State::Queued {
+                charged, uncertain, ..
+            } = &mut w.state
+            else {
+                continue;
+            };
+            let ns = t.saturating_sub(*charged);
+            *charged = (*charged).max(t);
+            if ns == 0 {
+                continue;
+            }
+            let waits = &mut w.waits;
+            match if *uncertain { Target::Unknown } else { target } {
+                Target::Unknown => waits.unknown_ns += ns,
+                Target::Idle => waits.idle_ns += ns,
+                Target::Irq => waits.irq_ns += ns,
+                Target::Task(ctid, comm) => {
+                    let culprit = culprit(&mut self.culprits, self.ident.as_mut(), ctid, comm);
+                    *waits.by_thread.entry(culprit).or_insert(0) += ns;
+                }
+            }
+        }
+    }
+}
+
+impl Default for Aggregator {
+    fn default() -> Self {
+        Aggregator::new()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Unknown,
+    Idle,
+    Irq,
+    Task(u32, Comm),
+}
+
+fn culprit(
+    cache: &mut HashMap<(u32, Comm), Culprit>,
+    ident: &mut dyn Identify,
+    tid: u32,
+    comm: Comm,
+) -> Culprit {
+    if let Some(c) = cache.get(&(tid, comm)) {
+        return c.clone();
+    }
+    if cache.len() >= IDENTITY_CACHE {
+        cache.clear();
+    }
+    let (tgid, kthread) = ident.identify(tid);
+    let c = Culprit {
+        tid,
+        tgid,
+        comm: comm.as_string(),
+        kthread,
+    };
+    cache.insert((tid, comm), c.clone());
+    c
+}
+
+#[cfg(test)]
+#[path = "aggregate_tests.rs"]
+mod tests;

@@ -41,10 +41,18 @@ pub struct Collector {
 impl Collector {
     /// Starts the preferred route, or the first that works with `Auto`.
     pub fn start(pref: Preference) -> std::result::Result<Collector, Unavailable> {
-        let _ = pref;
-        Err(Unavailable {
-            reasons: vec!["not built yet".into()],
-        })
+        let mut reasons = Vec::new();
+        if pref == Preference::Bpf {
+            reasons.push("bpf: not built yet".to_string());
+        }
+        // Auto: the BPF route first (wired with it), then this fallback.
+        if pref != Preference::Bpf {
+            match crate::tracefs_raw::start() {
+                Ok(inner) => return Ok(Collector { inner }),
+                Err(e) => reasons.push(format!("tracefs: {e}")),
+            }
+        }
+        Err(Unavailable { reasons })
     }
 
     pub fn route(&self) -> Route {

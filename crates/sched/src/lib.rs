@@ -7,7 +7,7 @@
 //!   in the kernel; user space reads its maps once per interval.
 //! - `tracefs`: a private tracefs instance streaming the same events in
 //!   binary (per-CPU `trace_pipe_raw`), aggregated in user space by
-//!   [`aggregate`], for kernels without BTF or BPF.
+//!   [`aggregate`], for kernels without BTF or BPF ([`tracefs_raw`]).
 //!
 //! Both routes charge time by the rules written down in [`aggregate`]; the
 //! BPF program mirrors that module. Naming (which VM a thread belongs to,
@@ -16,8 +16,12 @@
 pub mod aggregate;
 pub mod collector;
 pub mod error;
+pub mod evformat;
 pub mod hist;
+pub mod merge;
 pub mod model;
+pub mod ringbuf;
+pub mod tracefs_raw;
 
 pub use collector::{Collector, Preference, Unavailable};
 pub use error::{CollectError, Result};

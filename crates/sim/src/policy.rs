@@ -291,6 +291,7 @@ pub fn host_input(h: &Host, util: impl Fn(usize) -> Option<f64>) -> HostInput {
         numad_running: false,
         cpu_controller: Some(ctl),
         vms,
+        shared_group_weight: None,
     }
 }
 

@@ -34,8 +34,9 @@ impl Range {
     }
 }
 
+/// Two decimals, the way every report rounds (`stealscope_findings::units`).
 pub fn round(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
+    stealscope_findings::units::round(x, 2)
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,9 +1,8 @@
 //! Clocksource: a guest that fell back from tsc/kvm-clock to hpet, acpi_pm or
 //! jiffies pays a VM exit (MMIO/PIO emulation) on every clock read.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Evidence, Finding, Severity};
 use crate::roles::Roles;
-use serde_json::json;
 use stealscope_model::MachineModel;
 
 /// Clocksources read without leaving the guest.
@@ -55,9 +54,9 @@ pub fn unstable(m: &MachineModel, out: &mut Vec<Finding>) {
             },
             title,
         )
-        .evidence("current_clocksource", json!(current))
-        .evidence("available_clocksource", json!(available))
-        .evidence("kernel_log", json!(log))
+        .evidence("current_clocksource", Evidence::of(&current))
+        .evidence("available_clocksource", Evidence::of(&available))
+        .evidence("kernel_log", Evidence::of(&log))
         .files(&[
             "/sys/devices/system/clocksource/clocksource0/current_clocksource",
             "/sys/devices/system/clocksource/clocksource0/available_clocksource",
@@ -120,4 +119,39 @@ fn host_text(slow: bool, current: &str) -> (String, String, &'static str) {
         remedy,
         "arch/x86/kvm/x86.c (pvclock_update_vm_gtod_copy: master clock needs a tsc host)",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestMachine;
+
+    const CS: &str = "/sys/devices/system/clocksource/clocksource0";
+
+    fn machine(current: &str) -> TestMachine {
+        TestMachine::guest()
+            .file(&format!("{CS}/current_clocksource"), current)
+            .file(
+                &format!("{CS}/available_clocksource"),
+                "kvm-clock tsc hpet acpi_pm \n",
+            )
+    }
+
+    #[test]
+    fn hpet_is_a_slow_clocksource() {
+        let f = machine("hpet\n").run(unstable);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "clock.unstable");
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert_eq!(f[0].evidence["current_clocksource"].as_str(), Some("hpet"));
+    }
+
+    #[test]
+    fn kvm_clock_is_silent_unless_the_log_says_unstable() {
+        assert!(machine("kvm-clock\n").run(unstable).is_empty());
+        let log = "4,100,5000,-;clocksource: timekeeping watchdog on CPU1: Marking clocksource 'tsc' as unstable because the skew is too large:\n";
+        let f = machine("kvm-clock\n").file("/dev/kmsg", log).run(unstable);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].severity, Severity::Info);
+    }
 }

@@ -1,8 +1,7 @@
 //! Host-side rules: steal seen from the hypervisor (vCPU run-queue wait) and
 //! the host configuration that causes it.
 
-use crate::finding::{round, Finding, Severity};
-use serde_json::json;
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use stealscope_model::MachineModel;
 
 /// Mean vCPU wait (% of wall) at which host steal is worth a finding; the
@@ -94,7 +93,7 @@ pub fn numa_balancing(m: &MachineModel, out: &mut Vec<Finding>) {
     };
     out.push(
         Finding::new("host.numa-balancing", Severity::Warning, format!("Automatic NUMA balancing is on (mode {mode}) on a {}-node host running VMs{cited}", h.nodes.len()))
-            .evidence("migration_wait_share", json!(migration_share.map(|s| round(s, 3))))
+            .evidence("migration_wait_share", migration_share.map(|s| round(s, 3)))
             .evidence("migration_run_cpus", round(migration_cpus, 3))
             .evidence("numa_balancing", mode)
             .evidence("nodes", h.nodes.len())
@@ -145,9 +144,9 @@ pub fn vm_spans_nodes(m: &MachineModel, out: &mut Vec<Finding>) {
             Finding::new("host.vm-spans-nodes", Severity::Warning, format!("VM {} spans NUMA nodes (vCPUs may run on nodes {cpu_nodes:?}, memory on {mem_nodes:?})", vm.name))
                 .evidence("vm", vm.name.clone())
                 .evidence("pid", vm.pid)
-                .evidence("vcpu_nodes", json!(cpu_nodes))
-                .evidence("memory_nodes", json!(mem_nodes))
-                .evidence("memory_mib_per_node", json!(vm.numa_bytes.as_ref().map(|b| b.iter().map(|(n, v)| (n.to_string(), v >> 20)).collect::<std::collections::BTreeMap<_, _>>())))
+                .evidence("vcpu_nodes", Evidence::of(&cpu_nodes))
+                .evidence("memory_nodes", Evidence::of(&mem_nodes))
+                .evidence("memory_mib_per_node", Evidence::of(&vm.numa_bytes.as_ref().map(|b| b.iter().map(|(n, v)| (n.to_string(), v >> 20)).collect::<std::collections::BTreeMap<_, _>>())))
                 .files(&["/proc/<pid>/task/<tid>/status (Cpus_allowed_list)", "/proc/<pid>/numa_maps", "/sys/devices/system/node/node*/cpulist"])
                 .remedy(
                     "Remote memory accesses cost 30-100% more and cross-node vCPUs share caches badly. Keep the VM \
@@ -309,9 +308,12 @@ pub fn no_ept(m: &MachineModel, out: &mut Vec<Finding>) {
     out.push(
         Finding::new("host.no-ept", Severity::Critical, title)
             .evidence("missing_flag", missing)
-            .evidence("module_parameter", json!(param_value))
-            .evidence("cpu_has_feature", json!(cpu_feature))
-            .evidence("vmx_flags", json!(ci.and_then(|c| c.vmx_flags.clone())))
+            .evidence("module_parameter", Evidence::of(&param_value))
+            .evidence("cpu_has_feature", Evidence::of(&cpu_feature))
+            .evidence(
+                "vmx_flags",
+                Evidence::of(&ci.and_then(|c| c.vmx_flags.clone())),
+            )
             .evidence("vms", m.t1.host.vms.len())
             .files(&["/proc/cpuinfo", param])
             .remedy(remedy)
@@ -343,7 +345,7 @@ pub fn hlt_exits_dominant(m: &MachineModel, out: &mut Vec<Finding>) {
             .evidence("halt_attempted_poll", polls)
             .evidence("halt_successful_poll", polls_ok)
             .evidence("exits_per_s", round(exits as f64 / m.wall_s, 0))
-            .evidence("sources", json!(sources))
+            .evidence("sources", Evidence::of(&sources))
             .files(&[
                 "/sys/kernel/debug/kvm/<pid>-<fd>/{exits,halt_exits,halt_*_poll}",
                 "KVM binary stats (stats fd or QMP query-stats)",
@@ -377,9 +379,9 @@ pub fn swap_pressure(m: &MachineModel, out: &mut Vec<Finding>) {
     let mem = m.t1.memory.clone();
     out.push(
         Finding::new("host.swap-pressure", Severity::Warning, format!("{} VM(s) have guest memory swapped out on the host", swapped.len()))
-            .evidence("vms", json!(swapped.iter().map(|(v, k)| json!({"vm": v.name, "pid": v.pid, "swap_mib": k >> 10})).collect::<Vec<_>>()))
-            .evidence("host_swap_free_mib", json!(mem.as_ref().and_then(|m| m.swap_free_bytes).map(|b| b >> 20)))
-            .evidence("host_mem_available_mib", json!(mem.as_ref().and_then(|m| m.available_bytes).map(|b| b >> 20)))
+            .evidence("vms", Evidence::of(&swapped.iter().map(|(v, k)| evidence!{"vm" => v.name, "pid" => v.pid, "swap_mib" => k >> 10}).collect::<Vec<_>>()))
+            .evidence("host_swap_free_mib", Evidence::of(&mem.as_ref().and_then(|m| m.swap_free_bytes).map(|b| b >> 20)))
+            .evidence("host_mem_available_mib", Evidence::of(&mem.as_ref().and_then(|m| m.available_bytes).map(|b| b >> 20)))
             .files(&["/proc/<pid>/status (VmSwap)", "/proc/meminfo"])
             .remedy(
                 "A vCPU touching swapped guest memory stalls for a disk read (guests see async page faults, HYP \

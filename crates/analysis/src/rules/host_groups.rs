@@ -5,8 +5,7 @@
 //! however many there are.
 
 use super::host::WEIGHT_RATIO_UNFAIR;
-use crate::finding::{round, Finding, Severity};
-use serde_json::json;
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::MachineModel;
 
@@ -76,7 +75,8 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
     } else {
         0.0
     };
-    let measured: Vec<serde_json::Value> = m
+    // (vm, vCPUs, measured steal %, fair steal %)
+    let rows: Vec<(&str, usize, Evidence, Evidence)> = m
         .host
         .vms
         .iter()
@@ -88,20 +88,22 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
                 .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
                 .sum::<f64>()
                 / v.vcpus.len() as f64;
-            json!({"vm": v.name, "vcpus": v.vcpus.len(), "steal_pct": round(v.steal_pct, 1),
-                   "fair_steal_pct": round(100.0 * d * short, 1)})
-        })
-        .collect();
-    let said = measured
-        .iter()
-        .map(|x| {
-            format!(
-                "{} {}% (fair {}%)",
-                x["vm"].as_str().unwrap_or("?"),
-                x["steal_pct"],
-                x["fair_steal_pct"]
+            (
+                v.name.as_str(),
+                v.vcpus.len(),
+                round(v.steal_pct, 1),
+                round(100.0 * d * short, 1),
             )
         })
+        .collect();
+    let measured: Evidence = rows
+        .iter()
+        .map(|r| evidence!({"vm": r.0, "vcpus": r.1, "steal_pct": r.2, "fair_steal_pct": r.3}))
+        .collect();
+    // Figures as JSON prints them (48.0, not 48).
+    let said = rows
+        .iter()
+        .map(|r| format!("{} {}% (fair {}%)", r.0, r.2, r.3))
         .collect::<Vec<_>>()
         .join(", ");
     let (title, remedy) = if autogroups {
@@ -124,9 +126,9 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
     };
     out.push(
         Finding::new("host.cgroup-weight-unfair", Severity::Warning, title)
-            .evidence("groups", json!(groups.iter().map(|g| json!({"vm": g.0, "group": g.1, "autogroup": g.4, "vcpus": g.2, "relative_weight": round(g.3, 3)})).collect::<Vec<_>>()))
+            .evidence("groups", groups.iter().map(|g| evidence!({"vm": g.0, "group": g.1, "autogroup": g.4, "vcpus": g.2, "relative_weight": round(g.3, 3)})).collect::<Evidence>())
             .evidence("ratio", round(hi / lo, 2))
-            .evidence("measured", json!(measured))
+            .evidence("measured", measured)
             .evidence("fair_basis", format!("equal CPU per runnable vCPU: {capacity:.1} CPUs left by other host work for {demand:.1} runnable vCPUs"))
             .files(&["/proc/<pid>/cgroup", "/proc/<pid>/autogroup", "/proc/sys/kernel/sched_autogroup_enabled", "cpu.shares (v1) / cpu.weight (v2)", "/proc/<pid>/task/<tid>/schedstat"])
             .remedy(remedy)

@@ -5,8 +5,7 @@
 
 use super::host::{HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
 use super::host_who::{basis, culprits, summary, Who};
-use crate::finding::{round, Finding, Severity};
-use serde_json::json;
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use stealscope_model::MachineModel;
 
 /// The VMs' runnable vCPUs fit on the CPUs within this factor: the steal
@@ -22,8 +21,8 @@ pub const NOISY_SHARE: f64 = 0.25;
 /// ...and Critical from this share when the steal is also critical.
 pub const NOISY_CRITICAL_SHARE: f64 = 0.5;
 
-fn vm_table(m: &MachineModel) -> serde_json::Value {
-    json!(m.host.vms.iter().map(|v| json!({"name": v.name, "pid": v.pid, "vcpus": v.vcpus.len(), "steal_pct": round(v.steal_pct, 2), "util_pct": round(v.util_pct, 2)})).collect::<Vec<_>>())
+fn vm_table(m: &MachineModel) -> Evidence {
+    m.host.vms.iter().map(|v| evidence!{"name" => v.name, "pid" => v.pid, "vcpus" => v.vcpus.len(), "steal_pct" => round(v.steal_pct, 2), "util_pct" => round(v.util_pct, 2)}).collect()
 }
 
 fn mean_steal(m: &MachineModel) -> Option<f64> {
@@ -133,7 +132,7 @@ pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
             .evidence("host_cpus", cpus)
             .evidence(
                 "who",
-                json!(who.iter().take(5).map(Who::json).collect::<Vec<_>>()),
+                who.iter().take(5).map(Who::json).collect::<Evidence>(),
             )
             .evidence("who_basis", basis(m))
             .evidence("vms", vm_table(m))
@@ -222,7 +221,7 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
             )
             .evidence("culprit", w.json())
             .evidence("share_of_vcpu_wait", round(w.neighbor_share, 3))
-            .evidence("victims", json!(victims))
+            .evidence("victims", victims)
             .evidence("mean_vcpu_steal_pct", round(mean, 2))
             .evidence("basis", basis(m))
             .evidence("threshold_share", NOISY_SHARE)

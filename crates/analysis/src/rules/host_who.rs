@@ -2,11 +2,10 @@
 //! culprits when attribution ran, else an estimate from run times (every
 //! thread's schedstat), which the findings label as such.
 
-use serde_json::{json, Value};
 use stealscope_model::host::attribution::CulpritShare;
 use stealscope_model::MachineModel;
 
-use crate::finding::round;
+use crate::finding::{evidence, round, Evidence};
 
 /// A culprit as the rules see it: attributed or estimated.
 #[derive(Debug, Clone)]
@@ -40,8 +39,8 @@ impl Who {
         }
     }
 
-    pub fn json(&self) -> Value {
-        json!({"kind": self.kind, "name": self.name, "vm": self.vm, "pid": self.pid,
+    pub fn json(&self) -> Evidence {
+        evidence!({"kind": self.kind, "name": self.name, "vm": self.vm, "pid": self.pid,
                "share": round(self.share, 3), "victims": self.victims,
                "run_cpus": self.run_cpus.map(|r| round(r, 2))})
     }

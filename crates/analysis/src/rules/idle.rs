@@ -1,9 +1,9 @@
 //! How idle vCPUs idle: halt-polling and deep C-states.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Evidence, Finding, Severity};
 use crate::roles::is_kvm;
-use serde_json::json;
 use stealscope_model::MachineModel;
+use stealscope_readers::cpuidle::CpuIdleStates;
 
 /// Exit latency from which a C-state is "deep": wake-ups pay tens of µs
 /// (C6 is ~100-200 µs on Intel servers; C1/C1E are 1-10 µs).
@@ -14,6 +14,58 @@ const HARDWARE_IDLE_DRIVERS: &[&str] = &["intel_idle"];
 
 const HALTPOLL_CASE: &str = "haltpoll-hypervisor-cpuid.txt";
 const HALTPOLL_DOC: &str = "Documentation/virt/guest-halt-polling.rst";
+
+/// POLL-state entries and all idle entries, summed over CPUs: cumulative
+/// since boot.
+fn entries(cpus: &[CpuIdleStates]) -> (u64, u64) {
+    cpus.iter().fold((0u64, 0u64), |(p, t), cpu| {
+        let p2: u64 = cpu
+            .states
+            .iter()
+            .filter(|s| s.name.as_deref() == Some("POLL"))
+            .filter_map(|s| s.usage)
+            .sum();
+        let t2: u64 = cpu.states.iter().filter_map(|s| s.usage).sum();
+        (p + p2, t + t2)
+    })
+}
+
+/// POLL and all idle entries during the interval, over the CPUs read at
+/// both ends; None without both readings (the totals since boot say what
+/// happened before, possibly with another guest_halt_poll_ns).
+fn interval_entries(m: &MachineModel) -> Option<(u64, u64)> {
+    let mut sum = None;
+    for c1 in &m.t1.idle_states {
+        let Some(c0) = m.t0.idle_states.iter().find(|c| c.cpu == c1.cpu) else {
+            continue;
+        };
+        let (p0, t0) = entries(std::slice::from_ref(c0));
+        let (p1, t1) = entries(std::slice::from_ref(c1));
+        let (p, t) = sum.get_or_insert((0u64, 0u64));
+        *p += p1.saturating_sub(p0);
+        *t += t1.saturating_sub(t0);
+    }
+    sum
+}
+
+/// The haltpoll title from what the interval measured.
+fn poll_ns_zero_title(over: Option<(u64, u64)>, wall_s: f64) -> String {
+    let head = "haltpoll driver is loaded but guest_halt_poll_ns=0";
+    match over {
+        Some((_, 0)) => format!(
+            "{head}: no CPU idled in the {wall_s:.0} s measured; with this setting each idle halts with an HLT exit"
+        ),
+        Some((0, idle)) => format!(
+            "{head}: none of {idle} idle entries in {wall_s:.0} s polled ({:.0}/s HLT exits)",
+            idle as f64 / wall_s.max(1e-9)
+        ),
+        Some((poll, idle)) => format!(
+            "{head}: only {poll} of {idle} idle entries in {wall_s:.0} s polled ({:.0}/s); the rest exit with HLT",
+            poll as f64 / wall_s.max(1e-9)
+        ),
+        None => format!("{head}: the governor will not poll, so each idle halts with an HLT exit"),
+    }
+}
 
 pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
     let o = &m.t1;
@@ -32,16 +84,8 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
     if HARDWARE_IDLE_DRIVERS.contains(&driver.as_deref().unwrap_or("")) {
         return;
     }
-    let (poll_usage, idle_usage) = o.idle_states.iter().fold((0u64, 0u64), |(p, t), cpu| {
-        let p2: u64 = cpu
-            .states
-            .iter()
-            .filter(|s| s.name.as_deref() == Some("POLL"))
-            .filter_map(|s| s.usage)
-            .sum();
-        let t2: u64 = cpu.states.iter().filter_map(|s| s.usage).sum();
-        (p + p2, t + t2)
-    });
+    let (poll_usage, idle_usage) = entries(&o.idle_states);
+    let over_interval = interval_entries(m);
     let no_poll_control = o
         .kmsg_lines_containing("does not support poll control")
         .next()
@@ -132,7 +176,7 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
         Finding::new(
             "idle.haltpoll-inactive",
             Severity::Warning,
-            "haltpoll driver is loaded but guest_halt_poll_ns=0: the guest never polls, every idle is an HLT exit",
+            poll_ns_zero_title(over_interval, m.wall_s),
         )
         .remedy(format!(
             "{cpuid_says}With guest_halt_poll_ns=0 the haltpoll governor never grows its poll window, so it always \
@@ -147,25 +191,32 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
         return;
     };
     f = f
-        .evidence("cpuid_kvm_base", json!(kvm.map(|k| &k.base)))
-        .evidence("cpuid_kvm_hints_realtime", json!(realtime))
-        .evidence("cpuid_kvm_poll_control", json!(poll_control))
+        .evidence("cpuid_kvm_base", Evidence::of(&kvm.map(|k| &k.base)))
+        .evidence("cpuid_kvm_hints_realtime", Evidence::of(&realtime))
+        .evidence("cpuid_kvm_poll_control", Evidence::of(&poll_control))
         .evidence(
             "cpuid_kvm_features_eax",
-            json!(kvm.map(|k| &k.features_eax)),
+            Evidence::of(&kvm.map(|k| &k.features_eax)),
         )
         .evidence("cpuid", if captured { "read" } else { "not captured" });
     f = f
-        .evidence("current_driver", json!(driver))
-        .evidence("current_governor", json!(o.cpuidle.governor()))
-        .evidence("available_governors", json!(governors))
+        .evidence("current_driver", Evidence::of(&driver))
+        .evidence("current_governor", Evidence::of(&o.cpuidle.governor()))
+        .evidence("available_governors", Evidence::of(&governors))
         .evidence("haltpoll_driver_present", has_driver)
-        .evidence("guest_halt_poll_ns", json!(o.haltpoll.guest_halt_poll_ns))
-        .evidence("poll_state_entries", poll_usage)
-        .evidence("idle_entries", idle_usage)
-        .evidence("cmdline_cpuidle_haltpoll_force", json!(cmd_force))
-        .evidence("cmdline_guest_halt_poll_ns", json!(cmd_poll_ns))
-        .evidence("host_lacks_poll_control", json!(no_poll_control))
+        .evidence("guest_halt_poll_ns", Evidence::of(&o.haltpoll.guest_halt_poll_ns))
+        .evidence("poll_state_entries_since_boot", poll_usage)
+        .evidence("idle_entries_since_boot", idle_usage)
+        .evidence("poll_state_entries", Evidence::of(&over_interval.map(|o| o.0)))
+        .evidence("idle_entries", Evidence::of(&over_interval.map(|o| o.1)))
+        .evidence(
+            "poll_state_entries_per_s",
+            Evidence::of(&over_interval.map(|o| crate::finding::round(o.0 as f64 / m.wall_s.max(1e-9), 1))),
+        )
+        .evidence("interval_s", crate::finding::round(m.wall_s, 1))
+        .evidence("cmdline_cpuidle_haltpoll_force", Evidence::of(&cmd_force))
+        .evidence("cmdline_guest_halt_poll_ns", Evidence::of(&cmd_poll_ns))
+        .evidence("host_lacks_poll_control", Evidence::of(&no_poll_control))
         .files(&[
             "/sys/devices/system/cpu/cpuidle/current_driver",
             "/sys/devices/system/cpu/cpuidle/available_governors",
@@ -222,11 +273,11 @@ pub fn deep_cstates(m: &MachineModel, out: &mut Vec<Finding>) {
             Severity::Warning,
             format!("Deep C-states enabled ({}) and no PM QoS limit holds them off", names.join(", ")),
         )
-        .evidence("states", json!(names))
-        .evidence("cpus", json!(cpus))
+        .evidence("states", Evidence::of(&names))
+        .evidence("cpus", Evidence::of(&cpus))
         .evidence("max_exit_latency_us", max_lat)
-        .evidence("pm_qos_cpu_latency_us", json!(o.pm_qos_us))
-        .evidence("cpuidle_driver", json!(o.cpuidle.current_driver))
+        .evidence("pm_qos_cpu_latency_us", Evidence::of(&o.pm_qos_us))
+        .evidence("cpuidle_driver", Evidence::of(&o.cpuidle.current_driver))
         .evidence("threshold_us", DEEP_CSTATE_LATENCY_US)
         .files(&["/sys/devices/system/cpu/cpu*/cpuidle/state*/{name,latency,disable}", "/dev/cpu_dma_latency"])
         .remedy(format!(
@@ -241,4 +292,35 @@ pub fn deep_cstates(m: &MachineModel, out: &mut Vec<Finding>) {
         .reference("kernel/power/qos.c (cpu_dma_latency)")
         .case("guest-micro-jitter-case.txt"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestMachine;
+
+    fn machine(latency_us: u64, disabled: u8) -> TestMachine {
+        let dir = "/sys/devices/system/cpu/cpu0/cpuidle/state2";
+        TestMachine::guest()
+            .file(&format!("{dir}/name"), "C6\n")
+            .file(&format!("{dir}/latency"), format!("{latency_us}\n"))
+            .file(&format!("{dir}/disable"), format!("{disabled}\n"))
+            .file(&format!("{dir}/usage"), "12\n")
+    }
+
+    #[test]
+    fn an_enabled_deep_state_fires() {
+        let f = machine(100, 0).run(deep_cstates);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "idle.deep-cstates");
+    }
+
+    #[test]
+    fn shallow_disabled_or_held_off_states_are_silent() {
+        assert!(machine(10, 0).run(deep_cstates).is_empty());
+        assert!(machine(100, 1).run(deep_cstates).is_empty());
+        // A PM QoS request of 0 µs (4 raw bytes) keeps the governor out.
+        let held = machine(100, 0).file("/dev/cpu_dma_latency", [0u8; 4]);
+        assert!(held.run(deep_cstates).is_empty());
+    }
 }

@@ -2,9 +2,8 @@
 //! so a high rate costs far more than on bare metal; on a host many of them
 //! are caused by the VMs.
 
-use crate::finding::{round, Finding, Severity};
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use crate::roles::Roles;
-use serde_json::json;
 use stealscope_model::irq_rates::CpuIrqRates;
 use stealscope_model::MachineModel;
 
@@ -114,25 +113,25 @@ pub fn storm(m: &MachineModel, out: &mut Vec<Finding>) {
         out.push(
             Finding::new("irq.storm", sev, title)
                 .evidence("cpu", worst.cpu)
-                .evidence("cpus", json!(cpus.iter().map(|c| c.cpu).collect::<Vec<_>>()))
+                .evidence("cpus", Evidence::of(&cpus.iter().map(|c| c.cpu).collect::<Vec<_>>()))
                 .evidence("total_per_s", round(worst.total_per_s, 0))
                 .evidence("dominant", top.name.clone())
                 .evidence("dominant_label", top.label.clone())
                 .evidence("dominant_per_s", round(top.per_s, 0))
                 .evidence(
                     "top_sources",
-                    json!(worst
+                    Evidence::of(&worst
                         .sources
                         .iter()
                         .take(5)
-                        .map(|s| json!({"name": s.name, "label": s.label, "per_s": round(s.per_s, 0)}))
+                        .map(|s| evidence!{"name" => s.name, "label" => s.label, "per_s" => round(s.per_s, 0)})
                         .collect::<Vec<_>>()),
                 )
                 .evidence(
                     "per_cpu",
-                    json!(cpus
+                    Evidence::of(&cpus
                         .iter()
-                        .map(|c| json!({"cpu": c.cpu, "total_per_s": round(c.total_per_s, 0)}))
+                        .map(|c| evidence!{"cpu" => c.cpu, "total_per_s" => round(c.total_per_s, 0)})
                         .collect::<Vec<_>>()),
                 )
                 .evidence("threshold_per_s", IRQ_STORM_PER_S)
@@ -145,5 +144,37 @@ pub fn storm(m: &MachineModel, out: &mut Vec<Finding>) {
                     "guest-micro-jitter-case.txt"
                 }),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestMachine;
+
+    fn machine(cal_t1: u64) -> TestMachine {
+        let text = |cal: u64| {
+            format!(
+                "           CPU0       CPU1       \nNMI:          0          0   Non-maskable interrupts\nCAL: {cal:>10} {:>10}   Function call interrupts\n",
+                10
+            )
+        };
+        TestMachine::guest().files("/proc/interrupts", &text(0), &text(cal_t1))
+    }
+
+    #[test]
+    fn a_function_call_storm_fires_by_rate() {
+        // 100,000 CAL in 5 s: 20,000/s on CPU 0, a warning.
+        let f = machine(100_000).run(storm);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "irq.storm");
+        assert_eq!(f[0].severity, Severity::Warning);
+        // 300,000 in 5 s: 60,000/s, critical.
+        assert_eq!(machine(300_000).run(storm)[0].severity, Severity::Critical);
+    }
+
+    #[test]
+    fn below_ten_thousand_per_second_is_silent() {
+        assert!(machine(40_000).run(storm).is_empty());
     }
 }

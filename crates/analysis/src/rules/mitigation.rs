@@ -2,9 +2,8 @@
 //! flushes the TLB; under shadow paging (host without EPT/NPT) each CR3 write
 //! is a VM exit, which made the KPTI case's VM several times slower.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Evidence, Finding, Severity};
 use crate::roles::Roles;
-use serde_json::json;
 use stealscope_model::MachineModel;
 
 pub fn kpti_without_pcid(m: &MachineModel, out: &mut Vec<Finding>) {
@@ -40,11 +39,11 @@ pub fn kpti_without_pcid(m: &MachineModel, out: &mut Vec<Finding>) {
     };
     out.push(
         Finding::new("mitigation.kpti-without-pcid", Severity::Warning, title)
-            .evidence("meltdown", json!(meltdown))
+            .evidence("meltdown", Evidence::of(&meltdown))
             .evidence("cpuinfo_pti", cpuinfo.has("pti"))
             .evidence("cpuinfo_pcid", false)
             .evidence("cpuinfo_invpcid", cpuinfo.has("invpcid"))
-            .evidence("kernel_log", json!(pti_log))
+            .evidence("kernel_log", Evidence::of(&pti_log))
             .files(&[
                 "/sys/devices/system/cpu/vulnerabilities/meltdown",
                 "/proc/cpuinfo",
@@ -63,3 +62,27 @@ const GUEST_REMEDY: &str = "Ask the provider to expose PCID (and INVPCID) to the
              with EPT or a newer host kernel (`stealscope host` on that host reports host.no-ept). Only where the \
              threat model allows it (single tenant, trusted code, host patched) boot the guest with `pti=off` \
              (`nopti`); EL7 kernels can also switch at run time: `echo 0 > /sys/kernel/debug/x86/pti_enabled`.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TestMachine;
+
+    fn machine(flags: &str) -> TestMachine {
+        TestMachine::guest()
+            .file(
+                "/proc/cpuinfo",
+                format!("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel Xeon\nflags\t\t: fpu {flags} hypervisor\n\n"),
+            )
+            .file("/sys/devices/system/cpu/vulnerabilities/meltdown", "Mitigation: PTI\n")
+    }
+
+    #[test]
+    fn pti_without_pcid_fires_and_with_pcid_is_silent() {
+        let f = machine("sse2 pti").run(kpti_without_pcid);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "mitigation.kpti-without-pcid");
+        assert!(machine("sse2 pcid pti").run(kpti_without_pcid).is_empty());
+        assert!(TestMachine::guest().run(kpti_without_pcid).is_empty());
+    }
+}

@@ -1,9 +1,9 @@
 //! Steal: how much, whether it hit busy or idle vCPUs, whether it came in
 //! bursts that averages hide, and whether the counters can be trusted.
 
-use crate::finding::{round, Finding, Severity};
-use serde_json::{json, Value};
-use stealscope_model::windows::{count_at_least, peak, BUSY_WINDOW_PCT, IDLE_WINDOW_PCT};
+use crate::finding::{evidence, round, Evidence, Finding, Severity};
+pub use stealscope_model::bursts::{BURST_MIN_UNITS, BURST_SPAN_S, BURST_WINDOW_PCT};
+use stealscope_model::windows::{BUSY_WINDOW_PCT, IDLE_WINDOW_PCT};
 use stealscope_model::{Anomaly, MachineModel};
 
 /// Mean steal at which we speak up: below ~2 % steal is within the noise of
@@ -15,23 +15,18 @@ pub const STEAL_CPU_WARN_PCT: f64 = 5.0;
 /// Critical: the wellness-portal case lost 26 % throughput at only 4 % steal;
 /// at 10 % the loss is larger than most services can absorb.
 pub const STEAL_CRITICAL_PCT: f64 = 10.0;
-/// A short window with this much steal is a burst: the case's 18 ms stall is
-/// 18 % of a 100 ms window. /proc/stat rounds the cumulative steal to 10 ms
-/// ticks, so one window reads 1 or 2 ticks for it; 15 % needs 2 ticks, which
-/// one rounding step alone cannot produce.
-pub const BURST_WINDOW_PCT: f64 = 15.0;
-/// ...while the interval average stays below this, i.e. the 1 s/15 s views
+/// Bursts are reported only while the interval average stays below this, i.e. the 1 s/15 s views
 /// that people alert on would show nothing alarming.
 pub const BURST_MEAN_BELOW_PCT: f64 = 5.0;
 
 const STAT: &str = "/proc/stat";
 
-fn per_cpu_steal(m: &MachineModel) -> Value {
-    Value::Array(
+fn per_cpu_steal(m: &MachineModel) -> Evidence {
+    Evidence::List(
         m.interval
             .cpus
             .iter()
-            .map(|c| json!({"cpu": c.cpu, "steal_pct": round(c.steal_pct(), 2), "busy_pct": round(c.busy_pct(), 2)}))
+            .map(|c| evidence!{"cpu" => c.cpu, "steal_pct" => round(c.steal_pct(), 2), "busy_pct" => round(c.busy_pct(), 2)})
             .collect(),
     )
 }
@@ -116,34 +111,40 @@ pub fn busy_idle(m: &MachineModel, out: &mut Vec<Finding>) {
 
 pub fn bursty(m: &MachineModel, out: &mut Vec<Finding>) {
     let Some(mean) = m.steal_pct() else { return };
-    let Some(p) = peak(&m.windows) else { return };
-    if p.steal_pct < BURST_WINDOW_PCT || mean >= BURST_MEAN_BELOW_PCT {
+    if mean >= BURST_MEAN_BELOW_PCT {
         return;
     }
-    let bursts = count_at_least(&m.windows, BURST_WINDOW_PCT);
+    let Some(b) = stealscope_model::bursts::judge(&m.windows, m.clk_tck as f64) else {
+        return;
+    };
+    let p = b.peak;
     out.push(
         Finding::new(
             "steal.bursty",
             Severity::Warning,
             format!(
-                "Steal arrives in bursts: {:.0}% of a {:.0} ms window on CPU {} while the average is {mean:.1}%",
-                p.steal_pct,
+                "Steal arrives in bursts: {:.0} ms stolen in {:.0} ms ({:.0}%) on CPU {} while the average is {mean:.1}%",
+                p.steal_s * 1000.0,
                 p.wall_s * 1000.0,
+                p.steal_pct(),
                 p.cpu
             ),
         )
-        .evidence("peak_window_steal_pct", round(p.steal_pct, 1))
-        .evidence("peak_window_cpu", p.cpu)
-        .evidence("peak_window_start_s", round(p.start_s, 2))
-        .evidence("peak_window_ms", round(p.wall_s * 1000.0, 1))
-        .evidence("burst_windows", bursts)
+        .evidence("peak_steal_pct", round(p.steal_pct(), 1))
+        .evidence("peak_steal_ms", round(p.steal_s * 1000.0, 1))
+        .evidence("peak_cpu", p.cpu)
+        .evidence("peak_start_s", round(p.start_s, 2))
+        .evidence("peak_span_ms", round(p.wall_s * 1000.0, 1))
+        .evidence("bursts", b.count)
         .evidence("windows", m.windows.len())
         .evidence("mean_steal_pct", round(mean, 2))
         .evidence("burst_threshold_pct", BURST_WINDOW_PCT)
+        .evidence("min_span_ms", round(BURST_SPAN_S * 1000.0, 1))
+        .evidence("min_steal_ms", round(1000.0 * BURST_MIN_UNITS / m.clk_tck as f64, 1))
         .files(&["samples.jsonl"])
         .remedy(
             "1 s and 15 s averages hide these stalls. Measure them with a higher sample rate (`stealscope doctor \
-             --rate 100`) and the active probes (`stealscope probe preempt`, `probe wakeup`; planned), and alert \
+             --rate 100`) and the active probes (`stealscope probe preempt`, `stealscope probe wakeup`), and alert \
              on short-window steal rather than on averages. Latency-sensitive services need a host with \
              dedicated or pinned vCPUs; ask the provider with this evidence.",
         )
@@ -151,8 +152,8 @@ pub fn bursty(m: &MachineModel, out: &mut Vec<Finding>) {
     );
 }
 
-fn describe(a: &Anomaly) -> Value {
-    serde_json::to_value(a).unwrap_or(Value::Null)
+fn describe(a: &Anomaly) -> Evidence {
+    Evidence::of(a)
 }
 
 pub fn counter_anomaly(m: &MachineModel, out: &mut Vec<Finding>) {
@@ -260,7 +261,7 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
     } else {
         Severity::Warning
     };
-    let opt = |v: Option<f64>, d| v.map_or(Value::Null, |x| round(x, d));
+    let opt = |v: Option<f64>, d| v.map_or(Evidence::Null, |x| round(x, d));
     out.push(
         Finding::new(
             "steal.ipc-collapse",
@@ -280,7 +281,7 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
         .evidence("cache_mpki_high_steal", opt(high.mpki(), 2))
         .evidence("windows_low_steal", low.windows)
         .evidence("windows_high_steal", high.windows)
-        .evidence("cpus_compared", json!(cpus))
+        .evidence("cpus_compared", Evidence::of(&cpus))
         .evidence("min_counter_running_share", opt(min_share, 3))
         .evidence("high_steal_window_pct", IPC_HIGH_STEAL_PCT)
         .evidence("low_steal_window_pct", IPC_LOW_STEAL_PCT)
@@ -299,4 +300,90 @@ pub fn ipc_collapse(m: &MachineModel, out: &mut Vec<Finding>) {
         .reference("perf_event_open(2): PERF_FORMAT_GROUP, time_enabled/time_running scaling")
         .case("guest-micro-jitter-case.txt"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{ticks, TestMachine};
+
+    #[test]
+    fn busy_steal_fires_critical_at_20_pct() {
+        // Both CPUs wanted to run all the time and lost a fifth of it.
+        let m = TestMachine::guest().cpus(&[ticks(400, 0, 100); 2]);
+        let f = m.run(busy_idle);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "steal.busy");
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(f[0].evidence["steal_pct"].as_f64(), Some(20.0));
+    }
+
+    #[test]
+    fn idle_steal_fires_as_a_warning() {
+        // 3 % steal on mostly idle CPUs: above the 2 % mean threshold.
+        let m = TestMachine::guest().cpus(&[ticks(20, 465, 15); 2]);
+        let f = m.run(busy_idle);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "steal.idle");
+        assert_eq!(f[0].severity, Severity::Warning);
+    }
+
+    #[test]
+    fn steal_below_both_thresholds_is_silent() {
+        // 1 % mean, 1.6 % on the worst CPU: under 2 % and 5 %.
+        let m = TestMachine::guest().cpus(&[ticks(200, 295, 5), ticks(200, 292, 8)]);
+        assert!(m.run(busy_idle).is_empty());
+        assert!(TestMachine::guest().run(busy_idle).is_empty());
+    }
+
+    fn windows(burst: u64) -> Vec<Vec<crate::testing::Ticks>> {
+        // 50 windows of 100 ms on 2 CPUs; window 20 of CPU 1 loses `burst` ticks.
+        (0..50)
+            .map(|i| {
+                let b = if i == 20 { burst } else { 0 };
+                vec![ticks(3, 7, 0), ticks(3, 7 - b, b)]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_burst_under_a_low_mean_fires() {
+        let f = TestMachine::guest().windows(windows(2)).run(bursty);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "steal.bursty");
+        assert_eq!(f[0].evidence["peak_cpu"].as_f64(), Some(1.0));
+        assert_eq!(f[0].evidence["bursts"].as_f64(), Some(1.0));
+    }
+
+    #[test]
+    fn one_tick_is_not_a_burst() {
+        // 10 % of a window: one tick can be rounding alone.
+        assert!(TestMachine::guest()
+            .windows(windows(1))
+            .run(bursty)
+            .is_empty());
+        // No sample series, no burst detection.
+        assert!(TestMachine::guest()
+            .cpus(&[ticks(100, 390, 10); 2])
+            .run(bursty)
+            .is_empty());
+    }
+
+    #[test]
+    fn steal_going_backwards_is_a_counter_anomaly() {
+        let stat = |steal: u64| {
+            format!(
+                "cpu  200 0 0 800 0 0 0 {s2} 0 0\ncpu0 100 0 0 400 0 0 0 {steal} 0 0\ncpu1 100 0 0 400 0 0 0 100 0 0\n",
+                s2 = steal + 100
+            )
+        };
+        let t1 = stat(50).replace("cpu0 100 0 0 400", "cpu0 300 0 0 700");
+        let t1 = t1.replace("cpu1 100 0 0 400", "cpu1 300 0 0 700");
+        let m = TestMachine::guest().files("/proc/stat", &stat(100), &t1);
+        let f = m.run(counter_anomaly);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "steal.counter-anomaly");
+        // Counters that only move forward raise nothing.
+        assert!(TestMachine::guest().run(counter_anomaly).is_empty());
+    }
 }

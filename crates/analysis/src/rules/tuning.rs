@@ -1,9 +1,8 @@
 //! Tuning defaults that are wrong for a VM: these cost latency or throughput
 //! but are not emergencies, so they are info.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{evidence, Evidence, Finding, Severity};
 use crate::roles::Roles;
-use serde_json::json;
 use stealscope_model::MachineModel;
 
 /// Disks that are virtual (virtio-blk, Xen) or NVMe: the host or the device
@@ -41,7 +40,7 @@ pub fn io_scheduler(m: &MachineModel, out: &mut Vec<Finding>) {
     let first = &bad[0].device;
     out.push(
         Finding::new("tuning.io-scheduler", Severity::Info, format!("Virtual/NVMe disk with an I/O scheduler: {}", list.join(", ")))
-            .evidence("devices", json!(bad.iter().map(|b| json!({"device": b.device, "scheduler": b.scheduler, "available": b.available})).collect::<Vec<_>>()))
+            .evidence("devices", Evidence::of(&bad.iter().map(|b| evidence!{"device" => b.device, "scheduler" => b.scheduler, "available" => b.available}).collect::<Vec<_>>()))
             .files(&["/sys/block/*/queue/scheduler"])
             .remedy(format!(
                 "{} \
@@ -79,9 +78,9 @@ pub fn cpufreq_governor(m: &MachineModel, out: &mut Vec<Finding>) {
             Severity::Info,
             format!("cpufreq governor {} on {} CPU(s), not performance", govs.join("/"), bad.len()),
         )
-        .evidence("governors", json!(govs))
-        .evidence("cpus", json!(bad.iter().map(|f| f.cpu).collect::<Vec<_>>()))
-        .evidence("driver", json!(bad[0].driver))
+        .evidence("governors", Evidence::of(&govs))
+        .evidence("cpus", Evidence::of(&bad.iter().map(|f| f.cpu).collect::<Vec<_>>()))
+        .evidence("driver", Evidence::of(&bad[0].driver))
         .files(&["/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"])
         .remedy(format!(
             "{} `cpupower frequency-set -g performance` (or write performance to each scaling_governor); persist \
@@ -136,13 +135,13 @@ pub fn dirty_writeback(m: &MachineModel, out: &mut Vec<Finding>) {
                 mib(bg).map_or("?".into(), |v| v.to_string())
             ),
         )
-        .evidence("dirty_limit_mib", json!(mib(hard)))
-        .evidence("dirty_background_mib", json!(mib(bg)))
-        .evidence("dirty_ratio", json!(d.dirty_ratio))
-        .evidence("dirty_background_ratio", json!(d.dirty_background_ratio))
-        .evidence("dirty_bytes", json!(d.dirty_bytes))
-        .evidence("dirty_background_bytes", json!(d.dirty_background_bytes))
-        .evidence("dirtyable_mib", json!(mib(dirtyable)))
+        .evidence("dirty_limit_mib", Evidence::of(&mib(hard)))
+        .evidence("dirty_background_mib", Evidence::of(&mib(bg)))
+        .evidence("dirty_ratio", Evidence::of(&d.dirty_ratio))
+        .evidence("dirty_background_ratio", Evidence::of(&d.dirty_background_ratio))
+        .evidence("dirty_bytes", Evidence::of(&d.dirty_bytes))
+        .evidence("dirty_background_bytes", Evidence::of(&d.dirty_background_bytes))
+        .evidence("dirtyable_mib", Evidence::of(&mib(dirtyable)))
         .files(&["/proc/sys/vm/dirty_*", "/proc/meminfo"])
         .remedy(format!(
             "{} Use byte limits: `sysctl -w vm.dirty_background_bytes=134217728 vm.dirty_bytes=536870912` \
@@ -157,4 +156,59 @@ pub fn dirty_writeback(m: &MachineModel, out: &mut Vec<Finding>) {
         ))
         .reference("Documentation/admin-guide/sysctl/vm.rst"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{meminfo, TestMachine};
+
+    #[test]
+    fn an_elevator_on_a_virtio_disk_fires_and_none_is_silent() {
+        let sched = "/sys/block/vda/queue/scheduler";
+        let f = TestMachine::guest()
+            .file(sched, "[mq-deadline] kyber bfq none\n")
+            .run(io_scheduler);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "tuning.io-scheduler");
+        let quiet = TestMachine::guest().file(sched, "[none] mq-deadline \n");
+        assert!(quiet.run(io_scheduler).is_empty());
+        // A real disk keeps its scheduler.
+        let sda =
+            TestMachine::guest().file("/sys/block/sda/queue/scheduler", "[mq-deadline] none\n");
+        assert!(sda.run(io_scheduler).is_empty());
+    }
+
+    #[test]
+    fn powersave_governor_fires_and_performance_is_silent() {
+        let gov = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor";
+        let f = TestMachine::guest()
+            .file(gov, "powersave\n")
+            .run(cpufreq_governor);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "tuning.cpufreq-governor");
+        assert!(TestMachine::guest()
+            .file(gov, "performance\n")
+            .run(cpufreq_governor)
+            .is_empty());
+    }
+
+    fn dirty(available_kb: u64) -> TestMachine {
+        TestMachine::guest()
+            .file("/proc/meminfo", meminfo(available_kb, available_kb, 0))
+            .file("/proc/sys/vm/dirty_ratio", "20\n")
+            .file("/proc/sys/vm/dirty_background_ratio", "10\n")
+            .file("/proc/sys/vm/dirty_bytes", "0\n")
+            .file("/proc/sys/vm/dirty_background_bytes", "0\n")
+    }
+
+    #[test]
+    fn ratios_of_a_big_memory_fire_and_of_a_small_one_do_not() {
+        // 20 % of 16 GiB = 3.2 GiB dirty allowed: over the 1 GiB limit.
+        let f = dirty(16 << 20).run(dirty_writeback);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "tuning.dirty-writeback");
+        // 20 % of 2 GiB = 410 MiB, background 205 MiB: both under the limits.
+        assert!(dirty(2 << 20).run(dirty_writeback).is_empty());
+    }
 }

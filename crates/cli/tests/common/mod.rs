@@ -4,6 +4,7 @@
 pub mod libvirt;
 pub mod perf_raw;
 pub mod place;
+pub mod probes;
 pub mod testenv;
 pub mod tmux;
 
@@ -116,4 +117,23 @@ pub fn nobody_command(bin: &Path, args: &[&str]) -> Command {
 
 pub fn as_nobody(bin: &Path, args: &[&str]) -> Output {
     nobody_command(bin, args).output().expect("setpriv")
+}
+
+/// One side (`t0` or `t1`) of a packed snapshot fixture unpacked into a
+/// temporary directory, for tests that need a real `--root` tree.
+pub fn fixture_side(name: &str, side: &str) -> tempfile::TempDir {
+    let path = repo()
+        .join("fixtures/snapshots")
+        .join(name)
+        .join("snapshot.tar.gz");
+    let snap = stealscope_readers::snapshot::open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let fs = if side == "t0" { &snap.t0 } else { &snap.t1 };
+    let dir = tempfile::tempdir().unwrap();
+    for (abs, data) in &fs.files {
+        let p = dir.path().join(abs.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, data).unwrap();
+    }
+    dir
 }

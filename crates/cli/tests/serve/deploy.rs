@@ -67,7 +67,8 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 /// or what the rules record.
 #[test]
 fn dashboard_and_rules_use_only_exported_metrics() {
-    let root = repo().join("fixtures/snapshots/host-vtx-no-ept/t1");
+    let tree = fixture_side("host-vtx-no-ept", "t1");
+    let root = tree.path().to_path_buf();
     let root_arg = root.to_str().unwrap().to_string();
     let s = Serve::start(&["--root", &root_arg, "--findings-interval", "500ms"]);
     let m = wait_for("the fixture's findings", Duration::from_secs(10), || {
@@ -128,7 +129,8 @@ fn dashboard_and_rules_use_only_exported_metrics() {
 /// (read here independently), and the static critical finding is exported.
 #[test]
 fn fixture_host_vcpu_series_equal_its_schedstat() {
-    let root = repo().join("fixtures/snapshots/host-vtx-no-ept/t1");
+    let tree = fixture_side("host-vtx-no-ept", "t1");
+    let root = tree.path().to_path_buf();
     let mut expected = BTreeMap::new();
     for p in std::fs::read_dir(root.join("proc")).unwrap() {
         let p = p.unwrap().path();
@@ -197,10 +199,7 @@ fn systemd_units_verify() {
     for unit in ["stealscope.service", "stealscope-place.service"] {
         let text = std::fs::read_to_string(repo().join("deploy/systemd").join(unit)).unwrap();
         assert!(text.contains("NoNewPrivileges=yes") && text.contains("ProtectSystem=strict"));
-        let text = text.replace(
-            "/usr/local/bin/stealscope",
-            env!("CARGO_BIN_EXE_stealscope"),
-        );
+        let text = text.replace("/usr/bin/stealscope", env!("CARGO_BIN_EXE_stealscope"));
         std::fs::write(dir.path().join(unit), text).unwrap();
         // The place command's man page exists once `place` is built in.
         let page = if unit == "stealscope.service" {
@@ -228,8 +227,8 @@ fn systemd_units_verify() {
     }
     let serve = std::fs::read_to_string(repo().join("deploy/systemd/stealscope.service")).unwrap();
     assert!(serve.contains("DynamicUser=yes") && serve.contains("CapabilityBoundingSet=\n"));
-    assert!(serve.contains("ExecStart=/usr/local/bin/stealscope serve"));
+    assert!(serve.contains("ExecStart=/usr/bin/stealscope serve"));
     let place =
         std::fs::read_to_string(repo().join("deploy/systemd/stealscope-place.service")).unwrap();
-    assert!(place.contains("ExecStart=/usr/local/bin/stealscope place daemon"));
+    assert!(place.contains("ExecStart=/usr/bin/stealscope place daemon"));
 }

@@ -163,7 +163,9 @@ fn counters_stay_monotonic_when_the_kernel_goes_backwards() {
     };
     write(500, 1000);
     let root_arg = root.path().to_str().unwrap().to_string();
-    let s = Serve::start(&["--root", &root_arg, "--rate", "20"]);
+    // 10 Hz: each 100 ms window is a histogram span of its own (shorter
+    // windows are merged into ~100 ms spans, as steal.bursty judges them).
+    let s = Serve::start(&["--root", &root_arg, "--rate", "10"]);
     wait_for("first sample", Duration::from_secs(5), || {
         (s.metrics()
             .get("stealscope_cpu_seconds_total{cpu=\"0\",mode=\"steal\"}")
@@ -195,7 +197,7 @@ fn counters_stay_monotonic_when_the_kernel_goes_backwards() {
         "one window with steal"
     );
     let n = anomalies(&s);
-    // 50 ticks (0.5 s) of steal within one 50 ms window is more than wall
+    // 50 ticks (0.5 s) of steal within one 100 ms window is more than wall
     // time: clamped to that window's length, counted, a window of all steal.
     write(151, 1000);
     wait_for("the clamp", Duration::from_secs(5), || {

@@ -157,7 +157,7 @@ fn prometheus_scrapes_serve_and_loads_the_rules() {
     );
 
     // Every dashboard expression parses and runs; the drill-down of this
-    // machine's CPUs has data.
+    // machine's CPUs has data; every value a panel draws fits its unit.
     let instance = s.addr.to_string();
     let mut exprs = Vec::new();
     dashboard_exprs(&dashboard(), &mut exprs);
@@ -174,5 +174,54 @@ fn prometheus_scrapes_serve_and_loads_the_rules() {
             || q.contains("sum by (mode)")
             || q.contains("stealscope_build_info");
         assert!(!guest_panel || !r.is_empty(), "no data for {q}");
+    }
+    let mut checked = 0;
+    for panel in dashboard_panels(&dashboard()) {
+        let unit = panel["fieldConfig"]["defaults"]["unit"]
+            .as_str()
+            .unwrap_or("none");
+        let kind = panel["type"].as_str().unwrap_or("");
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            let q = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$instance", &instance)
+                .replace("$__rate_interval", "10s");
+            for sample in query(prom, &q) {
+                let v = value(&sample);
+                let title = panel["title"].as_str().unwrap_or("?");
+                assert!(
+                    unit_fits(kind, unit, v),
+                    "panel {title:?} ({kind}, unit {unit}) draws {v} from {q}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "{checked} values checked");
+}
+
+/// Every panel, rows' nested panels included.
+fn dashboard_panels(d: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().unwrap() {
+        out.push(p);
+        out.extend(p["panels"].as_array().into_iter().flatten());
+    }
+    out
+}
+
+/// Whether a value this machine serves is sensible on an axis of `unit`:
+/// ratios within 0-1, frequencies (the TSC) between 1 MHz and 100 GHz,
+/// CPU counts within the CPUs of a large host, and unitless figures (IPC,
+/// counts of machines or findings) small. Tables show labels, not values.
+fn unit_fits(kind: &str, unit: &str, v: f64) -> bool {
+    match (kind, unit) {
+        ("table", _) | ("heatmap", _) => v.is_finite() && v >= 0.0,
+        (_, "percentunit") => (0.0..=1.0 + 1e-9).contains(&v),
+        (_, "hertz") => (1e6..=1e11).contains(&v),
+        (_, "short") => (0.0..=4096.0).contains(&v),
+        (_, "none") => (0.0..=20.0).contains(&v),
+        _ => false,
     }
 }

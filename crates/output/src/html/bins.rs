@@ -34,6 +34,10 @@ impl TimeBins {
             hi = hi.max(start + wall);
             windows += 1;
         }
+        // Every plot starts at the first sample (offset 0), so that a series
+        // read later (interrupts at 1 Hz, vCPU threads) lines up with the
+        // steal map and its axis has a +0 s tick.
+        lo = lo.min(0.0);
         // A span beyond f64 (hostile starts) cannot be drawn either.
         if windows == 0 || !(hi > lo && (hi - lo).is_finite()) {
             return None;

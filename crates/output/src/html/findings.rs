@@ -4,8 +4,8 @@
 
 use crate::text::{fmt_value, pct};
 use maud::{html, Markup};
-use serde_json::Value;
 use stealscope_analysis::{DoctorReport, Finding};
+use stealscope_findings::units::num_text;
 use stealscope_readers::snapshot::Meta;
 
 pub fn meta(r: &DoctorReport, meta: &Meta, source: &str) -> Markup {
@@ -16,7 +16,7 @@ pub fn meta(r: &DoctorReport, meta: &Meta, source: &str) -> Markup {
             httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(t))
         });
     let s = &r.summary;
-    let split = match (s.steal_busy_share.as_f64(), s.steal_idle_share.as_f64()) {
+    let split = match (s.steal_busy_share, s.steal_idle_share) {
         (Some(b), Some(i)) => format!(
             "{:.0} % while vCPUs were busy, {:.0} % while idle",
             100.0 * b,
@@ -46,7 +46,7 @@ pub fn meta(r: &DoctorReport, meta: &Meta, source: &str) -> Markup {
             "interval",
             format!(
                 "{} s (measured {} s)",
-                fmt_value(&r.interval_s),
+                num_text(r.interval_s),
                 pct(&s.wall_s)
             ),
         ),
@@ -107,10 +107,7 @@ pub fn findings(list: &[Finding]) -> Markup {
 
 fn finding(n: usize, f: &Finding) -> Markup {
     let sev = f.severity.as_str();
-    let files: Vec<String> = match f.evidence.get("files") {
-        Some(Value::Array(a)) => a.iter().map(fmt_value).collect(),
-        _ => Vec::new(),
-    };
+    let files = f.file_list();
     let raw = serde_json::to_string_pretty(&f.evidence).unwrap_or_default();
     html! {
         article class=(format!("finding sev-{sev}")) id=(format!("finding-{n}")) data-finding-id=(f.id) {

@@ -3,6 +3,7 @@
 //! renderer.
 
 use super::*;
+use std::collections::BTreeMap;
 use stealscope_analysis::{Finding, ReportInput, Severity};
 use stealscope_model::irq_rates::{CpuIrqRates, SourceRate};
 use stealscope_model::timeline::{IrqWindow, ProbeWindow, VcpuWindow};
@@ -14,6 +15,21 @@ fn fixture(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// One file of a packed fixture (fixtures/gen/pack.py), read on its own.
+fn member(name: &str, rel: &str) -> String {
+    let f = std::fs::File::open(fixture(name).join("snapshot.tar.gz")).unwrap();
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.path().unwrap().to_str() == Some(rel) {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut e, &mut s).unwrap();
+            return s;
+        }
+    }
+    panic!("{name}: no {rel} in the archive");
+}
+
 struct Loaded {
     snap: Snapshot,
     model: MachineModel,
@@ -21,7 +37,7 @@ struct Loaded {
 }
 
 fn load(name: &str) -> Loaded {
-    let snap = snapshot::open(&fixture(name)).unwrap();
+    let snap = snapshot::open(&fixture(name).join("snapshot.tar.gz")).unwrap();
     let model = MachineModel::build(&snap).unwrap();
     let report = stealscope_analysis::build(ReportInput {
         model: &model,
@@ -72,7 +88,7 @@ fn cells(svg: &str) -> usize {
 /// samples.jsonl read here on its own: per window (wall s, per-CPU steal
 /// ticks), CPU count.
 fn windows_by_hand(name: &str) -> (Vec<(f64, Vec<u64>)>, usize) {
-    let text = std::fs::read_to_string(fixture(name).join("samples.jsonl")).unwrap();
+    let text = member(name, "samples.jsonl");
     let rows: Vec<(u64, Vec<u64>)> = text
         .lines()
         .map(|l| {
@@ -295,10 +311,8 @@ fn counters_are_drawn_next_to_steal() {
     let html = page(&l, &Timeline::default());
     let s = section(&html, hw::ID);
     let (windows, cpus) = windows_by_hand("6.x-ipc-collapse");
-    let counters: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("6.x-ipc-collapse").join("counters.json")).unwrap(),
-    )
-    .unwrap();
+    let counters: serde_json::Value =
+        serde_json::from_str(&member("6.x-ipc-collapse", "counters.json")).unwrap();
     let counted_cpus = counters["samples"][0]["cpus"].as_array().unwrap().len();
     let bins = windows.len().min(bins::MAX_BINS);
     assert_eq!(cells(svg_of(s, "heatmap steal")), cpus * bins);
@@ -459,4 +473,71 @@ proptest::proptest! {
             proptest::prop_assert!(html.contains(&format!("id=\"{id}\"")), "{}", id);
         }
     }
+}
+
+/// An attribute's number in one tag.
+fn attr(tag: &str, name: &str) -> f64 {
+    let at = tag.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+    tag[at..].split('"').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn stacked_columns_fill_the_plot_without_notches() {
+    // 100 ms windows whose tick counts miss their length by a tick or so.
+    let l = load("6.x-bursty-steal");
+    let html = page(&l, &Timeline::default());
+    let svg = svg_of(section(&html, stacked::ID), "stacked");
+    let mut columns: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for tag in svg.split("<rect class=\"seg ").skip(1) {
+        let tag = tag.split('>').next().unwrap();
+        let x = tag[tag.find(" x=\"").unwrap() + 4..]
+            .split('"')
+            .next()
+            .unwrap();
+        columns
+            .entry(x.to_string())
+            .or_default()
+            .push((attr(tag, "y"), attr(tag, "height")));
+    }
+    assert!(columns.len() > 10, "{} columns", columns.len());
+    for (x, mut segs) in columns {
+        segs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // From the top of the plot down to the axis, each segment starting
+        // where the one above ends.
+        assert!((segs[0].0 - svg::TOP).abs() < 1e-6, "column {x}: {segs:?}");
+        for w in segs.windows(2) {
+            assert!(
+                (w[0].0 + w[0].1 - w[1].0).abs() < 0.051,
+                "column {x}: {segs:?}"
+            );
+        }
+        let (y, h) = segs[segs.len() - 1];
+        assert!(
+            (y + h - (svg::TOP + 200.0)).abs() < 0.051,
+            "column {x}: {segs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_series_read_later_still_has_a_zero_tick() {
+    // Interrupts read from +0.5 s on, as a recording's 1 Hz reader does.
+    let l = load("6.x-healthy");
+    let t = Timeline {
+        irq: (0..5)
+            .map(|i| IrqWindow {
+                start_s: 0.5 + i as f64,
+                wall_s: 1.0,
+                cpus: vec![CpuIrqRates {
+                    cpu: 0,
+                    total_per_s: 100.0,
+                    sources: vec![],
+                }],
+            })
+            .collect(),
+        ..Timeline::default()
+    };
+    let html = page(&l, &t);
+    let axis = section(&html, irq::ID).split("x-axis").nth(1).unwrap();
+    assert!(axis.contains(">+0 s<"), "{axis}");
 }

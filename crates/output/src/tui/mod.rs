@@ -111,7 +111,7 @@ fn heading_and_body(area: Rect) -> (Rect, Rect) {
 fn pct(v: Option<f64>) -> String {
     match v {
         Some(v) if v.is_finite() => format!("{v:.1}%"),
-        _ => "n/a".to_string(),
+        _ => stealscope_findings::units::NA.to_string(),
     }
 }
 

@@ -1,0 +1,298 @@
+//! The charging rules, one hand-built event sequence each.
+
+use super::*;
+
+const V: u32 = 100; // the watched thread
+const A: u32 = 200;
+const B: u32 = 300;
+
+/// Culprit identities the test controls: tgid = tid + 1, kthread for tid 2.
+struct Fixed;
+impl Identify for Fixed {
+    fn identify(&mut self, tid: u32) -> (u32, bool) {
+        (tid + 1, tid == 2)
+    }
+}
+
+fn agg() -> Aggregator {
+    let mut a = Aggregator::with_identity(Box::new(Fixed));
+    a.watch(&[V]);
+    a
+}
+
+fn sw(cpu: u32, ts: u64, prev: u32, runnable: bool, next: u32) -> Event {
+    Event::Switch {
+        cpu,
+        ts,
+        prev_tid: prev,
+        prev_runnable: runnable,
+        next_tid: next,
+        next_comm: Comm::new(&format!("t{next}")),
+    }
+}
+
+fn wake(ts: u64, tid: u32, cpu: u32) -> Event {
+    Event::Wakeup {
+        ts,
+        tid,
+        target_cpu: cpu,
+    }
+}
+
+fn run(a: &mut Aggregator, evs: &[Event]) -> ThreadWaits {
+    for e in evs {
+        a.apply(e);
+    }
+    a.waits().remove(&V).unwrap()
+}
+
+fn charged(w: &ThreadWaits, tid: u32) -> u64 {
+    w.by_thread
+        .iter()
+        .filter(|(c, _)| c.tid == tid)
+        .map(|(_, &ns)| ns)
+        .sum()
+}
+
+#[test]
+fn preempted_prev_waits_for_whoever_runs() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, 0, false, V),
+            sw(1, 100, V, true, A),
+            sw(1, 250, A, true, B),
+            sw(1, 400, B, true, V),
+        ],
+    );
+    assert_eq!(charged(&w, A), 150);
+    assert_eq!(charged(&w, B), 150);
+    assert_eq!(w.wait_ns(), 300);
+    assert_eq!((w.episodes.count, w.episodes.sum_ns), (1, 300));
+    let (c, _) = w.by_thread.iter().find(|(c, _)| c.tid == A).unwrap();
+    assert_eq!((c.tgid, c.comm.as_str(), c.kthread), (A + 1, "t200", false));
+}
+
+#[test]
+fn a_sleeping_prev_waits_only_from_its_wakeup() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, 0, false, V),
+            sw(1, 100, V, false, A),
+            wake(300, V, 1),
+            // A wake-up of a queued thread keeps the first one.
+            wake(350, V, 1),
+            sw(1, 500, A, true, V),
+        ],
+    );
+    assert_eq!(charged(&w, A), 200);
+    assert_eq!(w.wait_ns(), 200);
+    assert_eq!(w.episodes.count, 1);
+}
+
+#[test]
+fn a_wakeup_of_a_running_thread_changes_nothing() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, A, false, V),
+            wake(50, V, 1),
+            sw(1, 200, V, false, A),
+            sw(1, 300, A, false, 0),
+        ],
+    );
+    assert_eq!(w.wait_ns(), 0);
+    assert_eq!(w.episodes.count, 0);
+}
+
+#[test]
+fn migration_mid_wait_charges_both_cpus_in_one_episode() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(0, 0, 0, false, V),
+            sw(1, 10, 0, false, B),
+            sw(0, 100, V, true, A),
+            Event::Migrate {
+                ts: 300,
+                tid: V,
+                orig_cpu: 0,
+                dest_cpu: 1,
+            },
+            // CPU 0 changes hands after V left: not V's business.
+            sw(0, 400, A, true, 0),
+            sw(1, 700, B, true, V),
+        ],
+    );
+    assert_eq!(charged(&w, A), 200);
+    assert_eq!(charged(&w, B), 400);
+    assert_eq!(w.idle_ns, 0);
+    assert_eq!((w.episodes.count, w.episodes.sum_ns), (1, 600));
+}
+
+#[test]
+fn a_migration_at_wakeup_is_decided_by_the_wakeup() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(0, 0, 0, false, V),
+            sw(1, 0, 0, false, A),
+            sw(0, 10, V, false, 0),
+            Event::Migrate {
+                ts: 90,
+                tid: V,
+                orig_cpu: 0,
+                dest_cpu: 1,
+            },
+            wake(100, V, 1),
+            sw(1, 180, A, true, V),
+        ],
+    );
+    assert_eq!(charged(&w, A), 80);
+    assert_eq!(w.wait_ns(), 80);
+}
+
+#[test]
+fn idle_is_wakeup_latency() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, V, false, 0),
+            wake(100, V, 1),
+            sw(1, 150, 0, false, V),
+        ],
+    );
+    assert_eq!(w.idle_ns, 50);
+    assert!(w.by_thread.is_empty());
+}
+
+#[test]
+fn interrupt_time_goes_to_irq_whoever_was_current() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, 0, false, V),
+            sw(1, 100, V, true, A),
+            Event::IrqEnter { cpu: 1, ts: 200 },
+            Event::SoftirqEnter { cpu: 1, ts: 210 },
+            Event::SoftirqExit { cpu: 1, ts: 240 },
+            Event::IrqExit { cpu: 1, ts: 250 },
+            Event::SoftirqEnter { cpu: 1, ts: 300 },
+            Event::SoftirqExit { cpu: 1, ts: 320 },
+            // Interrupts on another CPU are not V's.
+            Event::IrqEnter { cpu: 0, ts: 330 },
+            sw(1, 400, A, true, V),
+        ],
+    );
+    assert_eq!(w.irq_ns, 70);
+    assert_eq!(charged(&w, A), 230);
+}
+
+#[test]
+fn unknown_before_the_first_switch_of_a_cpu() {
+    let mut a = agg();
+    let w = run(&mut a, &[wake(100, V, 1), sw(1, 300, A, true, V)]);
+    assert_eq!(w.unknown_ns, 200);
+    assert_eq!(w.wait_ns(), 200);
+    assert_eq!(w.episodes.count, 1);
+}
+
+#[test]
+fn lost_events_make_the_cpu_unknown_until_its_next_switch() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, V, true, A),
+            Event::Lost { cpu: 1, ts: 100 },
+            sw(1, 400, B, true, A),
+            sw(1, 500, A, true, V),
+        ],
+    );
+    // Before the gap A ran; after it V may have run unseen: unknown.
+    assert_eq!(charged(&w, A), 100);
+    assert_eq!(w.unknown_ns, 400);
+    assert_eq!(w.wait_ns(), 500);
+    assert_eq!(w.episodes.count, 0, "an episode with a gap has no length");
+}
+
+#[test]
+fn a_wakeup_after_a_gap_starts_a_certain_episode() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, V, true, A),
+            Event::Lost { cpu: 0, ts: 100 },
+            // V ran and slept in the gap; this wake-up is the truth.
+            wake(300, V, 1),
+            sw(1, 450, A, true, V),
+        ],
+    );
+    assert_eq!(charged(&w, A), 100 + 150);
+    assert_eq!(w.unknown_ns, 200);
+    assert_eq!((w.episodes.count, w.episodes.sum_ns), (1, 150));
+}
+
+#[test]
+fn episodes_fill_the_histogram() {
+    let mut a = agg();
+    let mut evs = vec![sw(1, 0, 0, false, V)];
+    let mut t = 0;
+    for len in [1_000u64, 2_000_000, 20_000_000] {
+        evs.push(sw(1, t + 10, V, true, A));
+        evs.push(sw(1, t + 10 + len, A, true, V));
+        t += 10 + len;
+    }
+    let w = run(&mut a, &evs);
+    let h = &w.episodes;
+    assert_eq!(h.count, 3);
+    assert_eq!(h.sum_ns, 22_001_000);
+    assert_eq!(h.max_ns, 20_000_000);
+    assert_eq!((h.over_1ms, h.over_10ms), (2, 1));
+    assert_eq!(h.counts.iter().sum::<u64>(), 3);
+}
+
+#[test]
+fn advance_charges_an_open_wait_and_watch_keeps_counters() {
+    let mut a = agg();
+    run(&mut a, &[sw(1, 0, V, true, A)]);
+    a.advance(1_000);
+    assert_eq!(charged(&a.waits()[&V], A), 1_000);
+    // An event stamped before the advance is taken at the advance's time.
+    a.apply(&sw(1, 900, A, true, V));
+    let w = a.waits().remove(&V).unwrap();
+    assert_eq!((w.wait_ns(), w.episodes.count), (1_000, 1));
+    a.watch(&[V, A]);
+    assert_eq!(a.waits()[&V].wait_ns(), 1_000);
+    a.watch(&[A]);
+    assert!(!a.waits().contains_key(&V));
+}
+
+#[test]
+fn kernel_threads_and_their_groups_come_from_identify() {
+    let mut a = agg();
+    let w = run(&mut a, &[sw(1, 0, V, true, 2), sw(1, 50, 2, false, V)]);
+    let (c, &ns) = w.by_thread.iter().next().unwrap();
+    assert_eq!((c.tid, c.tgid, c.kthread, ns), (2, 3, true, 50));
+}
+
+#[test]
+fn proc_identity_of_this_thread_a_kthread_and_a_gone_one() {
+    let mut p = ProcIdentity::new("/proc");
+    let tid = unsafe { libc::gettid() } as u32;
+    assert_eq!(p.identify(tid), (std::process::id(), false));
+    if std::path::Path::new("/proc/2/stat").exists() {
+        // kthreadd
+        assert_eq!(p.identify(2), (2, true));
+    }
+    assert_eq!(p.identify(u32::MAX - 1), (u32::MAX - 1, false));
+}
