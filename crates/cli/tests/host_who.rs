@@ -454,9 +454,10 @@ fn wait_by_seconds(c: &Value, kind: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// wait_by adds up to the schedstat wait of the same interval within 2%
-/// (+1 ms for the few ms the two windows differ), and the episode count
-/// stays within the times-run delta.
+/// wait_by adds up to the schedstat wait of the same interval (read right
+/// after each collector reading) within 2% (+1 ms: the collector applies
+/// events up to 2 ms before a read), and the episode count stays within
+/// the times-run delta.
 fn check_sums(c: &Value, before: (u64, u64, u64), after: (u64, u64, u64)) {
     let sum: f64 = c["wait_by"]
         .as_array()
@@ -465,6 +466,11 @@ fn check_sums(c: &Value, before: (u64, u64, u64), after: (u64, u64, u64)) {
         .map(|w| w["seconds"].as_f64().unwrap())
         .sum();
     let wait = (after.1 - before.1) as f64 / 1e9;
+    eprintln!(
+        "wait_by {sum:.4} s vs schedstat wait {wait:.4} s; {} episodes vs {} runs",
+        c["wait_episodes"]["count"],
+        after.2 - before.2
+    );
     assert!(
         (sum - wait).abs() <= 0.02 * wait + 0.001,
         "wait_by {sum} s vs schedstat wait {wait} s"
@@ -519,6 +525,193 @@ fn attribution_status_is_said_once() {
     }
 }
 
+/// One `host` run with the collector, and its snapshot: the schedstat of
+/// the threads judged comes from the sides the report itself measured.
+struct Measured {
+    r: Value,
+    dir: tempfile::TempDir,
+    wall_ns: f64,
+}
+
+impl Measured {
+    fn take(interval: &str) -> Measured {
+        let dir = tempfile::tempdir().unwrap();
+        let r = host_json_saved(interval, dir.path());
+        let snap = dir.path().join("snap");
+        let wall_ns = (snapshot_uptime(&snap, "t1") - snapshot_uptime(&snap, "t0")) * 1e9;
+        Measured { r, dir, wall_ns }
+    }
+    /// schedstat (run, wait, times run) of a thread at t0 and t1.
+    fn sides(&self, pid: u64, tid: u64) -> ((u64, u64, u64), (u64, u64, u64)) {
+        (
+            snap_schedstat(self.dir.path(), "t0", pid, tid),
+            snap_schedstat(self.dir.path(), "t1", pid, tid),
+        )
+    }
+    /// schedstat of a watched thread at the two collector readings (the
+    /// hook reads it right after each): exactly the attributed interval.
+    fn at_readings(&self, tid: u64) -> ((u64, u64, u64), (u64, u64, u64)) {
+        let side = |side: &str| {
+            let p = self
+                .dir
+                .path()
+                .join(format!("snap/{side}/stealscope/sched.json"));
+            let v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            let t = v["threads"]
+                .as_array()
+                .and_then(|ts| ts.iter().find(|t| t["tid"] == tid))
+                .unwrap_or_else(|| panic!("{tid} not in {}", p.display()));
+            let s = &t["schedstat"];
+            let n = |i: usize| s[i].as_u64().unwrap_or_else(|| panic!("schedstat in {t}"));
+            (n(0), n(1), n(2))
+        };
+        (side("t0"), side("t1"))
+    }
+    /// Run and wait of a thread over the interval, ns.
+    fn run_wait(&self, pid: u64, tid: u64) -> (f64, f64) {
+        let (a, b) = self.sides(pid, tid);
+        ((b.0 - a.0) as f64, (b.1 - a.1) as f64)
+    }
+}
+
+/// What a run is good for.
+enum Verdict {
+    /// Not a test of the claim (printed, retried).
+    Reject(String),
+    /// Valid, but the claim's premise did not hold (other work shared the
+    /// CPU): judged against schedstat instead if no better run comes.
+    Approximate(String),
+    /// Valid and the premise held.
+    Exact,
+}
+
+/// Validity of a collector run around a pinned victim vCPU that is busy
+/// (runnable throughout, so whatever ran on its CPU it waited for) and
+/// culprits pinned to that CPU: no events lost, the victim runnable >= 90%
+/// of the interval and waiting >= 20%, each culprit running >= 5%.
+fn valid(m: &Measured, victim: (u64, u64), culprits: &[(&str, u64, u64)]) -> Option<String> {
+    let lost = m.r["attribution"]["lost_events"].as_u64().unwrap_or(0);
+    if lost > 0 {
+        return Some(format!("the collector lost {lost} events"));
+    }
+    let (run, wait) = m.run_wait(victim.0, victim.1);
+    if run + wait < 0.9 * m.wall_ns {
+        return Some(format!(
+            "the victim vCPU was runnable only {:.0}% of the interval",
+            100.0 * (run + wait) / m.wall_ns
+        ));
+    }
+    if wait < 0.2 * m.wall_ns {
+        return Some(format!(
+            "the victim waited only {:.0}%",
+            100.0 * wait / m.wall_ns
+        ));
+    }
+    for (name, pid, tid) in culprits {
+        let (crun, _) = m.run_wait(*pid, *tid);
+        if crun < 0.05 * m.wall_ns {
+            return Some(format!(
+                "{name} ran only {:.0}% of the interval",
+                100.0 * crun / m.wall_ns
+            ));
+        }
+    }
+    None
+}
+
+/// Up to TRIES collector runs until one is Exact; else the last
+/// Approximate one (printed why); None when every run was rejected (a
+/// failure under CI) or the collector is unavailable (likewise).
+fn collector_run(interval: &str, judge: impl Fn(&Measured) -> Verdict) -> Option<Measured> {
+    let mut fallback = None;
+    for i in 0..TRIES + 1 {
+        let m = Measured::take(interval);
+        if !attributed(&m.r) {
+            return None;
+        }
+        match judge(&m) {
+            Verdict::Exact => return Some(m),
+            Verdict::Reject(why) => eprintln!("run {} rejected: {why}", i + 1),
+            Verdict::Approximate(why) => {
+                eprintln!("run {} valid but not exact: {why}", i + 1);
+                fallback = Some((m, why));
+            }
+        }
+    }
+    match fallback {
+        Some((m, why)) => {
+            eprintln!(
+                "no exact run in {} tries; judged against schedstat: {why}",
+                TRIES + 1
+            );
+            Some(m)
+        }
+        None => {
+            assert!(!in_ci(), "every collector run was rejected");
+            None
+        }
+    }
+}
+
+/// A culprit pinned to the victim's CPU: the share of the victim's wait it
+/// really took is its run time over the victim's wait (the victim waits
+/// whenever it runs), at most 1.
+fn true_share(m: &Measured, victim: (u64, u64), culprit: (u64, u64)) -> f64 {
+    let (_, wait) = m.run_wait(victim.0, victim.1);
+    let (run, _) = m.run_wait(culprit.0, culprit.1);
+    (run / wait).min(1.0)
+}
+
+/// The judge of (a) and (b): Exact when the culprit really took >= 95%.
+fn one_culprit(m: &Measured, victim: (u64, u64), culprit: (&str, u64, u64)) -> Verdict {
+    if let Some(why) = valid(m, victim, &[culprit]) {
+        return Verdict::Reject(why);
+    }
+    let t = true_share(m, victim, (culprit.1, culprit.2));
+    if t >= 0.95 {
+        Verdict::Exact
+    } else {
+        let c = vcpu(&m.r, victim.0, victim.1);
+        let others: Vec<String> = c["wait_by"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["name"] != culprit.0)
+            .take(3)
+            .map(|w| format!("{} {:.0}%", w["name"], 100.0 * w["share"].as_f64().unwrap()))
+            .collect();
+        Verdict::Approximate(format!(
+            "{} ran only {:.1}% of the victim's wait (schedstat): other work shared the CPU ({})",
+            culprit.0,
+            100.0 * t,
+            others.join(", ")
+        ))
+    }
+}
+
+/// The charged share against the true one: >= 95% when the culprit really
+/// took >= 95%, and within 3 pp of the truth always.
+fn assert_share(m: &Measured, victim: (u64, u64), culprit: (u64, u64), kind: &str, name: &str) {
+    let c = vcpu(&m.r, victim.0, victim.1);
+    let share = wait_by_share(c, kind, name);
+    let truth = true_share(m, victim, culprit);
+    eprintln!("{name}: charged {share:.3} of the wait, schedstat says {truth:.3}");
+    if truth >= 0.95 {
+        assert!(
+            share >= 0.95,
+            "{name} {share} of the wait: {}",
+            c["wait_by"]
+        );
+    }
+    assert!(
+        (share - truth).abs() <= 0.03,
+        "{name} charged {share:.3} vs {truth:.3} from schedstat: {}",
+        c["wait_by"]
+    );
+    let (before, after) = m.at_readings(victim.1);
+    check_sums(c, before, after);
+}
+
 /// (a) a host busy loop on the CPU of a pinned 1-vCPU VM: >= 95% its.
 #[test]
 fn collector_names_a_host_loop_on_a_pinned_vcpu() {
@@ -532,23 +725,11 @@ fn collector_names_a_host_loop_on_a_pinned_vcpu() {
         .unwrap();
     let tid = pin_vm(pid, "1", "0");
     let hog = Hog::start("whohog", 0, Some("1"));
-    let dir = tempfile::tempdir().unwrap();
-    let r = host_json_saved("4s", dir.path());
-    if !attributed(&r) {
+    let hp = hog.pid() as u64;
+    let Some(m) = collector_run("4s", |m| one_culprit(m, (pid, tid), ("whohog", hp, hp))) else {
         return;
-    }
-    let (before, after) = (
-        snap_schedstat(dir.path(), "t0", pid, tid),
-        snap_schedstat(dir.path(), "t1", pid, tid),
-    );
-    let c = vcpu(&r, pid, tid);
-    let share = wait_by_share(c, "host-process", "whohog");
-    assert!(
-        share >= 0.95,
-        "whohog {share} of the wait: {}",
-        c["wait_by"]
-    );
-    check_sums(c, before, after);
+    };
+    assert_share(&m, (pid, tid), (hp, hp), "host-process", "whohog");
     drop(hog);
 }
 
@@ -567,21 +748,12 @@ fn collector_names_another_vms_vcpu() {
         .parse()
         .unwrap();
     let tid = pin_vm(pid, "1", "0");
-    pin_vm(other, "1", "0");
-    let dir = tempfile::tempdir().unwrap();
-    let r = host_json_saved("4s", dir.path());
-    if !attributed(&r) {
+    let otid = pin_vm(other, "1", "0");
+    let Some(m) = collector_run("4s", |m| one_culprit(m, (pid, tid), ("cbN", other, otid))) else {
         return;
-    }
-    let (before, after) = (
-        snap_schedstat(dir.path(), "t0", pid, tid),
-        snap_schedstat(dir.path(), "t1", pid, tid),
-    );
-    let c = vcpu(&r, pid, tid);
-    let share = wait_by_share(c, "vcpu", "cbN");
-    assert!(share >= 0.95, "cbN {share} of the wait: {}", c["wait_by"]);
-    check_sums(c, before, after);
-    let culprit = r["culprits"]
+    };
+    assert_share(&m, (pid, tid), (other, otid), "vcpu", "cbN");
+    let culprit = m.r["culprits"]
         .as_array()
         .unwrap()
         .iter()
@@ -595,7 +767,10 @@ fn collector_names_another_vms_vcpu() {
 }
 
 /// (c) both at once at different nice values: the split between them is
-/// within 5 pp of what their own schedstat run times give.
+/// within 5 pp of what their own schedstat run times give. (The VMs are in
+/// autogroups of their own and the loop in the test's, so nice weighs the
+/// loop only inside its group: the split is whatever the groups give, and
+/// the run times say what it was.)
 #[test]
 fn collector_splits_wait_like_the_culprits_run_times() {
     if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
@@ -613,35 +788,32 @@ fn collector_splits_wait_like_the_culprits_run_times() {
     let otid = pin_vm(other, "1", "0");
     let hog = Hog::start("whohog", 5, Some("1"));
     let hp = hog.pid() as u64;
-    let dir = tempfile::tempdir().unwrap();
-    let r = host_json_saved("4s", dir.path());
-    if !attributed(&r) {
+    let judge =
+        |m: &Measured| match valid(m, (pid, tid), &[("whohog", hp, hp), ("ccN", other, otid)]) {
+            Some(why) => Verdict::Reject(why),
+            None => Verdict::Exact,
+        };
+    let Some(m) = collector_run("4s", judge) else {
         return;
-    }
-    // The culprits' run times over the interval the report measured.
-    let d = dir.path();
-    let (b, ob, hb) = (
-        snap_schedstat(d, "t0", pid, tid),
-        snap_schedstat(d, "t0", other, otid),
-        snap_schedstat(d, "t0", hp, hp),
-    );
-    let (a, oa, ha) = (
-        snap_schedstat(d, "t1", pid, tid),
-        snap_schedstat(d, "t1", other, otid),
-        snap_schedstat(d, "t1", hp, hp),
-    );
-    let c = vcpu(&r, pid, tid);
+    };
+    let c = vcpu(&m.r, pid, tid);
     let (hog_s, vm_s) = (
         wait_by_seconds(c, "host-process", "whohog"),
         wait_by_seconds(c, "vcpu", "ccN"),
     );
     let attributed_share = hog_s / (hog_s + vm_s);
-    let (hog_run, vm_run) = ((ha.0 - hb.0) as f64, (oa.0 - ob.0) as f64);
+    let (hog_run, _) = m.run_wait(hp, hp);
+    let (vm_run, _) = m.run_wait(other, otid);
     let run_share = hog_run / (hog_run + vm_run);
-    eprintln!("hog share of the wait {attributed_share:.3}, of the run time {run_share:.3}");
+    eprintln!(
+        "hog share of the wait {attributed_share:.3}, of the run time {run_share:.3}; \
+         the two took {:.1}% of the victim's wait",
+        100.0 * (hog_s + vm_s) / (m.run_wait(pid, tid).1 / 1e9)
+    );
     assert!(
         (attributed_share - run_share).abs() <= 0.05,
         "attributed {attributed_share:.3} vs run times {run_share:.3}"
     );
+    let (b, a) = m.at_readings(tid);
     check_sums(c, b, a);
 }

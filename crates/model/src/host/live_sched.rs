@@ -52,7 +52,15 @@ impl SchedHook {
     /// t1, then [`put`] it into the t1 side).
     pub fn read(&mut self) -> StoredSched {
         match self.collector.as_mut().map(|c| (c.route(), c.read())) {
-            Some((_, Ok(s))) => StoredSched::from(&s),
+            Some((_, Ok(s))) => {
+                let mut stored = StoredSched::from(&s);
+                if let StoredSched::Sample(x) = &mut stored {
+                    for t in &mut x.threads {
+                        t.schedstat = schedstat(t.tid);
+                    }
+                }
+                stored
+            }
             Some((route, Err(e))) => StoredSched::Unavailable {
                 unavailable: vec![format!("{}: {e}", route.as_str())],
             },
@@ -61,6 +69,13 @@ impl SchedHook {
             },
         }
     }
+}
+
+/// /proc/TID/schedstat: (run ns, wait ns, times run); None once it is gone.
+fn schedstat(tid: u32) -> Option<[u64; 3]> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?;
+    let mut v = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some([v.next()??, v.next()??, v.next()??])
 }
 
 /// Stores a reading in a snapshot side.

@@ -46,6 +46,11 @@ pub struct StoredThread {
     pub idle_ns: u64,
     pub unknown_ns: u64,
     pub episodes: StoredHist,
+    /// The thread's /proc schedstat (run ns, wait ns, times run) read right
+    /// after this reading (live captures): the same instant, so a check of
+    /// the attributed wait against schedstat covers the same interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedstat: Option<[u64; 3]>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -136,6 +141,7 @@ impl From<&SchedSample> for StoredSched {
                     idle_ns: t.idle_ns,
                     unknown_ns: t.unknown_ns,
                     episodes: (&t.episodes).into(),
+                    schedstat: None,
                 })
                 .collect(),
         })
