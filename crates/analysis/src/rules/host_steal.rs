@@ -108,17 +108,30 @@ pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
             vmm + other
         ))
     } else {
+        // Oversubscribed by VMs; host work on top is named with its own fix.
+        let also = who
+            .iter()
+            .find(|w| w.kind != "vcpu")
+            .filter(|_| vmm + other >= OTHER_WORK_CPUS)
+            .map(|w| {
+                format!(
+                    " Host work adds to it ({:.1} runnable CPUs, mostly {}): see host.noisy-neighbor for its own fix.",
+                    vmm + other,
+                    w.label()
+                )
+            })
+            .unwrap_or_default();
         Finding::new(
             "host.steal.busy",
             sev,
             format!("vCPUs waited {mean:.1}% of the time with no idle CPU: {work}{by}"),
         )
-        .remedy(
+        .remedy(format!(
             "The host is oversubscribed at these moments: more vCPUs want to run than there are CPUs. Only moving VMs \
              (or load) to another host, or reducing vCPU counts of busy VMs, removes this steal. Prefer moving the \
-             busiest VMs; re-check with `stealscope host`. How the steal is shared between VMs is a separate \
-             matter: see host.cgroup-weight-unfair when it fires.",
-        )
+             busiest VMs; re-check with `stealscope host`.{also} How the steal is shared between VMs is a separate \
+             matter: see host.cgroup-weight-unfair when it fires."
+        ))
     };
     out.push(
         f.evidence("mean_vcpu_steal_pct", round(mean, 2))
