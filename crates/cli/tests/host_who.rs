@@ -359,6 +359,7 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
     assert!(!remedy.contains("Only moving VMs"), "{remedy}");
     let nn = finding(&r, "host.noisy-neighbor")
         .unwrap_or_else(|| panic!("no host.noisy-neighbor: {}", r["findings"]));
+    eprintln!("noisy-neighbor culprit: {}", nn["evidence"]["culprit"]);
     assert_eq!(nn["evidence"]["culprit"]["name"], "whohog", "{nn}");
     assert_eq!(nn["evidence"]["culprit"]["pid"], hog.pid(), "{nn}");
     assert!(nn["remedy"]

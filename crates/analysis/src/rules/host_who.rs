@@ -22,6 +22,8 @@ pub struct Who {
     pub victims: Vec<String>,
     /// CPUs it ran on average (estimates only).
     pub run_cpus: Option<f64>,
+    /// Part of `share` that is displacement (see `displaced`).
+    pub displaced_share: f64,
 }
 
 impl Who {
@@ -42,7 +44,8 @@ impl Who {
     pub fn json(&self) -> Evidence {
         evidence!({"kind": self.kind, "name": self.name, "vm": self.vm, "pid": self.pid,
                "share": round(self.share, 3), "victims": self.victims,
-               "run_cpus": self.run_cpus.map(|r| round(r, 2))})
+               "run_cpus": self.run_cpus.map(|r| round(r, 2)),
+               "displaced_share": round(self.displaced_share, 3)})
     }
 }
 
@@ -81,6 +84,7 @@ fn from_culprit(c: &CulpritShare, m: &MachineModel) -> Who {
         neighbor_share: if all > 0.0 { foreign / all } else { 0.0 },
         victims: c.victims.clone(),
         run_cpus: None,
+        displaced_share: 0.0,
     }
 }
 
@@ -91,7 +95,10 @@ fn from_culprit(c: &CulpritShare, m: &MachineModel) -> Who {
 /// tell a sibling vCPU from a neighbour.
 pub fn culprits(m: &MachineModel) -> Vec<Who> {
     if m.host.attribution.available() {
-        return m.host.culprits.iter().map(|c| from_culprit(c, m)).collect();
+        let mut who: Vec<Who> = m.host.culprits.iter().map(|c| from_culprit(c, m)).collect();
+        displaced(m, &mut who);
+        who.sort_by(|a, b| b.share.total_cmp(&a.share));
+        return who;
     }
     let wall = m.wall_s.max(1e-9);
     let vcpus: Vec<(&str, f64, f64)> = m
@@ -126,6 +133,7 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
             neighbor_share: 0.0,
             victims: Vec::new(),
             run_cpus: Some(w.run_cpus),
+            displaced_share: 0.0,
         })
         .collect();
     for v in &m.host.vms {
@@ -140,6 +148,7 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
                 neighbor_share: 0.0,
                 victims: Vec::new(),
                 run_cpus: Some(run),
+                displaced_share: 0.0,
             });
         }
     }
@@ -178,6 +187,79 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
     }
     runners.sort_by(|a, b| b.share.total_cmp(&a.share));
     runners
+}
+
+/// A VM's vCPUs waiting for each other while all VMs' runnable vCPUs fit on
+/// the CPUs is displacement: other host work held CPUs the vCPUs would have
+/// used, and the balancer stacked them (per-VM groups make it do so: a
+/// host loop in one autogroup keeps a CPU while a VM's two vCPUs share the
+/// other). The collector sees only the sibling on the CPU; that wait is
+/// charged to the host work in proportion to its run time, and counts as
+/// a neighbour's doing.
+fn displaced(m: &MachineModel, who: &mut Vec<Who>) {
+    use super::host_steal::{OTHER_WORK_CPUS, VCPUS_FIT_FACTOR};
+    let cpus = m.interval.cpus.len() as f64;
+    let runnable: f64 = m
+        .host
+        .vms
+        .iter()
+        .flat_map(|v| &v.vcpus)
+        .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
+        .sum();
+    let work = &m.host.host_work.top;
+    let work_run: f64 = work.iter().map(|w| w.run_cpus).sum();
+    let all: f64 = m.host.culprits.iter().map(|c| c.seconds).sum();
+    if runnable > cpus * VCPUS_FIT_FACTOR || work_run < OTHER_WORK_CPUS || all <= 0.0 {
+        return;
+    }
+    for vm in &m.host.vms {
+        let own: f64 = vm
+            .vcpus
+            .iter()
+            .flat_map(|v| &v.wait_by)
+            .filter(|w| w.kind == "vcpu" && w.name == vm.name)
+            .map(|w| w.seconds)
+            .sum();
+        if own <= 0.0 {
+            continue;
+        }
+        if let Some(w) = who
+            .iter_mut()
+            .find(|w| w.kind == "vcpu" && w.name == vm.name)
+        {
+            w.share = (w.share - own / all).max(0.0);
+        }
+        for h in work {
+            let x = own / all * h.run_cpus / work_run;
+            let i = match who
+                .iter()
+                .position(|w| w.kind == h.kind && w.name == h.name && w.pid == h.pid)
+            {
+                Some(i) => i,
+                None => {
+                    who.push(Who {
+                        kind: h.kind,
+                        name: h.name.clone(),
+                        vm: None,
+                        pid: h.pid,
+                        share: 0.0,
+                        neighbor_share: 0.0,
+                        victims: Vec::new(),
+                        run_cpus: Some(h.run_cpus),
+                        displaced_share: 0.0,
+                    });
+                    who.len() - 1
+                }
+            };
+            let w = &mut who[i];
+            w.share += x;
+            w.neighbor_share += x;
+            w.displaced_share += x;
+            if !w.victims.contains(&vm.name) {
+                w.victims.push(vm.name.clone());
+            }
+        }
+    }
 }
 
 /// "bash (pid 123) 48%, VM vmB's vCPUs 30%" for the top few.
