@@ -22,6 +22,24 @@ pub struct Unavailable {
     pub reasons: Vec<String>,
 }
 
+/// The routes to try, best first.
+fn try_routes(pref: Preference) -> &'static [Route] {
+    match pref {
+        Preference::Auto => &[Route::Bpf, Route::Tracefs],
+        Preference::Bpf => &[Route::Bpf],
+        Preference::Tracefs => &[Route::Tracefs],
+    }
+}
+
+/// Starts one route or says in one line why it cannot run here.
+fn start_route(route: Route) -> std::result::Result<Box<dyn RouteImpl>, String> {
+    match route {
+        Route::Bpf => Ok(Box::new(crate::bpf::BpfRoute::start()?)),
+        // The tracefs route (src/tracefs_raw.rs) plugs in here.
+        Route::Tracefs => Err("not built yet".into()),
+    }
+}
+
 /// One route's running state.
 pub(crate) trait RouteImpl: Send {
     fn route(&self) -> Route;
@@ -41,10 +59,14 @@ pub struct Collector {
 impl Collector {
     /// Starts the preferred route, or the first that works with `Auto`.
     pub fn start(pref: Preference) -> std::result::Result<Collector, Unavailable> {
-        let _ = pref;
-        Err(Unavailable {
-            reasons: vec!["not built yet".into()],
-        })
+        let mut reasons = Vec::new();
+        for &route in try_routes(pref) {
+            match start_route(route) {
+                Ok(inner) => return Ok(Collector { inner }),
+                Err(why) => reasons.push(format!("{}: {why}", route.as_str())),
+            }
+        }
+        Err(Unavailable { reasons })
     }
 
     pub fn route(&self) -> Route {
