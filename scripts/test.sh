@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter \
   chromium-headless-shell sysstat tmux \
-  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients; do
+  libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients \
+  clang-14 llvm-14 bpftool bpftrace linux-perf util-linux; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
@@ -18,6 +19,9 @@ fi
 
 echo "== guest kernel and initramfs for the QEMU tests"
 testenv/setup.sh
+
+echo "== BPF object rebuilt from source gives the committed bytes"
+scripts/build-bpf.sh --check
 
 echo "== cargo fmt"
 cargo fmt --all -- --check
