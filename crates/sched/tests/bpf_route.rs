@@ -12,6 +12,10 @@ fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
+/// The cases share CPU 1; run them one at a time so one case's spinners
+/// do not stretch another's reads apart.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// True when the test can run; panics in CI when it cannot.
 fn can_run() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -164,6 +168,7 @@ fn one_culprit_on_a_pinned_cpu_takes_the_wait() {
     if !can_run() {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let stop = Arc::new(AtomicBool::new(false));
     let victim = spin("stl-victim", &[1], -19, &stop);
     let hog = spin("stl-hog", &[1], -19, &stop);
@@ -215,6 +220,7 @@ fn two_culprits_at_different_nice_split_like_their_run_times() {
     if !can_run() {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let stop = Arc::new(AtomicBool::new(false));
     let victim = spin("stl-victim2", &[1], -19, &stop);
     let a = spin("stl-hog-a", &[1], -19, &stop);
@@ -253,6 +259,7 @@ fn migrating_victim_still_adds_up() {
     if !can_run() {
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let stop = Arc::new(AtomicBool::new(false));
     let victim = spin("stl-victim3", &[0, 1], -19, &stop);
     let h0 = spin("stl-hog0", &[0], -19, &stop);
