@@ -8,7 +8,8 @@ need_apt=()
 for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter \
   chromium-headless-shell sysstat tmux \
   libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients \
-  lintian debootstrap man-db systemd; do
+  lintian debootstrap man-db systemd \
+  clang-14 llvm-14 bpftool bpftrace linux-perf util-linux; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
@@ -28,6 +29,8 @@ testenv/setup.sh
 echo "== fixtures: regenerate with fixtures/gen, fail on drift"
 python3 fixtures/gen/gen_fixtures.py --check
 python3 fixtures/gen/check_fixtures.py >/dev/null
+echo "== BPF object rebuilt from source gives the committed bytes"
+scripts/build-bpf.sh --check
 
 echo "== cargo fmt"
 cargo fmt --all -- --check

@@ -14,6 +14,7 @@
 //! kernel-thread classes) is the model crate's job, not this one's.
 
 pub mod aggregate;
+mod bpf;
 pub mod collector;
 pub mod error;
 pub mod evformat;

@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: GPL-2.0-only OR Apache-2.0
+//
+// wait_by: for every watched thread, its run-queue wait split by what was
+// current on its CPU while it waited, aggregated in the kernel. The rules
+// are crates/sched/src/aggregate.rs; this file mirrors them. Rebuild with
+// scripts/build-bpf.sh (the object next to this file is committed).
+//
+// Self-contained on purpose: minimal CO-RE structs instead of a vmlinux.h,
+// helper ids instead of libbpf headers, so the build needs only clang.
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef int s32;
+typedef unsigned long long u64;
+typedef long long s64;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __always_inline inline __attribute__((always_inline))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+// Helper ids are kernel ABI (include/uapi/linux/bpf.h).
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key,
+                                   const void *value, u64 flags) = (void *)2;
+static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
+static long (*bpf_probe_read_kernel)(void *dst, u32 size,
+                                     const void *src) = (void *)113;
+static void *(*bpf_map_lookup_percpu_elem)(void *map, const void *key,
+                                           u32 cpu) = (void *)195;
+
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_NOEXIST 1
+#define PF_KTHREAD 0x00200000
+
+// Only the fields read; CO-RE relocates their offsets against the running
+// kernel's BTF at load time.
+struct thread_info {
+	u32 cpu;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct thread_info thread_info;
+	unsigned int flags;
+	int pid;
+	int tgid;
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+// Mirrors hist.rs: 8 sub-buckets per power of two, clamped at 2^36.
+#define MAX_EXP 35
+#define BUCKETS ((MAX_EXP - 1) * 8)
+// Stretches kept per CPU (a power of two).
+#define RING 256
+
+enum { ST_UNKNOWN = 0, ST_RUNNING = 1, ST_QUEUED = 2, ST_SLEEPING = 3 };
+
+// One stretch of a CPU: from `start` until the next record, `tid` was
+// current. irq_start is the CPU's irq_ns counter at `start`.
+struct rec {
+	u64 start;
+	u64 irq_start;
+	u32 tid;
+	u32 tgid;
+	u32 kthread;
+	u32 pad;
+	char comm[16];
+};
+
+struct cpu_state {
+	u64 events;
+	u64 lost;
+	u64 overflows;
+	u64 irq_ns; // hard + soft irq time on this CPU so far
+	u64 irq_since; // entry of the outermost irq in progress
+	u64 irq_depth;
+	u64 head; // records written so far
+	struct rec ring[RING];
+};
+
+// Per watched thread: its state and cumulative counters (user space reads
+// and zero-fills these; layout shared with src/bpf.rs).
+struct victim {
+	u64 since; // queued on `cpu` since (this stretch)
+	u64 ep_start; // episode start
+	u64 irq0; // irq_ns of `cpu` at `since`
+	u32 cpu;
+	u32 state;
+	u64 irq_ns;
+	u64 idle_ns;
+	u64 unknown_ns;
+	u64 count;
+	u64 sum_ns;
+	u64 max_ns;
+	u64 over_1ms;
+	u64 over_10ms;
+	u64 buckets[BUCKETS];
+};
+
+struct charge_key {
+	u32 victim;
+	u32 tid;
+};
+
+struct charge {
+	u64 ns;
+	u32 tgid;
+	u32 kthread;
+	char comm[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct cpu_state);
+} cpus SEC(".maps");
+
+// gate[0] = number of watched threads; 0 makes every program return at once.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} gate SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u32);
+	__type(value, struct victim);
+} watched SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct charge_key);
+	__type(value, struct charge);
+} charges SEC(".maps");
+
+static __always_inline struct cpu_state *this_cpu(void)
+{
+	u32 zero = 0;
+	return bpf_map_lookup_elem(&cpus, &zero);
+}
+
+static __always_inline int gated(void)
+{
+	u32 zero = 0;
+	u64 *g = bpf_map_lookup_elem(&gate, &zero);
+	return !g || !*g;
+}
+
+static __always_inline u32 msb(u64 x)
+{
+	u32 r = 0;
+	if (x >> 32) { x >>= 32; r += 32; }
+	if (x >> 16) { x >>= 16; r += 16; }
+	if (x >> 8) { x >>= 8; r += 8; }
+	if (x >> 4) { x >>= 4; r += 4; }
+	if (x >> 2) { x >>= 2; r += 2; }
+	if (x >> 1) { r += 1; }
+	return r;
+}
+
+static __always_inline u32 bucket(u64 ns)
+{
+	if (ns < 8)
+		return ns;
+	u32 e = msb(ns);
+	if (e > MAX_EXP)
+		return BUCKETS - 1;
+	return (e - 2) * 8 + ((ns >> (e - 3)) & 7);
+}
+
+static __always_inline void add_culprit(struct victim *v, u32 vtid,
+                                        struct rec *r, u64 ns,
+                                        struct cpu_state *me)
+{
+	if (!ns)
+		return;
+	if (r->tid == 0) {
+		v->idle_ns += ns;
+		return;
+	}
+	struct charge_key k = { .victim = vtid, .tid = r->tid };
+	struct charge *c = bpf_map_lookup_elem(&charges, &k);
+	if (c) {
+		__sync_fetch_and_add(&c->ns, ns);
+		return;
+	}
+	struct charge n = { .ns = ns, .tgid = r->tgid, .kthread = r->kthread };
+	__builtin_memcpy(n.comm, r->comm, 16);
+	if (bpf_map_update_elem(&charges, &k, &n, BPF_NOEXIST) == 0)
+		return;
+	c = bpf_map_lookup_elem(&charges, &k); // lost a race with another CPU
+	if (c) {
+		__sync_fetch_and_add(&c->ns, ns);
+		return;
+	}
+	v->unknown_ns += ns; // map full: the time stays counted, the loss too
+	me->lost++;
+}
+
+// Charges [v->since, t1) on CPU `cpu` by walking that CPU's stretches
+// backwards from the newest.
+static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
+                                   u64 t1, struct cpu_state *me)
+{
+	u64 t0 = v->since;
+	if (t1 <= t0)
+		return;
+	u32 zero = 0;
+	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	if (!cs) {
+		v->unknown_ns += t1 - t0;
+		return;
+	}
+	u64 head = cs->head;
+	u64 end = t1, irq_end = cs->irq_ns;
+	int covered = 0, k;
+	for (k = 0; k < RING; k++) {
+		if (k >= head)
+			break;
+		struct rec *r = &cs->ring[(head - 1 - k) & (RING - 1)];
+		u64 s = r->start;
+		if (s >= end) { // written after t1 (a remote CPU moved on)
+			irq_end = r->irq_start;
+			continue;
+		}
+		u64 lo = s > t0 ? s : t0;
+		u64 irq_lo = s > t0 ? r->irq_start : v->irq0;
+		u64 dur = end - lo;
+		u64 irq = irq_end > irq_lo ? irq_end - irq_lo : 0;
+		if (irq > dur)
+			irq = dur;
+		v->irq_ns += irq;
+		add_culprit(v, vtid, r, dur - irq, me);
+		if (s <= t0) {
+			covered = 1;
+			break;
+		}
+		end = s;
+		irq_end = r->irq_start;
+	}
+	if (!covered && end > t0) {
+		v->unknown_ns += end - t0;
+		if (k >= RING)
+			me->overflows++;
+	}
+}
+
+static __always_inline void queue_on(struct victim *v, u32 cpu, u64 now)
+{
+	u32 zero = 0;
+	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	v->since = now;
+	v->cpu = cpu;
+	v->irq0 = cs ? cs->irq_ns : 0;
+}
+
+SEC("tp_btf/sched_switch")
+int handle_switch(u64 *ctx)
+{
+	int preempt = (u8)ctx[0];
+	struct task_struct *prev = (void *)ctx[1];
+	struct task_struct *next = (void *)ctx[2];
+	u32 prev_state = (u32)ctx[3];
+	struct cpu_state *me = this_cpu();
+	if (!me)
+		return 0;
+	me->events++;
+	if (gated())
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	u32 cpu = bpf_get_smp_processor_id();
+	u32 ntid = next->pid, ptid = prev->pid;
+
+	struct victim *v = ntid ? bpf_map_lookup_elem(&watched, &ntid) : 0;
+	if (v) {
+		if (v->state == ST_QUEUED) {
+			charge(v, ntid, v->cpu, now, me);
+			u64 ep = now - v->ep_start;
+			u32 b = bucket(ep);
+			if (b < BUCKETS)
+				v->buckets[b] += 1;
+			v->count++;
+			v->sum_ns += ep;
+			if (ep > v->max_ns)
+				v->max_ns = ep;
+			v->over_1ms += ep > 1000000;
+			v->over_10ms += ep > 10000000;
+		}
+		v->state = ST_RUNNING;
+		v->cpu = cpu;
+	}
+	v = ptid ? bpf_map_lookup_elem(&watched, &ptid) : 0;
+	if (v) {
+		if (preempt || prev_state == 0) {
+			v->state = ST_QUEUED;
+			v->since = now;
+			v->ep_start = now;
+			v->cpu = cpu;
+			v->irq0 = me->irq_ns;
+		} else {
+			v->state = ST_SLEEPING;
+		}
+	}
+
+	u64 h = me->head;
+	struct rec *r = &me->ring[h & (RING - 1)];
+	r->start = now;
+	r->irq_start = me->irq_ns;
+	r->tid = ntid;
+	r->tgid = next->tgid;
+	r->kthread = !!(next->flags & PF_KTHREAD);
+	bpf_probe_read_kernel(r->comm, sizeof(r->comm), next->comm);
+	me->head = h + 1;
+	return 0;
+}
+
+static __always_inline int on_wakeup(struct task_struct *p)
+{
+	struct cpu_state *me = this_cpu();
+	if (!me)
+		return 0;
+	me->events++;
+	if (gated())
+		return 0;
+	u32 tid = p->pid;
+	struct victim *v = bpf_map_lookup_elem(&watched, &tid);
+	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	v->state = ST_QUEUED;
+	v->ep_start = now;
+	queue_on(v, p->thread_info.cpu, now);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int handle_wakeup(u64 *ctx)
+{
+	return on_wakeup((void *)ctx[0]);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int handle_wakeup_new(u64 *ctx)
+{
+	return on_wakeup((void *)ctx[0]);
+}
+
+SEC("tp_btf/sched_migrate_task")
+int handle_migrate(u64 *ctx)
+{
+	struct task_struct *p = (void *)ctx[0];
+	u32 dest = (u32)ctx[1];
+	struct cpu_state *me = this_cpu();
+	if (!me)
+		return 0;
+	me->events++;
+	if (gated())
+		return 0;
+	u32 tid = p->pid;
+	struct victim *v = bpf_map_lookup_elem(&watched, &tid);
+	if (!v || v->state != ST_QUEUED)
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	charge(v, tid, v->cpu, now, me);
+	queue_on(v, dest, now);
+	return 0;
+}
+
+// Interrupt time, nested or not, counted once per outermost handler. Only
+// entries are gated, so an exit always matches an entry it saw.
+static __always_inline int irq_enter(void)
+{
+	struct cpu_state *me = this_cpu();
+	if (!me || gated())
+		return 0;
+	if (me->irq_depth++ == 0)
+		me->irq_since = bpf_ktime_get_ns();
+	return 0;
+}
+
+static __always_inline int irq_exit(void)
+{
+	struct cpu_state *me = this_cpu();
+	if (!me || me->irq_depth == 0)
+		return 0;
+	if (--me->irq_depth == 0)
+		me->irq_ns += bpf_ktime_get_ns() - me->irq_since;
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_entry")
+int handle_irq_entry(u64 *ctx)
+{
+	return irq_enter();
+}
+
+SEC("tp_btf/irq_handler_exit")
+int handle_irq_exit(u64 *ctx)
+{
+	return irq_exit();
+}
+
+SEC("tp_btf/softirq_entry")
+int handle_softirq_entry(u64 *ctx)
+{
+	return irq_enter();
+}
+
+SEC("tp_btf/softirq_exit")
+int handle_softirq_exit(u64 *ctx)
+{
+	return irq_exit();
+}
+
+char LICENSE[] SEC("license") = "GPL";
