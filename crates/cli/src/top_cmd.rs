@@ -5,7 +5,6 @@
 //! SIGINT or SIGHUP (see [`end_on_signals`]), an error, and a panic (the
 //! hook ratatui installs).
 
-mod keys;
 mod rules;
 mod sampler;
 mod state;
@@ -23,7 +22,7 @@ use std::time::{Duration, Instant};
 use stealscope_actuators::apply::FAILPOINT_ENV;
 use stealscope_model::capture::{clk_tck, StatSampler};
 use stealscope_model::machine::DEFAULT_CLK_TCK;
-use stealscope_output::tui::{self, FindingsInput, TopInput, UiState};
+use stealscope_output::tui::{self, keys, FindingsInput, TopInput, UiState};
 use stealscope_readers::{RootFs, Source};
 
 type Error = Box<dyn std::error::Error>;
