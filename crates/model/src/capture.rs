@@ -45,7 +45,7 @@ impl StatSampler {
 }
 
 /// Reads a side through a recorder and keeps the bytes as a snapshot side.
-pub(crate) fn record_side(
+pub fn record_side(
     root: &std::path::Path,
     name: &str,
     side: Side,
@@ -61,7 +61,7 @@ pub(crate) fn record_side(
 
 /// CPUID and perf counters describe the machine we run on, not a directory:
 /// they are captured only when the root is the live "/".
-pub(crate) fn is_live_root(root: &std::path::Path) -> bool {
+pub fn is_live_root(root: &std::path::Path) -> bool {
     root == std::path::Path::new("/")
 }
 
