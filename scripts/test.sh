@@ -19,6 +19,8 @@ fi
 echo "== guest kernel and initramfs for the QEMU tests"
 testenv/setup.sh
 
+echo "== module cycles"
+python3 scripts/check-module-cycles.py
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"

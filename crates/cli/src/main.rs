@@ -3,6 +3,7 @@
 
 mod args;
 mod host_args;
+mod parse;
 mod place_cmd;
 mod probe_cmd;
 mod record_cmd;

@@ -78,7 +78,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub common: PlaceCommon,
     /// How long to measure each thread's demand
-    #[arg(long, default_value = "2s", value_parser = crate::args::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = crate::parse::parse_duration)]
     pub interval: Duration,
 }
 
@@ -99,7 +99,7 @@ pub struct DaemonArgs {
     #[command(flatten)]
     pub common: PlaceCommon,
     /// Time between passes (overrides the config's interval_s); demand is measured over it
-    #[arg(long, value_parser = crate::args::parse_duration)]
+    #[arg(long, value_parser = crate::parse::parse_duration)]
     pub interval: Option<Duration>,
     /// Really apply (default: log what it would do)
     #[arg(long)]

@@ -58,7 +58,7 @@ pub struct CommonArgs {
     #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
     pub cpus: Option<CpuList>,
     /// How long to run (e.g. 5s, 500ms, 1m)
-    #[arg(long, default_value = "5s", value_parser = crate::args::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = crate::parse::parse_duration)]
     pub duration: Duration,
     /// Change nothing on the system: no SCHED_FIFO, no mlock, no PM QoS, no tracing instance
     #[arg(long)]

@@ -2,7 +2,7 @@
 //! recording (docs/recording-format.md) until the duration is over or
 //! Ctrl-C / SIGTERM, which finish the batch and leave a complete file.
 
-use crate::args::parse_duration;
+use crate::parse::parse_duration;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::sync::Arc;

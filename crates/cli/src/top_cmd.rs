@@ -5,7 +5,7 @@
 //! SIGINT or SIGHUP (see [`end_on_signals`]), an error, and a panic (the
 //! hook ratatui installs).
 
-use crate::args::{parse_duration, parse_rate};
+use crate::parse::{parse_duration, parse_rate};
 use clap::Args;
 use ratatui::crossterm::event::{self, Event};
 use ratatui::DefaultTerminal;

@@ -220,7 +220,9 @@ impl Sampler {
                         stat: &self.parsed,
                         counters: counters.as_ref(),
                     })?;
-                    sched.read(sub)?;
+                    if let Some(r) = sched.read() {
+                        sub.sched(r.as_ref().map_err(String::clone))?;
+                    }
                 }
                 Err(e) => sub.sample_error(e)?,
             }

@@ -4,11 +4,9 @@
 //! why it cannot run; that reason reaches the subscriber once and the slot
 //! stays quiet.
 
-use crate::sampler::Subscriber;
 use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::HostTracker;
-use stealscope_readers::ReadError;
-use stealscope_sched::{Collector, Preference};
+use stealscope_sched::{Collector, Preference, SchedSample};
 
 pub(crate) enum SchedSlot {
     /// Not asked for.
@@ -32,8 +30,9 @@ impl SchedSlot {
         }
     }
 
-    /// Reads the collector (starting it at the first window).
-    pub fn read(&mut self, sub: &mut dyn Subscriber) -> Result<(), ReadError> {
+    /// Reads the collector (starting it at the first window): None when
+    /// off or already said gone, else the reading or why there is none.
+    pub fn read(&mut self) -> Option<Result<SchedSample, String>> {
         if let SchedSlot::Pending = self {
             match Collector::start(Preference::Auto) {
                 Ok(c) => {
@@ -44,18 +43,18 @@ impl SchedSlot {
                 }
                 Err(e) => {
                     *self = SchedSlot::Gone;
-                    return sub.sched(Err(e.to_string()));
+                    return Some(Err(e.to_string()));
                 }
             }
         }
         let SchedSlot::Running { c, .. } = self else {
-            return Ok(());
+            return None;
         };
         match c.read() {
-            Ok(s) => sub.sched(Ok(&s)),
+            Ok(s) => Some(Ok(s)),
             Err(e) => {
                 *self = SchedSlot::Gone;
-                sub.sched(Err(format!("scheduler events stopped: {e}")))
+                Some(Err(format!("scheduler events stopped: {e}")))
             }
         }
     }
@@ -81,39 +80,24 @@ impl SchedSlot {
 mod tests {
     use super::*;
 
-    #[derive(Default)]
-    struct Said {
-        read: usize,
-        why: Vec<String>,
-    }
-    impl Subscriber for Said {
-        fn sched(
-            &mut self,
-            r: Result<&stealscope_sched::SchedSample, String>,
-        ) -> Result<(), ReadError> {
-            match r {
-                Ok(_) => self.read += 1,
-                Err(e) => self.why.push(e),
-            }
-            Ok(())
-        }
-    }
-
     #[test]
     fn the_collector_is_read_each_window_or_its_absence_said_once() {
-        let mut said = Said::default();
-        SchedSlot::new(false).read(&mut said).unwrap();
-        assert_eq!((said.read, said.why.len()), (0, 0), "not asked: silent");
+        assert!(SchedSlot::new(false).read().is_none(), "not asked: silent");
         let mut slot = SchedSlot::new(true);
+        let (mut read, mut why) = (0, Vec::new());
         for _ in 0..3 {
-            slot.read(&mut said).unwrap();
+            match slot.read() {
+                Some(Ok(_)) => read += 1,
+                Some(Err(e)) => why.push(e),
+                None => {}
+            }
         }
         // Independent of the slot: can this kernel and build start one?
         match Collector::start(Preference::Auto) {
-            Ok(_) => assert_eq!(said.read, 3, "{:?}", said.why),
+            Ok(_) => assert_eq!(read, 3, "{why:?}"),
             Err(e) => {
-                assert_eq!(said.why, [e.to_string()], "said once");
-                assert_eq!(said.read, 0);
+                assert_eq!(why, [e.to_string()], "said once");
+                assert_eq!(read, 0);
             }
         }
     }

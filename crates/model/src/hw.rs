@@ -220,7 +220,8 @@ impl HwSampler {
 
     /// Reads every CPU's groups, stamped with CLOCK_MONOTONIC.
     pub fn sample(&mut self) -> CounterSample {
-        self.counters.read(crate::capture::monotonic_ns())
+        self.counters
+            .read(stealscope_readers::clock::monotonic_ns())
     }
 }
 

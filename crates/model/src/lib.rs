@@ -21,4 +21,5 @@ pub mod recent;
 pub mod recording;
 pub mod running;
 pub mod running_hw;
+pub mod side;
 pub mod timeline;

@@ -9,7 +9,7 @@ use super::discovery::{
 };
 use super::kvm::KvmCounters;
 use super::live::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
-use crate::observation::Side;
+use crate::side::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stealscope_readers::cgroupfs::{self, CgroupMounts, CpuWeight};
