@@ -16,7 +16,7 @@ use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use stealscope_model::capture::{capture, capture_with, CaptureOptions};
+use stealscope_engine::capture::{capture, capture_with, CaptureOptions};
 use stealscope_readers::snapshot::{self, Snapshot};
 
 type Error = Box<dyn std::error::Error>;

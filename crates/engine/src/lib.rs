@@ -4,9 +4,11 @@
 //! collector), one rule runner ([`rules`], the doctor's report of each
 //! interval, built in [`report`]), and what each command subscribes with:
 //! `serve` its metrics (crates/serve), `top` a [`view`], `record` a file
-//! ([`record`]), `place daemon` its passes ([`place`]).
+//! ([`record`]), `doctor` one interval ([`capture`]), `place daemon` its passes ([`place`]).
 
+pub mod capture;
 pub mod doctor_probe;
+pub mod hw_sampler;
 pub mod live;
 pub mod place;
 pub mod record;

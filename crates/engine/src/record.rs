@@ -7,6 +7,7 @@
 //! once a second, so memory stays flat however long it runs. The series
 //! is the engine's sampling loop ([`Sampler`]); this is its subscriber.
 
+use crate::capture::{clk_tck, is_live_root, monotonic_ns, record_side};
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
 use crate::stop::{next_due, Rate};
 use std::collections::BTreeMap;
@@ -14,7 +15,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-use stealscope_model::capture::{clk_tck, is_live_root, monotonic_ns, record_side};
 use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::live::{self as host_live, HostLiveOptions};
 use stealscope_model::host::{vm_labels, HostTracker};

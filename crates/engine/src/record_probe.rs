@@ -2,12 +2,12 @@
 //! its own, each window's figures per CPU handed to the recorder as
 //! [`ProbeRecord`]s.
 
+use crate::capture::monotonic_ns;
 use crate::record::ProbeSource;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
-use stealscope_model::capture::monotonic_ns;
 use stealscope_probes::wakeup;
 use stealscope_readers::recording::ProbeRecord;
 

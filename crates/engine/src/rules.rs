@@ -4,12 +4,12 @@
 //! readings taken with it). On its own thread, so a sampler or a screen
 //! never waits for it.
 
+use crate::capture::IntervalCapture;
 use crate::series::{self, Series};
 use crate::stop::{Rate, Stop, Wait};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use stealscope_analysis::DoctorReport;
-use stealscope_model::capture::IntervalCapture;
 use stealscope_model::host::live::HostLiveOptions;
 use stealscope_readers::ReadError;
 

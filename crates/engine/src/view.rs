@@ -3,12 +3,12 @@
 //! engine's threads fill it; the screen only copies or draws it. One
 //! mutex; every holder only copies, pushes or draws.
 
+use crate::capture::monotonic_ns;
 use crate::rules::Findings;
 use crate::sampler::{Sample, Subscriber};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use stealscope_analysis::{DoctorReport, Finding};
-use stealscope_model::capture::monotonic_ns;
 use stealscope_model::host::{vcpu_times, HostTracker, VmRateTracker};
 use stealscope_model::recent::RecentWindows;
 use stealscope_readers::ReadError;

@@ -15,7 +15,6 @@ pub mod observation;
 
 pub use machine::MachineModel;
 pub use observation::{collect, Observation};
-pub mod capture;
 pub mod host;
 pub mod recent;
 pub mod recording;

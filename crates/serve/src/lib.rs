@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use stealscope_model::capture::clk_tck;
+use stealscope_engine::capture::clk_tck;
 use stealscope_model::machine::DEFAULT_CLK_TCK;
 use stealscope_model::running::RunningCpuTimes;
 use stealscope_readers::ReadError;

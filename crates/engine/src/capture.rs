@@ -4,11 +4,11 @@
 //! `doctor` analyses this in-memory snapshot with the same code that reads a
 //! snapshot from disk, so live and offline reports cannot drift apart.
 
-use crate::host::live::{self, HostLiveOptions};
-use crate::hw::HwSampler;
-use crate::observation::{collect, Observation, Side};
+use crate::hw_sampler::HwSampler;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use stealscope_model::host::live::{self, HostLiveOptions};
+use stealscope_model::observation::{collect, Observation, Side};
 use stealscope_readers::perf::{CounterCapture, CounterSample};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
