@@ -32,6 +32,8 @@ python3 fixtures/gen/check_fixtures.py >/dev/null
 echo "== BPF object rebuilt from source gives the committed bytes"
 scripts/build-bpf.sh --check
 
+echo "== module cycles"
+python3 scripts/check-module-cycles.py
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -11,7 +11,7 @@ mod perf_raw;
 
 use perf_raw::{attr, open as perf_open};
 use std::time::Instant;
-use stealscope_model::hw::HwSampler;
+use stealscope_engine::hw_sampler::HwSampler;
 use stealscope_readers::{cpu_topology, RootFs};
 
 const BLOCK: usize = 200;

@@ -10,7 +10,7 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
-use stealscope_model::capture::monotonic_ns;
+use stealscope_engine::capture::monotonic_ns;
 use stealscope_model::{delta, irq_rates};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::{interrupts, stat};

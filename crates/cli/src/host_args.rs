@@ -45,7 +45,7 @@ fn parse_sample(s: &str) -> Result<Duration, String> {
     if s.trim() == "0" {
         return Ok(Duration::ZERO);
     }
-    let d = crate::args::parse_duration(s)?;
+    let d = crate::parse::parse_duration(s)?;
     if d > stealscope_readers::kvm_exits::MAX_SAMPLE {
         return Err(format!("{s:?}: the exit sample is at most 10s"));
     }

@@ -2,8 +2,8 @@
 //! analysis and output together. Errors are one line on stderr, exit 2.
 
 mod args;
-mod doctor_probe;
 mod host_args;
+mod parse;
 mod place_cmd;
 mod probe_cmd;
 mod record_cmd;
@@ -16,9 +16,7 @@ use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use stealscope_analysis::ReportInput;
-use stealscope_model::capture::{capture, capture_with, CaptureOptions};
-use stealscope_model::MachineModel;
+use stealscope_engine::capture::{capture, capture_with, CaptureOptions};
 use stealscope_readers::snapshot::{self, Snapshot};
 
 type Error = Box<dyn std::error::Error>;
@@ -66,30 +64,16 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
             s
         }
     };
-    let model = MachineModel::build(&snap)?;
-    let mut r = doctor_report(&snap, &model);
+    let mut r = stealscope_engine::report::of(&snap)?;
     r.notes.extend(source_notes);
     Ok(r)
-}
-
-/// The doctor's report of a snapshot's model (also what `report` draws).
-pub(crate) fn doctor_report(
-    snap: &Snapshot,
-    model: &MachineModel,
-) -> stealscope_analysis::DoctorReport {
-    stealscope_analysis::build(ReportInput {
-        model,
-        interval_s: snap.meta.interval_s,
-        hostname: snap.meta.hostname.clone(),
-        kernel: snap.meta.kernel.clone(),
-    })
 }
 
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
     let a = &cmd.report;
     let mut r = report(a)?;
     if cmd.probe {
-        doctor_probe::add_to(&mut r, cmd.probe_duration)?;
+        stealscope_engine::doctor_probe::add_to(&mut r, cmd.probe_duration)?;
     }
     let text = if a.json {
         stealscope_output::json::render(&r)

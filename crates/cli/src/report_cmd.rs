@@ -70,7 +70,7 @@ pub fn run(a: &ReportArgs) -> Result<(), Error> {
     }
     let (snap, mut timeline) = load(&a.input)?;
     let model = MachineModel::build(&snap)?;
-    let report = crate::doctor_report(&snap, &model);
+    let report = stealscope_engine::report::doctor_report(&snap, &model);
     // A snapshot's interrupts are one window, t0 to t1.
     if timeline.irq.is_empty() && !model.irq.is_empty() {
         timeline.irq.push(IrqWindow {

@@ -1,6 +1,6 @@
 //! `stealscope serve`: the Prometheus exporter (crates/serve) with its flags.
 
-use crate::args::{parse_duration, parse_rate};
+use crate::parse::{parse_duration, parse_rate};
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;

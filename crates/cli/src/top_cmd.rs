@@ -1,29 +1,24 @@
-//! `stealscope top`: the live view. Three threads: the sampler
-//! (top_cmd/sampler.rs), the rule runner (top_cmd/rules.rs) and this one,
-//! which handles keys, resizes and signals and draws (crates/output/src/tui).
+//! `stealscope top`: the live view. Three threads: the engine's sampler and
+//! rule runner (crates/engine, filling its view) and this one, which
+//! handles keys, resizes and signals and draws (crates/output/src/tui).
 //! The terminal is restored on every way out: q, Esc or Ctrl-C, SIGTERM,
 //! SIGINT or SIGHUP (see [`end_on_signals`]), an error, and a panic (the
 //! hook ratatui installs).
 
-mod keys;
-mod rules;
-mod sampler;
-mod state;
-
-use crate::args::{parse_duration, parse_rate};
+use crate::parse::{parse_duration, parse_rate};
 use clap::Args;
 use ratatui::crossterm::event::{self, Event};
 use ratatui::DefaultTerminal;
-use state::{Shared, View};
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_actuators::apply::FAILPOINT_ENV;
-use stealscope_model::capture::{clk_tck, StatSampler};
+use stealscope_engine::capture::clk_tck;
+use stealscope_engine::view::{SharedView, View, ViewFeed};
+use stealscope_engine::{Live, Opened, SamplerOptions};
 use stealscope_model::machine::DEFAULT_CLK_TCK;
-use stealscope_output::tui::{self, FindingsInput, TopInput, UiState};
+use stealscope_output::tui::{self, keys, FindingsInput, TopInput, UiState};
 use stealscope_readers::{RootFs, Source};
 
 type Error = Box<dyn std::error::Error>;
@@ -65,43 +60,33 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
         return Err(format!("{}: no proc/ under this root", a.root.display()).into());
     }
     // Opened before the terminal is taken over, so errors print plainly.
-    let stat_file = StatSampler::open(&a.root)?;
+    // No hardware counters: the IPC rule needs them read with every
+    // sample, and a live view need not hold perf groups open.
+    let opened = Opened::open(SamplerOptions::new(&a.root), None)?;
     let hostname = RootFs::new(&a.root)
         .read_value("/proc/sys/kernel/hostname")
         .ok()
         .flatten();
     end_on_signals()?;
     let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
-    let shared = Arc::new(Shared::new(clk, a.rate));
-    let (stop_sampler, sampler_rx) = mpsc::channel::<()>();
-    let (stop_rules, rules_rx) = mpsc::channel::<()>();
-    let workers = [
-        {
-            let (shared, root) = (shared.clone(), a.root.clone());
-            std::thread::Builder::new()
-                .name("sampler".into())
-                .spawn(move || sampler::run(stat_file, &root, &shared, &sampler_rx))?
-        },
-        {
-            let (shared, root, every) = (shared.clone(), a.root.clone(), a.findings_interval);
-            std::thread::Builder::new()
-                .name("rules".into())
-                .spawn(move || rules::run(&root, every, &shared, &rules_rx))?
-        },
-    ];
+    let view = Arc::new(SharedView::new(clk));
+    let engine = Live::start(
+        opened,
+        a.rate,
+        a.findings_interval,
+        ViewFeed(view.clone()),
+        view.clone(),
+    )?;
     let mut terminal = ratatui::try_init()?;
     let screen = Screen {
-        shared: &shared,
+        view: &view,
+        engine: &engine,
         hostname: hostname.as_deref(),
         every: a.findings_interval,
-        workers: &workers,
     };
     let result = screen.run(&mut terminal);
     ratatui::restore();
-    drop((stop_sampler, stop_rules));
-    for w in workers {
-        let _ = w.join();
-    }
+    engine.stop();
     result
 }
 
@@ -128,30 +113,30 @@ fn end_on_signals() -> std::io::Result<()> {
 }
 
 struct Screen<'a> {
-    shared: &'a Shared,
+    view: &'a SharedView,
+    engine: &'a Live,
     hostname: Option<&'a str>,
     every: Duration,
-    workers: &'a [JoinHandle<()>],
 }
 
 impl Screen<'_> {
     fn run(&self, terminal: &mut DefaultTerminal) -> Result<(), Error> {
         let mut ui = UiState {
-            rate_hz: self.shared.rate_hz(),
+            rate_hz: self.engine.rate_hz(),
             ..Default::default()
         };
         // While paused: the view as it was, and when.
         let mut frozen: Option<(View, Instant)> = None;
         let fail = std::env::var(FAILPOINT_ENV).is_ok_and(|v| v == PANIC_FAILPOINT);
         loop {
-            if self.workers.iter().any(JoinHandle::is_finished) {
+            if self.engine.failed() {
                 return Err("a sampling thread stopped (see the message above)".into());
             }
             match &frozen {
                 Some((view, at)) => self.draw(terminal, view, *at, &ui)?,
                 None => {
-                    let live = self.shared.lock();
-                    self.draw(terminal, &live.view, Instant::now(), &ui)?;
+                    let live = self.view.lock();
+                    self.draw(terminal, &live, Instant::now(), &ui)?;
                 }
             }
             if fail {
@@ -171,9 +156,9 @@ impl Screen<'_> {
                     keys::Outcome::PauseChanged => {
                         frozen = ui
                             .paused
-                            .then(|| (self.shared.lock().view.clone(), Instant::now()));
+                            .then(|| (self.view.lock().clone(), Instant::now()));
                     }
-                    keys::Outcome::RateChanged => self.shared.set_rate_hz(ui.rate_hz),
+                    keys::Outcome::RateChanged => self.engine.set_rate_hz(ui.rate_hz),
                     keys::Outcome::Continue => {}
                 }
             }

@@ -2,14 +2,11 @@
 //! perf group reads (wrap-safe, scaled for multiplexing), IPC and cache miss
 //! rate, and turbostat's frequencies from the msr PMU (TSC_MHz, Avg_MHz,
 //! Bzy_MHz, %Busy). Every ratio is None when its divisor is zero or missing.
-//!
-//! [`HwSampler`] is the live side for any command that samples in windows
-//! (doctor, record, serve): open once, `sample()` per window, [`windows`] on
-//! consecutive samples.
+//! The live side (open once, read per window) is the engine's
+//! (crates/engine/src/hw_sampler.rs); [`windows`] pairs its readings.
 
 use serde::Serialize;
-use stealscope_readers::perf::{Counter, CounterSample, CpuCounters, CpuRead, GroupRead};
-use stealscope_readers::Source;
+use stealscope_readers::perf::{Counter, CounterSample, CpuRead, GroupRead};
 
 /// perf reads are 64-bit cumulative counts.
 pub const COUNTER_BITS: u32 = 64;
@@ -198,29 +195,6 @@ impl HwTotals {
     /// Cache misses per 1000 instructions.
     pub fn mpki(&self) -> Option<f64> {
         ratio(Some(self.cache_misses), Some(self.instructions)).map(|r| 1000.0 * r)
-    }
-}
-
-/// Live per-window counters: opens the groups once, reads them per window.
-pub struct HwSampler {
-    counters: CpuCounters,
-}
-
-impl HwSampler {
-    /// `src` describes the PMUs (sysfs); `cpus` are the CPUs to count on.
-    pub fn open(src: &dyn Source, cpus: &[u32]) -> HwSampler {
-        HwSampler {
-            counters: CpuCounters::open(src, cpus),
-        }
-    }
-
-    pub fn counters(&self) -> &CpuCounters {
-        &self.counters
-    }
-
-    /// Reads every CPU's groups, stamped with CLOCK_MONOTONIC.
-    pub fn sample(&mut self) -> CounterSample {
-        self.counters.read(crate::capture::monotonic_ns())
     }
 }
 

@@ -16,10 +16,10 @@ pub mod observation;
 
 pub use machine::MachineModel;
 pub use observation::{collect, Observation};
-pub mod capture;
 pub mod host;
 pub mod recent;
 pub mod recording;
 pub mod running;
 pub mod running_hw;
+pub mod side;
 pub mod timeline;

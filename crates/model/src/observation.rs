@@ -76,12 +76,7 @@ fn optional<T: Default>(notes: &mut Vec<String>, res: Result<T, ReadError>) -> T
     })
 }
 
-/// Which end of an interval is read: some inputs are only used at the end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Start,
-    End,
-}
+pub use crate::side::Side;
 
 /// Reads one side. Fails only when /proc/stat is missing or unparsable.
 pub fn collect(src: &dyn Source, side: Side) -> Result<Observation, ReadError> {

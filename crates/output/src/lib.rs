@@ -5,6 +5,7 @@ pub mod html;
 pub mod json;
 pub mod metrics;
 pub mod place;
+pub mod probe;
 pub mod sim;
 pub mod text;
 pub mod text_who;

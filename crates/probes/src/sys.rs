@@ -17,13 +17,8 @@ use std::os::unix::fs::OpenOptionsExt;
 pub const PM_QOS_PATH: &str = "/dev/cpu_dma_latency";
 
 /// CLOCK_MONOTONIC in ns: the clock of the probes and of the trace events
-/// (trace_clock "mono" is the same clock).
-#[inline]
-pub fn now_ns() -> u64 {
-    clock_gettime(ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
-}
+/// (trace_clock "mono" is the same clock), which is the readers' one clock.
+pub use stealscope_readers::clock::monotonic_ns as now_ns;
 
 /// CPU time of the calling thread in ns. With paravirt steal accounting the
 /// kernel does not charge stolen time to the task, so wall minus this is the

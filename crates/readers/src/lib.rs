@@ -25,7 +25,7 @@ pub mod kvm_params;
 pub mod kvm_stats;
 pub mod maps;
 pub mod mempolicy;
-pub mod msr_dev;
+pub use perf::msr_dev;
 pub mod numa;
 pub mod perf;
 pub mod pread;

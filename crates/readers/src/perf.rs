@@ -9,8 +9,10 @@
 //! opened is kept with the reason ([`Missing`]), never dropped silently.
 
 use crate::clock::monotonic_ns;
-use crate::msr_dev::{self, DeviceFailure, MsrDevices};
+pub mod msr_dev;
+
 use crate::Source;
+use msr_dev::{DeviceFailure, MsrDevices};
 use perf_event::events::{Event, Hardware};
 use perf_event::{Builder, Counter as PerfCounter, ReadFormat};
 use serde::{Deserialize, Serialize};

@@ -95,8 +95,11 @@ struct Interval {
 /// Reads the collector and the threads' schedstat around `secs`.
 fn measure(c: &mut Collector, victim: u32, tids: &[u32], secs: f64) -> Interval {
     std::thread::sleep(Duration::from_millis(300));
-    let a = c.read().unwrap();
+    // schedstat's window encloses the collector's (schedstat first at the
+    // start, last at the end), so an episode closing between the two reads
+    // cannot count in the collector's window alone.
     let sa: Vec<_> = tids.iter().map(|&t| schedstat(t)).collect();
+    let a = c.read().unwrap();
     std::thread::sleep(Duration::from_secs_f64(secs));
     let b = c.read().unwrap();
     let sb: Vec<_> = tids.iter().map(|&t| schedstat(t)).collect();

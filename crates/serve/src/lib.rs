@@ -3,20 +3,23 @@
 //! metrics over a read-only, loopback-by-default HTTP endpoint; optionally
 //! also as a node_exporter textfile.
 //!
-//! Threads: one sampler, one rule runner (both plain threads on a steady
-//! clock), and a single-threaded tokio runtime for HTTP and the textfile.
+//! Threads: the engine's sampler and rule runner (crates/engine, plain
+//! threads on a steady clock; [`feed`] is what they update), and a
+//! single-threaded tokio runtime for HTTP and the textfile.
 
+mod feed;
 mod http;
-mod rules;
-mod sampler;
 mod shared;
 mod textfile;
 
-use shared::{Scrapes, Shared, Stop};
+use shared::{Scrapes, Shared};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use stealscope_engine::capture::clk_tck;
+use stealscope_model::machine::DEFAULT_CLK_TCK;
+use stealscope_model::running::RunningCpuTimes;
 use stealscope_readers::ReadError;
 
 pub use http::Limits;
@@ -66,7 +69,13 @@ pub fn run(opts: Options) -> Result<(), ServeError> {
     if let Some(p) = &opts.textfile {
         textfile::check(p)?;
     }
-    let sampler = sampler::Sampler::open(&opts.root)?;
+    let opened = stealscope_engine::Opened::open(
+        stealscope_engine::SamplerOptions {
+            counters: stealscope_engine::CounterReads::EverySample,
+            ..stealscope_engine::SamplerOptions::new(&opts.root)
+        },
+        None,
+    )?;
     let listener =
         std::net::TcpListener::bind(opts.listen).map_err(|source| ServeError::Listen {
             addr: opts.listen,
@@ -82,28 +91,25 @@ pub fn run(opts: Options) -> Result<(), ServeError> {
         ));
     }
 
-    let shared = Arc::new(Shared::new(opts.rate_hz, opts.findings_every));
-    let stop = Arc::new(Stop::default());
-    let threads = [
-        {
-            let (shared, stop, root) = (shared.clone(), stop.clone(), opts.root.clone());
-            let rate = opts.rate_hz;
-            std::thread::Builder::new()
-                .name("sampler".into())
-                .spawn(move || sampler.run(&root, rate, &shared, &stop))
-        },
-        {
-            let (shared, stop, root) = (shared.clone(), stop.clone(), opts.root.clone());
-            let (rate, every) = (opts.rate_hz, opts.findings_every);
-            std::thread::Builder::new()
-                .name("rules".into())
-                .spawn(move || rules::run(&root, rate, every, &shared, &stop))
-        },
-    ];
-    let threads: Vec<_> = threads
-        .into_iter()
-        .collect::<Result<_, _>>()
-        .map_err(ServeError::Runtime)?;
+    let shared = Arc::new(Shared::default());
+    let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
+    let missing = opened
+        .sampler()
+        .counters()
+        .map(|c| c.missing().to_vec())
+        .unwrap_or_default();
+    shared.update(|s| {
+        s.cpu = RunningCpuTimes::new(clk);
+        s.hw_missing = missing;
+    });
+    let engine = stealscope_engine::Live::start(
+        opened,
+        opts.rate_hz,
+        opts.findings_every,
+        feed::Feed::new(shared.clone()),
+        Arc::new(feed::FindingsFeed(shared.clone())),
+    )
+    .map_err(ServeError::Runtime)?;
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -117,10 +123,7 @@ pub fn run(opts: Options) -> Result<(), ServeError> {
         }
         http::serve(listener, scrapes, opts.limits, shutdown_signal()).await
     });
-    stop.stop();
-    for t in threads {
-        let _ = t.join();
-    }
+    engine.stop();
     served.map_err(ServeError::Runtime)
 }
 

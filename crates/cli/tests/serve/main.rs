@@ -10,6 +10,7 @@
 mod common;
 
 mod deploy;
+mod engine;
 mod guest;
 mod helpers;
 mod host;

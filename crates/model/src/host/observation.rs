@@ -10,7 +10,7 @@ use super::discovery::{
 use super::kvm::KvmCounters;
 use super::live::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
 use super::sched_store::{StoredSched, SCHED_FILE};
-use crate::observation::Side;
+use crate::side::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stealscope_readers::autogroup::{self, Autogroup};

@@ -5,7 +5,7 @@
 
 use super::discovery::ThreadRole;
 use super::observation::collect_host;
-use crate::observation::Side;
+use crate::side::Side;
 use std::path::{Path, PathBuf};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::process::{parse_schedstat, task_schedstat_path, TaskSchedstat};

@@ -1,8 +1,8 @@
-//! Recordings: [`live`] writes one from the running machine, [`load`] turns
-//! one into a snapshot and a timeline, so that `doctor --snapshot` and
-//! `report` read recordings with the model code they use for snapshots.
+//! Recordings: the engine writes one from the running machine
+//! (crates/engine/src/record.rs), [`load`] turns one into a snapshot and a
+//! timeline, so that `doctor --snapshot` and `report` read recordings with
+//! the model code they use for snapshots.
 
-pub mod live;
 pub mod load;
 
 pub use load::{open, open_snapshot, Recording};

@@ -7,6 +7,7 @@ pub mod cpu_bars;
 pub mod findings;
 pub mod header;
 pub mod help;
+pub mod keys;
 pub mod layout;
 pub mod steal_lines;
 pub mod vm_table;

@@ -6,7 +6,7 @@
 //! expose). Opening needs CAP_SYS_RAWIO. The directory is a parameter so
 //! tests use regular files, which pread the same way.
 
-use crate::perf::{Counter, GroupRead};
+use super::{Counter, GroupRead};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -4,11 +4,11 @@
 //! `doctor` analyses this in-memory snapshot with the same code that reads a
 //! snapshot from disk, so live and offline reports cannot drift apart.
 
-use crate::host::live::{self, HostLiveOptions};
-use crate::hw::HwSampler;
-use crate::observation::{collect, Observation, Side};
+use crate::hw_sampler::HwSampler;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use stealscope_model::host::live::{self, HostLiveOptions};
+use stealscope_model::observation::{collect, Observation, Side};
 use stealscope_readers::perf::{CounterCapture, CounterSample};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
@@ -45,7 +45,7 @@ impl StatSampler {
 }
 
 /// Reads a side through a recorder and keeps the bytes as a snapshot side.
-pub(crate) fn record_side(
+pub fn record_side(
     root: &std::path::Path,
     name: &str,
     side: Side,
@@ -61,7 +61,7 @@ pub(crate) fn record_side(
 
 /// CPUID and perf counters describe the machine we run on, not a directory:
 /// they are captured only when the root is the live "/".
-pub(crate) fn is_live_root(root: &std::path::Path) -> bool {
+pub fn is_live_root(root: &std::path::Path) -> bool {
     root == std::path::Path::new("/")
 }
 
@@ -107,7 +107,7 @@ pub struct IntervalCapture {
     host: HostLiveOptions,
     ask_live: bool,
     exit_thread: Option<std::thread::JoinHandle<stealscope_readers::kvm_exits::ExitSample>>,
-    sched: Option<crate::host::live_sched::SchedHook>,
+    sched: Option<stealscope_model::host::live_sched::SchedHook>,
 }
 
 impl IntervalCapture {
@@ -145,7 +145,7 @@ impl IntervalCapture {
         let live_host = live_root && !obs0.host.vms.is_empty();
         // First after t0's thread times, so attribution starts with them.
         let sched = (live_host && host.attribution)
-            .then(|| crate::host::live_sched::SchedHook::start(&obs0.host.vms, &mut t0));
+            .then(|| stealscope_model::host::live_sched::SchedHook::start(&obs0.host.vms, &mut t0));
         let hw = counters.then(|| open_counters(root, &t0)).flatten();
         // Given sockets are checked even with no VM, so a wrong name is said.
         let ask_live = live_host || (live_root && !host.qmp.is_empty());
@@ -212,7 +212,7 @@ impl IntervalCapture {
         let sched = self.sched.as_mut().map(|h| h.read());
         let (mut t1, obs1) = record_side(&self.root, "live t1", Side::End)?;
         if let Some(s) = &sched {
-            crate::host::live_sched::put(&mut t1, s);
+            stealscope_model::host::live_sched::put(&mut t1, s);
         }
         if self.ask_live {
             live::add_side(&mut t1, &obs1.host.vms, &self.host);

@@ -4,26 +4,27 @@
 //! every vCPU thread's schedstat once per host scan, probe windows handed
 //! in by the caller, and a checkpoint (the files `doctor` reads) at the
 //! start, every checkpoint period and at the end. Batches go to the file
-//! once a second, so memory stays flat however long it runs.
+//! once a second, so memory stays flat however long it runs. The series
+//! is the engine's sampling loop ([`Sampler`]); this is its subscriber.
 
-use crate::capture::{clk_tck, is_live_root, monotonic_ns, open_counters, record_side};
-use crate::host::discovery::ThreadRole;
-use crate::host::live::{self as host_live, HostLiveOptions};
-use crate::host::{vm_labels, HostTracker};
-use crate::observation::Side;
+use crate::capture::{clk_tck, is_live_root, monotonic_ns, record_side};
+use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
+use crate::stop::{next_due, Rate};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
+use stealscope_model::host::discovery::ThreadRole;
+use stealscope_model::host::live::{self as host_live, HostLiveOptions};
+use stealscope_model::host::{vm_labels, HostTracker};
+use stealscope_model::observation::Side;
 use stealscope_readers::kvm_exits::ExitSample;
-use stealscope_readers::perf::Counter;
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::recording::{
     CounterInfo, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry,
 };
-use stealscope_readers::stat::ProcStat;
-use stealscope_readers::{cpuid, interrupts, stat, MemFs, ReadError, Source};
+use stealscope_readers::{cpuid, interrupts, MemFs, ReadError, Source};
 
 /// Batches are written this often: what SIGKILL can lose at most.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -120,21 +121,27 @@ impl Notes {
     }
 }
 
-/// The live sources of the series.
-struct Sources {
-    stat: PreadFile,
-    parsed: ProcStat,
+/// The recording's side of the sampling loop: each sample, interrupt
+/// reading and host scan goes to the file; batches are flushed and
+/// checkpoints taken on their own periods.
+struct Feed<'a> {
+    root: PathBuf,
+    w: RecordingWriter,
+    notes: Notes,
+    sum: RecordSummary,
     irq: Option<PreadFile>,
-    host: HostTracker,
+    irq_period: Duration,
+    next_irq: Instant,
     threads: Vec<(VcpuEntry, ThreadTimes)>,
+    next_flush: Instant,
+    next_checkpoint: Instant,
+    checkpoint_every: Duration,
+    probes: Option<&'a mut dyn ProbeSource>,
+    windows: Vec<ProbeRecord>,
+    probe_notes: Vec<String>,
 }
 
-impl Sources {
-    fn read_stat(&mut self) -> Result<(), ReadError> {
-        let text = self.stat.read_text()?;
-        stat::parse_into(text, stat::PATH, true, &mut self.parsed)
-    }
-
+impl Feed<'_> {
     fn read_irq(&mut self) -> Result<Option<interrupts::Interrupts>, ReadError> {
         let Some(f) = self.irq.as_mut() else {
             return Ok(None);
@@ -143,11 +150,10 @@ impl Sources {
     }
 
     /// The vCPU threads of the last host scan, named as exporters name them.
-    fn scan_host(&mut self, root: &Path, look_for_new: bool) -> Result<(), ReadError> {
-        let r = self.host.scan(root, look_for_new);
-        let labels = vm_labels(self.host.vms());
+    fn vcpus(&mut self, host: &HostTracker) {
+        let labels = vm_labels(host.vms());
         self.threads.clear();
-        for s in self.host.samples() {
+        for s in host.samples() {
             let (ThreadRole::Vcpu(vcpu), Some(vm)) = (s.role, labels.get(&s.pid)) else {
                 continue;
             };
@@ -164,7 +170,74 @@ impl Sources {
                 },
             ));
         }
-        r
+    }
+}
+
+impl Subscriber for Feed<'_> {
+    fn sample(&mut self, s: Sample<'_>) -> Result<(), ReadError> {
+        self.w.stat(s.t_ns, s.stat)?;
+        self.sum.stat_samples += 1;
+        self.sum.cpus = s.stat.cpus.len();
+        self.notes.report(&mut self.w, "stat", Ok(()))?;
+        if let Some(c) = s.counters {
+            self.w.counters(c);
+            self.sum.counter_samples += 1;
+        }
+        Ok(())
+    }
+
+    fn sample_error(&mut self, e: ReadError) -> Result<(), ReadError> {
+        self.notes.report(&mut self.w, "stat", Err(e))
+    }
+
+    fn host_started(&mut self, e: Option<ReadError>) -> Result<(), ReadError> {
+        self.notes
+            .report(&mut self.w, "host scan", e.map_or(Ok(()), Err))
+    }
+
+    fn host(&mut self, t: u64, h: &HostTracker, r: Result<(), ReadError>) -> Result<(), ReadError> {
+        self.vcpus(h);
+        self.notes.report(&mut self.w, "host scan", r)?;
+        self.w.vcpu(t, &self.threads)?;
+        self.sum.host_scans += 1;
+        Ok(())
+    }
+
+    fn tick(&mut self, now: Instant) -> Result<(), ReadError> {
+        if self.irq.is_some() && now >= self.next_irq {
+            let t = monotonic_ns();
+            match self.read_irq() {
+                Ok(Some(irq)) => {
+                    self.w.irq(t, &irq)?;
+                    self.sum.irq_samples += 1;
+                    self.notes.report(&mut self.w, "interrupts", Ok(()))?;
+                }
+                Ok(None) => {}
+                Err(e) => self.notes.report(&mut self.w, "interrupts", Err(e))?,
+            }
+            self.next_irq = next_due(self.next_irq, self.irq_period, now);
+        }
+        if now >= self.next_flush {
+            if let Some(p) = self.probes.as_mut() {
+                p.drain(&mut self.windows, &mut self.probe_notes);
+            }
+            write_probes(
+                &mut self.w,
+                &mut self.windows,
+                &mut self.probe_notes,
+                &mut self.sum,
+            )?;
+            self.w.flush()?;
+            self.next_flush = next_due(self.next_flush, FLUSH_EVERY, now);
+        }
+        if now >= self.next_checkpoint {
+            let (t, side) = checkpoint(&self.root, Side::End)?;
+            self.w.checkpoint(t, &side.files)?;
+            self.sum.checkpoints += 1;
+            self.next_checkpoint =
+                next_due(self.next_checkpoint, self.checkpoint_every, Instant::now());
+        }
+        Ok(())
     }
 }
 
@@ -182,18 +255,6 @@ fn write_probes(
     Ok(())
 }
 
-/// When a periodic task is due next: `period` after `prev`, on the same
-/// grid; deadlines already past (a stall, a loaded machine) are skipped,
-/// not caught up with back-to-back reads.
-fn next_due(prev: Instant, period: Duration, now: Instant) -> Instant {
-    let n = prev + period;
-    if n > now {
-        return n;
-    }
-    let behind = (now - n).as_nanos() / period.as_nanos().max(1) + 1;
-    n + period * behind.min(u32::MAX as u128) as u32
-}
-
 /// Records into `file` (named `path` in errors) until the duration is over
 /// or `stop` is set, then writes a last checkpoint and the end frame.
 pub fn record(
@@ -201,7 +262,7 @@ pub fn record(
     file: File,
     path: &str,
     stop: &AtomicBool,
-    mut probes: Option<&mut dyn ProbeSource>,
+    probes: Option<&mut dyn ProbeSource>,
 ) -> Result<RecordSummary, ReadError> {
     let root = opts.root.as_path();
     let start_unix_s = std::time::SystemTime::now()
@@ -210,7 +271,19 @@ pub fn record(
         .unwrap_or(0.0);
     let start_mono_ns = monotonic_ns();
     let (t0, side0) = checkpoint(root, Side::Start)?;
-    let mut hw = open_counters(root, &side0);
+    let sampler = Sampler::open(
+        SamplerOptions {
+            // A lone TSC gives a constant TSC MHz: once a second is enough.
+            // Any other counter is read with every sample, so its windows
+            // line up with the steal windows.
+            counters: CounterReads::EverySampleOrTscEvery(FLUSH_EVERY),
+            host_every: opts.host_scan,
+            watch_every: Some(VMM_WATCH_EVERY),
+            duration: opts.duration,
+            ..SamplerOptions::new(root)
+        },
+        Some(&side0),
+    )?;
     let header = Header {
         irq_rate_hz: (opts.irq_rate_hz > 0.0).then_some(opts.irq_rate_hz),
         host_scan_s: Some(opts.host_scan.as_secs_f64()),
@@ -223,30 +296,17 @@ pub fn record(
         clk_tck: clk_tck(),
         stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
         cpuid: is_live_root(root).then(cpuid::read_live),
-        counters: hw.as_ref().map(|h| CounterInfo {
-            opened: h.counters().opened().to_vec(),
-            missing: h.counters().missing().to_vec(),
+        counters: sampler.counters().map(|c| CounterInfo {
+            opened: c.opened().to_vec(),
+            missing: c.missing().to_vec(),
         }),
         probes: opts.probes.clone(),
         ..Header::new(opts.rate_hz, start_unix_s, start_mono_ns)
     };
-    if hw
-        .as_ref()
-        .is_some_and(|h| h.counters().opened().is_empty())
-    {
-        hw = None;
-    }
-    // A lone TSC gives a constant TSC MHz: once a second is enough (at 100 Hz
-    // its reads would be most of the file). Any other counter is read with
-    // every sample, so its windows line up with the steal windows.
-    let per_sample_counters = hw
-        .as_ref()
-        .is_some_and(|h| h.counters().opened().iter().any(|&c| c != Counter::Tsc));
     let mut w = RecordingWriter::create(file, path, &header)?;
     w.checkpoint(t0, &side0.files)?;
     drop(side0);
     let mut notes = Notes::default();
-    let (host, host_err) = HostTracker::start(root);
     let irq = if opts.irq_rate_hz > 0.0 {
         match PreadFile::open(root, interrupts::PATH) {
             Ok(f) => Some(f),
@@ -258,96 +318,36 @@ pub fn record(
     } else {
         None
     };
-    let mut src = Sources {
-        stat: PreadFile::open(root, stat::PATH)?,
-        parsed: ProcStat::default(),
-        irq,
-        host,
-        threads: Vec::new(),
-    };
-    notes.report(&mut w, "host scan", host_err.map_or(Ok(()), Err))?;
-
-    let mut sum = RecordSummary {
-        checkpoints: 1,
-        ..Default::default()
-    };
-    let period = Duration::from_secs_f64(1.0 / opts.rate_hz);
-    let irq_period = Duration::from_secs_f64(1.0 / opts.irq_rate_hz.max(1e-3));
     let start = Instant::now();
-    let end = opts.duration.map(|d| start + d);
-    let (mut next, mut next_irq, mut next_host) = (start, start, start);
-    // The first checkpoint and flush are a period after the start.
-    let mut next_flush = start + FLUSH_EVERY;
-    let mut next_watch = start + VMM_WATCH_EVERY;
-    let mut next_checkpoint = start + opts.checkpoint;
-    let mut windows = Vec::new();
-    let mut probe_notes = Vec::new();
-    let reason = loop {
-        let t = monotonic_ns();
-        let read = src.read_stat();
-        if read.is_ok() {
-            w.stat(t, &src.parsed)?;
-            sum.stat_samples += 1;
-            sum.cpus = src.parsed.cpus.len();
-        }
-        notes.report(&mut w, "stat", read)?;
-        let now = Instant::now();
-        if let Some(h) = hw.as_mut() {
-            if per_sample_counters || now >= next_flush {
-                w.counters(&h.sample());
-                sum.counter_samples += 1;
-            }
-        }
-        if src.irq.is_some() && now >= next_irq {
-            let t = monotonic_ns();
-            match src.read_irq() {
-                Ok(Some(irq)) => {
-                    w.irq(t, &irq)?;
-                    sum.irq_samples += 1;
-                    notes.report(&mut w, "interrupts", Ok(()))?;
-                }
-                Ok(None) => {}
-                Err(e) => notes.report(&mut w, "interrupts", Err(e))?,
-            }
-            next_irq = next_due(next_irq, irq_period, now);
-        }
-        if now >= next_host {
-            let t = monotonic_ns();
-            let r = src.scan_host(root, now >= next_watch);
-            if now >= next_watch {
-                next_watch = next_due(next_watch, VMM_WATCH_EVERY, now);
-            }
-            notes.report(&mut w, "host scan", r)?;
-            w.vcpu(t, &src.threads)?;
-            sum.host_scans += 1;
-            next_host = next_due(next_host, opts.host_scan, now);
-        }
-        if now >= next_flush {
-            if let Some(p) = probes.as_mut() {
-                p.drain(&mut windows, &mut probe_notes);
-            }
-            write_probes(&mut w, &mut windows, &mut probe_notes, &mut sum)?;
-            w.flush()?;
-            next_flush = next_due(next_flush, FLUSH_EVERY, now);
-        }
-        if now >= next_checkpoint {
-            let (t, side) = checkpoint(root, Side::End)?;
-            w.checkpoint(t, &side.files)?;
-            sum.checkpoints += 1;
-            next_checkpoint = next_due(next_checkpoint, opts.checkpoint, Instant::now());
-        }
-        if stop.load(Ordering::Relaxed) {
-            break "signal";
-        }
-        next = next_due(next, period, Instant::now());
-        if end.is_some_and(|e| next > e) {
-            break "duration";
-        }
-        let now = Instant::now();
-        if next > now {
-            std::thread::sleep(next - now);
-        }
+    let mut feed = Feed {
+        root: root.to_path_buf(),
+        w,
+        notes,
+        sum: RecordSummary {
+            checkpoints: 1,
+            ..Default::default()
+        },
+        irq,
+        irq_period: Duration::from_secs_f64(1.0 / opts.irq_rate_hz.max(1e-3)),
+        next_irq: start,
+        threads: Vec::new(),
+        // The first checkpoint and flush are a period after the start.
+        next_flush: start + FLUSH_EVERY,
+        next_checkpoint: start + opts.checkpoint,
+        checkpoint_every: opts.checkpoint,
+        probes,
+        windows: Vec::new(),
+        probe_notes: Vec::new(),
     };
+    let ended = sampler.run(&Rate::new(opts.rate_hz), &mut feed, stop)?;
+    let Feed {
+        mut w,
+        mut sum,
+        mut probes,
+        mut windows,
+        mut probe_notes,
+        ..
+    } = feed;
     if let Some(p) = probes.as_mut() {
         p.stop();
         p.drain(&mut windows, &mut probe_notes);
@@ -357,7 +357,11 @@ pub fn record(
     w.checkpoint(t, &side.files)?;
     sum.checkpoints += 1;
     sum.seconds = start.elapsed().as_secs_f64();
-    sum.reason = reason.to_string();
+    sum.reason = match ended {
+        Ended::Stopped => "signal",
+        Ended::Duration => "duration",
+    }
+    .to_string();
     let end = EndInfo {
         end_mono_ns: monotonic_ns(),
         reason: sum.reason.clone(),
@@ -365,19 +369,4 @@ pub fn record(
     };
     sum.bytes = w.finish(&end)?;
     Ok(sum)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn missed_deadlines_are_skipped_on_the_grid() {
-        let t = Instant::now();
-        let p = Duration::from_millis(10);
-        assert_eq!(next_due(t, p, t + Duration::from_millis(3)), t + p);
-        // 25 ms late: the deadlines at 10 and 20 ms are gone, 30 ms is next.
-        assert_eq!(next_due(t, p, t + Duration::from_millis(25)), t + 3 * p);
-        assert_eq!(next_due(t, p, t + p), t + 2 * p);
-    }
 }

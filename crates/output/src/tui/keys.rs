@@ -1,7 +1,7 @@
 //! What each key does to the view.
 
+use super::UiState;
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use stealscope_output::tui::UiState;
 
 /// The rates + and - step through (Hz); --rate may start between them.
 pub const RATES_HZ: [f64; 11] = [
@@ -68,7 +68,7 @@ pub fn handle(key: KeyEvent, ui: &mut UiState) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stealscope_output::tui::VmSort;
+    use crate::tui::VmSort;
 
     fn key(c: KeyCode, m: KeyModifiers) -> KeyEvent {
         KeyEvent::new(c, m)

@@ -1,0 +1,118 @@
+//! `serve` and `record` read through the one engine (crates/engine): run
+//! side by side on a --root whose /proc/stat the test rewrites, they see
+//! the same windows. Ground truth is the test's own shape: three steal
+//! steps of known ticks, each far apart (many sample periods), so that
+//! each is one window in any reader that samples through the engine.
+
+use crate::common::*;
+use crate::helpers::*;
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+use stealscope_readers::recording::{Record, RecordingReader};
+
+#[test]
+fn serve_and_record_see_the_same_windows() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("proc")).unwrap();
+    let stat = root.path().join("proc/stat");
+    // Rewritten in place at one length, so no read sees half a number.
+    let write = |steal: u64, idle: u64| {
+        let row = format!("0000000100 0 0000000050 {idle:010} 0 0 0 {steal:010} 0 0");
+        let text = format!("cpu  {row}\ncpu0 {row}\nintr 0\nctxt 0\nbtime 0\n");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&stat)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    };
+    let (mut steal, mut idle) = (500, 1000);
+    write(steal, idle);
+    let root_arg = root.path().to_str().unwrap().to_string();
+    let out = root.path().join("rec.ssr");
+    let s = Serve::start(&["--root", &root_arg, "--rate", "20"]);
+    let rec = bin()
+        .args(["record", "--rate", "20", "--duration", "6s", "--root"])
+        .arg(root.path())
+        .arg("-o")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let hz = clk_tck();
+    let steal_s = |s: &Serve| {
+        s.metrics()
+            .get("stealscope_cpu_seconds_total{cpu=\"0\",mode=\"steal\"}")
+    };
+    wait_for("serve's first sample", Duration::from_secs(5), || {
+        (steal_s(&s) == Some(500.0 / hz)).then_some(())
+    });
+    // Record starts with a checkpoint: give it a second to be sampling.
+    std::thread::sleep(Duration::from_secs(1));
+    let steps = [(1u64, 1u64), (2, 0), (1, 3)];
+    for (ds, di) in steps {
+        steal += ds;
+        idle += di;
+        write(steal, idle);
+        // 16 sample periods: one window of this step in each reader.
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    let m = s.metrics();
+    let bucket = |le: &str| {
+        m.get(&format!(
+            "stealscope_steal_window_ratio_bucket{{le=\"{le}\",cpu=\"0\"}}"
+        ))
+        .unwrap()
+    };
+    let serve_windows = bucket("+Inf") - bucket("0.0");
+    let serve_steal = steal_s(&s).unwrap() - 500.0 / hz;
+    let rec_out = rec.wait_with_output().unwrap();
+    assert!(
+        rec_out.status.success(),
+        "record: {}",
+        String::from_utf8_lossy(&rec_out.stderr)
+    );
+    // Record's windows: consecutive samples of cpu0, as the model pairs them.
+    let mut r = RecordingReader::open(&out).unwrap();
+    let mut samples = Vec::new();
+    while let Some(x) = r.next_record().unwrap() {
+        if let Record::Stat(v) = x {
+            samples.extend(v);
+        }
+    }
+    let steal_of = |s: &stealscope_readers::recording::StatSample| {
+        s.stat
+            .cpus
+            .iter()
+            .find(|c| c.cpu == Some(0))
+            .unwrap()
+            .times
+            .steal
+            .unwrap()
+    };
+    let rec_steps: Vec<(u64, u64)> = samples
+        .windows(2)
+        .filter_map(|w| {
+            let d = steal_of(&w[1]) - steal_of(&w[0]);
+            let t = |s: &stealscope_readers::recording::StatSample| {
+                let c = s.stat.cpus.iter().find(|c| c.cpu == Some(0)).unwrap();
+                c.times.idle
+            };
+            (d > 0).then(|| (d, t(&w[1]) - t(&w[0])))
+        })
+        .collect();
+    assert_eq!(rec_steps, steps, "record: one window per step");
+    assert_eq!(
+        serve_windows,
+        steps.len() as f64,
+        "serve: one window per step"
+    );
+    let total: u64 = steps.iter().map(|s| s.0).sum();
+    assert!(
+        (serve_steal - total as f64 / hz).abs() < 1e-9,
+        "serve's steal {serve_steal} s, the steps' {total} ticks"
+    );
+}

@@ -1,0 +1,70 @@
+//! The rule runner: every interval, the same report `doctor` builds, over
+//! the interval just past (the files the rules read at its start and end,
+//! and the sampler's /proc/stat series in between, with the counter
+//! readings taken with it). On its own thread, so a sampler or a screen
+//! never waits for it.
+
+use crate::capture::IntervalCapture;
+use crate::series::{self, Series};
+use crate::stop::{Rate, Stop, Wait};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use stealscope_analysis::DoctorReport;
+use stealscope_model::host::live::HostLiveOptions;
+use stealscope_readers::ReadError;
+
+/// Where each rule run's result goes.
+pub trait Findings: Send + Sync {
+    /// The start of an interval could not be read (none ran).
+    fn start_failed(&self, e: ReadError);
+    /// The report of the interval just past, or why it has none.
+    fn report(&self, r: Result<DoctorReport, ReadError>);
+}
+
+pub(crate) fn run(
+    root: &Path,
+    every: Duration,
+    rate: &Rate,
+    series: &Series,
+    out: &dyn Findings,
+    stop: &Stop,
+) {
+    // No kvm:kvm_exit sample: a tracing instance every interval is not
+    // what a background exporter or a live view should do to a host.
+    let host = HostLiveOptions {
+        exit_sample: Duration::ZERO,
+        ..Default::default()
+    };
+    loop {
+        let rate_hz = rate.hz();
+        // The sampler reads the counters with every sample: no second set.
+        let interval = match IntervalCapture::start_without_counters(root, rate_hz, &host) {
+            Ok(c) => c,
+            Err(e) => {
+                out.start_failed(e);
+                if stop.wait_until(Instant::now() + every) {
+                    return;
+                }
+                continue;
+            }
+        };
+        // The series of this interval starts now.
+        let cap = series::cap(rate_hz, every);
+        drop(series.take(cap));
+        if stop.wait_until(interval.started() + every) {
+            return;
+        }
+        out.report(finish(interval, series, cap));
+    }
+}
+
+fn finish(
+    interval: IntervalCapture,
+    series: &Series,
+    cap: usize,
+) -> Result<DoctorReport, ReadError> {
+    let (samples, counters) = series.take(cap);
+    let counters = series.counter_capture(counters);
+    let snap = interval.finish_with_counters(samples, counters)?;
+    crate::report::of(&snap)
+}

@@ -1,0 +1,270 @@
+//! The sampling loop every live command shares: /proc/stat at the chosen
+//! rate through a kept-open file (one steal window per sample), the
+//! hardware counter groups read right after it (so their windows are the
+//! steal windows), every vCPU thread's schedstat once per host scan
+//! (rediscovering VMs when a VMM process starts), and the scheduler-event
+//! collector read with each window ([`crate::sched`]). What each command
+//! does with a reading is its [`Subscriber`]'s business: serve updates its
+//! metrics, top its view, record writes the file.
+
+use crate::capture::{monotonic_ns, open_counters};
+use crate::hw_sampler::HwSampler;
+use crate::sched::SchedSlot;
+use crate::series::Series;
+use crate::stop::{next_due, Rate, Wait};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stealscope_model::host::HostTracker;
+use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
+use stealscope_readers::pread::PreadFile;
+use stealscope_readers::snapshot::RawSample;
+use stealscope_readers::stat::{self, ProcStat};
+use stealscope_readers::{ReadError, RootFs, Source};
+use stealscope_sched::SchedSample;
+
+/// When the hardware counter groups are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterReads {
+    /// Not opened at all.
+    Off,
+    /// With every sample.
+    EverySample,
+    /// With every sample, or only this often when the TSC alone opened (a
+    /// constant TSC MHz: at 100 Hz its reads would be most of a recording).
+    EverySampleOrTscEvery(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct SamplerOptions {
+    /// Read /proc and /sys under this directory; counters only on "/".
+    pub root: PathBuf,
+    pub counters: CounterReads,
+    /// How often vCPU threads are read.
+    pub host_every: Duration,
+    /// How often to look for VMMs started since (a listing of /proc); None:
+    /// with every scan.
+    pub watch_every: Option<Duration>,
+    /// End after this long (None: when stopped).
+    pub duration: Option<Duration>,
+    /// Keep the raw series for a rule runner ([`crate::live`]).
+    pub series: Option<Arc<Series>>,
+    /// Read the scheduler-event collector with every window.
+    pub sched: bool,
+}
+
+impl SamplerOptions {
+    /// Host scans and VMM checks once a second, no counters, no series.
+    pub fn new(root: &Path) -> SamplerOptions {
+        SamplerOptions {
+            root: root.to_path_buf(),
+            counters: CounterReads::Off,
+            host_every: Duration::from_secs(1),
+            watch_every: None,
+            duration: None,
+            series: None,
+            sched: false,
+        }
+    }
+}
+
+/// One /proc/stat sample, with the counter reading taken right after it.
+pub struct Sample<'a> {
+    pub t_ns: u64,
+    pub now: Instant,
+    pub stat: &'a ProcStat,
+    pub counters: Option<&'a CounterSample>,
+}
+
+/// What the sampling loop hands each command. Every method runs on the
+/// sampling thread; an error ends the loop (record: the file cannot be
+/// written), so live views report theirs and return Ok.
+pub trait Subscriber {
+    fn sample(&mut self, _s: Sample<'_>) -> Result<(), ReadError> {
+        Ok(())
+    }
+    /// A /proc/stat read that failed; the next success clears it.
+    fn sample_error(&mut self, _e: ReadError) -> Result<(), ReadError> {
+        Ok(())
+    }
+    /// Discovery at the start (the error, if it had one).
+    fn host_started(&mut self, _e: Option<ReadError>) -> Result<(), ReadError> {
+        Ok(())
+    }
+    /// A host scan: `t_ns` taken just before it, the threads it read.
+    fn host(
+        &mut self,
+        _t_ns: u64,
+        _tracker: &HostTracker,
+        _r: Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        Ok(())
+    }
+    /// The collector's cumulative counters, or why there are none (said
+    /// once).
+    fn sched(&mut self, _r: Result<&SchedSample, String>) -> Result<(), ReadError> {
+        Ok(())
+    }
+    /// After each sample and scan: periodic work of the command's own.
+    fn tick(&mut self, _now: Instant) -> Result<(), ReadError> {
+        Ok(())
+    }
+}
+
+/// Why the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Stopped,
+    Duration,
+}
+
+pub struct Sampler {
+    opts: SamplerOptions,
+    stat: PreadFile,
+    parsed: ProcStat,
+    /// None off the live root, with counters off, or when none opened.
+    hw: Option<HwSampler>,
+}
+
+impl Sampler {
+    /// Opens /proc/stat and the counter groups (on the online CPUs as
+    /// `cpus_from` lists them, the root itself when None): errors here
+    /// are the command's start-up errors.
+    pub fn open(
+        opts: SamplerOptions,
+        cpus_from: Option<&dyn Source>,
+    ) -> Result<Sampler, ReadError> {
+        let stat = PreadFile::open(&opts.root, stat::PATH)?;
+        let hw = match opts.counters {
+            CounterReads::Off => None,
+            _ => match cpus_from {
+                Some(src) => open_counters(&opts.root, src),
+                None => open_counters(&opts.root, &RootFs::new(&opts.root)),
+            },
+        };
+        if let (Some(s), Some(h)) = (&opts.series, &hw) {
+            let c = h.counters();
+            s.set_counters(c.opened().to_vec(), c.missing().to_vec());
+        }
+        Ok(Sampler {
+            opts,
+            stat,
+            parsed: ProcStat::default(),
+            hw,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.opts.root
+    }
+
+    /// The counter groups opened (and those that could not be), if any
+    /// were tried.
+    pub fn counters(&self) -> Option<&CpuCounters> {
+        self.hw.as_ref().map(HwSampler::counters)
+    }
+
+    /// Samples at `rate` until stopped or the duration is over.
+    pub fn run(
+        mut self,
+        rate: &Rate,
+        sub: &mut dyn Subscriber,
+        stop: &dyn Wait,
+    ) -> Result<Ended, ReadError> {
+        if self
+            .hw
+            .as_ref()
+            .is_some_and(|h| h.counters().opened().is_empty())
+        {
+            self.hw = None;
+        }
+        // A lone TSC is read at its own period; anything else every sample.
+        let tsc_every = match self.opts.counters {
+            CounterReads::EverySampleOrTscEvery(p)
+                if self
+                    .hw
+                    .as_ref()
+                    .is_some_and(|h| h.counters().opened().iter().all(|&c| c == Counter::Tsc)) =>
+            {
+                Some(p)
+            }
+            _ => None,
+        };
+        let root = self.opts.root.clone();
+        // Discovery reads every process: here, not on a caller's thread.
+        let (mut host, err) = HostTracker::start(&root);
+        sub.host_started(err)?;
+        let mut sched = SchedSlot::new(self.opts.sched);
+        let start = Instant::now();
+        let end = self.opts.duration.map(|d| start + d);
+        let (mut next, mut next_host) = (start, start);
+        let mut next_tsc = start + tsc_every.unwrap_or_default();
+        let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
+        loop {
+            let t_ns = monotonic_ns();
+            let keep_text = self.opts.series.is_some();
+            match self.read_stat(keep_text) {
+                Ok(text) => {
+                    let now = Instant::now();
+                    let due = tsc_every.is_none_or(|_| now >= next_tsc);
+                    let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
+                    if let Some(p) = tsc_every.filter(|_| due) {
+                        next_tsc = next_due(next_tsc, p, now);
+                    }
+                    if let (Some(s), Some(stat)) = (&self.opts.series, text) {
+                        s.push(RawSample { t_ns, stat }, counters.clone());
+                    }
+                    sub.sample(Sample {
+                        t_ns,
+                        now,
+                        stat: &self.parsed,
+                        counters: counters.as_ref(),
+                    })?;
+                    if let Some(r) = sched.read() {
+                        sub.sched(r.as_ref().map_err(String::clone))?;
+                    }
+                }
+                Err(e) => sub.sample_error(e)?,
+            }
+            let now = Instant::now();
+            if now >= next_host {
+                let t = monotonic_ns();
+                let watch = match self.opts.watch_every {
+                    None => true,
+                    Some(p) if now >= next_watch => {
+                        next_watch = next_due(next_watch, p, now);
+                        true
+                    }
+                    Some(_) => false,
+                };
+                let r = host.scan(&root, watch);
+                sched.watch(&host);
+                sub.host(t, &host, r)?;
+                next_host = next_due(next_host, self.opts.host_every, now);
+            }
+            sub.tick(now)?;
+            next = next_due(next, rate.period(), Instant::now());
+            if end.is_some_and(|e| next > e) {
+                return Ok(Ended::Duration);
+            }
+            if stop.wait_until(next) {
+                return Ok(Ended::Stopped);
+            }
+        }
+    }
+
+    /// Reads and parses the cpu rows; with `keep_text`, returns them as
+    /// text too (what samples.jsonl stores).
+    fn read_stat(&mut self, keep_text: bool) -> Result<Option<String>, ReadError> {
+        let text = self.stat.read_text()?;
+        stat::parse_into(text, stat::PATH, true, &mut self.parsed)?;
+        Ok(keep_text.then(|| {
+            let end: usize = text
+                .split_inclusive('\n')
+                .take_while(|l| l.starts_with("cpu"))
+                .map(str::len)
+                .sum();
+            text[..end].to_string()
+        }))
+    }
+}

@@ -1,0 +1,103 @@
+//! What serve subscribes to the engine with: each sample and host scan
+//! updates the metrics state, each rule run its findings; errors go to the
+//! service log, each distinct one once.
+
+use crate::log;
+use crate::shared::Shared;
+use std::sync::Arc;
+use stealscope_analysis::{DoctorReport, Severity};
+use stealscope_engine::rules::Findings;
+use stealscope_engine::{Sample, Subscriber};
+use stealscope_model::host::{vcpu_times, HostTracker};
+use stealscope_readers::ReadError;
+
+pub(crate) struct Feed {
+    pub shared: Arc<Shared>,
+    /// Last /proc/stat error printed, so a persistent one is logged once.
+    last_error: Option<String>,
+    /// The same for the host scan.
+    last_host_error: Option<String>,
+}
+
+impl Feed {
+    pub fn new(shared: Arc<Shared>) -> Feed {
+        Feed {
+            shared,
+            last_error: None,
+            last_host_error: None,
+        }
+    }
+
+    fn note_host(&mut self, r: Result<(), ReadError>) {
+        let msg = r.err().map(|e| format!("host scan: {e}"));
+        if msg.is_some() && msg != self.last_host_error {
+            log(msg.as_deref().unwrap_or_default());
+        }
+        self.last_host_error = msg;
+    }
+}
+
+impl Subscriber for Feed {
+    fn sample(&mut self, s: Sample<'_>) -> Result<(), ReadError> {
+        self.shared.update(|m| {
+            m.cpu.push(s.t_ns, s.stat.clone());
+            if let Some(c) = s.counters {
+                m.hw.push(c.clone());
+            }
+        });
+        self.last_error = None;
+        Ok(())
+    }
+
+    fn sample_error(&mut self, e: ReadError) -> Result<(), ReadError> {
+        let msg = e.to_string();
+        if self.last_error.as_ref() != Some(&msg) {
+            log(&msg);
+        }
+        self.last_error = Some(msg);
+        Ok(())
+    }
+
+    fn host_started(&mut self, e: Option<ReadError>) -> Result<(), ReadError> {
+        self.note_host(e.map_or(Ok(()), Err));
+        Ok(())
+    }
+
+    fn host(
+        &mut self,
+        _t: u64,
+        h: &HostTracker,
+        r: Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        self.note_host(r);
+        let vcpus = vcpu_times(h.vms(), h.samples());
+        self.shared.update(|s| s.vcpus = vcpus);
+        Ok(())
+    }
+}
+
+/// The rule runner's side: findings become `stealscope_finding` series
+/// until the next run.
+pub(crate) struct FindingsFeed(pub Arc<Shared>);
+
+impl Findings for FindingsFeed {
+    fn start_failed(&self, e: ReadError) {
+        log(&format!("rules: {e}"));
+    }
+
+    fn report(&self, r: Result<DoctorReport, ReadError>) {
+        match r {
+            Ok(report) => {
+                let mut f: Vec<(String, Severity)> = report
+                    .findings
+                    .into_iter()
+                    .map(|f| (f.id, f.severity))
+                    .collect();
+                f.sort();
+                f.dedup();
+                self.0.update(|s| s.findings = f);
+            }
+            Err(e) => log(&format!("rules: {e}")),
+        }
+    }
+}
