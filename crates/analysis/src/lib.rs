@@ -3,9 +3,12 @@
 
 pub mod finding;
 pub mod hardware;
+pub mod notes;
 pub mod report;
 pub mod roles;
 pub mod rules;
+pub mod verdict;
 
 pub use finding::{Finding, Severity};
 pub use report::{build, host_report, DoctorReport, HostReport, ReportInput};
+pub use verdict::Verdict;

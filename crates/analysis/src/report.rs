@@ -228,6 +228,8 @@ fn exit_sample_status(m: &MachineModel) -> SourceStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct DoctorReport {
     pub schema: &'static str,
+    /// What is wrong and what to do, from the top finding.
+    pub verdict: crate::verdict::Verdict,
     pub roles: Vec<String>,
     pub interval_s: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -257,6 +259,7 @@ impl DoctorReport {
         self.probes = Some(reports);
         self.findings.extend(findings);
         rank(&mut self.findings);
+        self.verdict = crate::verdict::of(&self.findings);
         self.notes.extend(notes);
     }
 }
@@ -315,6 +318,7 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
     let share = |v: Option<f64>| v.map_or(Value::Null, |x| round(x, 3));
     DoctorReport {
         schema: SCHEMA,
+        verdict: crate::verdict::of(&findings),
         roles,
         interval_s: round(input.interval_s, 3),
         hostname: input.hostname,
@@ -350,6 +354,8 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct HostReport {
     pub schema: &'static str,
+    /// What is wrong on the host and what to do, from the top host finding.
+    pub verdict: crate::verdict::Verdict,
     pub interval_s: Value,
     pub vms: Vec<stealscope_model::host::VmSteal>,
     pub hypervisor: Option<Hypervisor>,
@@ -383,19 +389,21 @@ pub fn host_report(d: DoctorReport) -> HostReport {
     if vms.is_empty() {
         notes.push("no VMs found (QEMU, Firecracker or libvirt-managed processes)".into());
     }
+    let findings: Vec<Finding> = d
+        .findings
+        .into_iter()
+        .filter(|f| f.id.starts_with("host."))
+        .collect();
     HostReport {
         schema: "stealscope/host/1",
+        verdict: crate::verdict::of(&findings),
         interval_s: d.interval_s,
         vms,
         hypervisor,
         kvm_stats,
         kvm_binary_stats: binary,
         kvm_exit_sample: exits,
-        findings: d
-            .findings
-            .into_iter()
-            .filter(|f| f.id.starts_with("host."))
-            .collect(),
+        findings,
         notes,
     }
 }

@@ -178,6 +178,9 @@ pub struct DoctorArgs {
     /// Colour in the text report
     #[arg(long, value_enum, default_value = "auto")]
     pub color: ColorChoice,
+    /// Every note in full and every evidence value in the text report (as in --json)
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     #[command(flatten)]
     pub host: crate::host_args::HostArgs,
 }

@@ -38,6 +38,30 @@ fn check_root(a: &SampleArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// Columns the text report is laid out in: $COLUMNS when set, else the
+/// terminal's width, else 80 (a file or a pipe).
+pub(crate) fn text_width() -> usize {
+    let env = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse().ok());
+    let term = || {
+        std::io::stdout()
+            .is_terminal()
+            .then(terminal_size::terminal_size)
+            .flatten()
+            .map(|(w, _)| w.0 as usize)
+    };
+    env.or_else(term).unwrap_or(80).clamp(40, 1000)
+}
+
+fn text_opts(a: &DoctorArgs) -> stealscope_output::text::TextOpts {
+    stealscope_output::text::TextOpts {
+        color: color(a.color),
+        width: text_width(),
+        verbose: a.verbose,
+    }
+}
+
 fn color(c: ColorChoice) -> bool {
     match c {
         ColorChoice::Always => true,
@@ -94,7 +118,7 @@ fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
     let text = if a.json {
         stealscope_output::json::render(&r)
     } else {
-        stealscope_output::text::doctor(&r, color(a.color))
+        stealscope_output::text::doctor(&r, &text_opts(a))
     };
     write_stdout(&text)
 }
@@ -104,7 +128,7 @@ fn host(a: &DoctorArgs) -> Result<(), Error> {
     let text = if a.json {
         stealscope_output::json::render(&r)
     } else {
-        stealscope_output::text::host(&r, color(a.color))
+        stealscope_output::text::host(&r, &text_opts(a))
     };
     write_stdout(&text)
 }
