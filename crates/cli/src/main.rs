@@ -6,6 +6,7 @@ mod doctor_probe;
 mod host_args;
 mod place_cmd;
 mod probe_cmd;
+mod progress;
 mod record_cmd;
 mod report_cmd;
 mod serve_cmd;
@@ -17,7 +18,7 @@ use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use stealscope_analysis::ReportInput;
-use stealscope_model::capture::{capture, capture_with, CaptureOptions};
+use stealscope_model::capture::CaptureOptions;
 use stealscope_model::MachineModel;
 use stealscope_readers::snapshot::{self, Snapshot};
 
@@ -83,11 +84,13 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
         }
         None => {
             check_root(&a.sample)?;
-            let s = capture_with(&capture_opts(&a.sample), &a.host.live())?;
+            let show = progress::wanted(a.json);
+            let c = progress::capture(&capture_opts(&a.sample), &a.host.live(), show)?;
+            source_notes.extend(c.note(a.sample.interval));
             if let Some(p) = &a.save_snapshot {
-                snapshot::write(&s, p)?;
+                snapshot::write(&c.snapshot, p)?;
             }
-            s
+            c.snapshot
         }
     };
     let model = MachineModel::build(&snap)?;
@@ -112,7 +115,12 @@ pub(crate) fn doctor_report(
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
     let a = &cmd.report;
     let mut r = report(a)?;
-    if cmd.probe {
+    // Ctrl-C during the interval asked for a report now, not the probes.
+    let cut_short = r
+        .notes
+        .iter()
+        .any(|n| n.starts_with("sampling ended early"));
+    if cmd.probe && !cut_short {
         doctor_probe::add_to(&mut r, cmd.probe_duration)?;
     }
     let text = if a.json {
@@ -149,7 +157,15 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Host(a) => host(&a),
         Command::Snapshot(a) => {
             check_root(&a.sample)?;
-            let s = capture(&capture_opts(&a.sample))?;
+            let c = progress::capture(
+                &capture_opts(&a.sample),
+                &Default::default(),
+                progress::wanted(false),
+            )?;
+            if let Some(n) = c.note(a.sample.interval) {
+                eprintln!("{n}");
+            }
+            let s = c.snapshot;
             snapshot::write(&s, &a.output)?;
             eprintln!(
                 "wrote {} ({} files at t0, {} at t1, {} samples)",
