@@ -151,11 +151,10 @@ pub(crate) fn write_stdout(text: &str) -> Result<(), Error> {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Error> {
-    match cli.command {
-        Command::Doctor(c) => doctor(&c),
-        Command::Host(a) => host(&a),
-        Command::Snapshot(a) => {
+fn snapshot_cmd(a: &args::SnapshotArgs) -> Result<(), Error> {
+    let s = match &a.from {
+        Some(p) => stealscope_model::recording::open_snapshot(p)?.0,
+        None => {
             check_root(&a.sample)?;
             let c = progress::capture(
                 &capture_opts(&a.sample),
@@ -165,17 +164,32 @@ fn run(cli: Cli) -> Result<(), Error> {
             if let Some(n) = c.note(a.sample.interval) {
                 eprintln!("{n}");
             }
-            let s = c.snapshot;
-            snapshot::write(&s, &a.output)?;
-            eprintln!(
-                "wrote {} ({} files at t0, {} at t1, {} samples)",
-                a.output.display(),
-                s.t0.files.len(),
-                s.t1.files.len(),
-                s.samples.len()
-            );
-            Ok(())
+            c.snapshot
         }
+    };
+    let s = if a.redact {
+        let (r, n) = stealscope_model::redact::redact(&s)?;
+        eprintln!("redacted: {n} names replaced (host, vm1, vm2...), command lines cut");
+        r
+    } else {
+        s
+    };
+    snapshot::write(&s, &a.output)?;
+    eprintln!(
+        "wrote {} ({} files at t0, {} at t1, {} samples)",
+        a.output.display(),
+        s.t0.files.len(),
+        s.t1.files.len(),
+        s.samples.len()
+    );
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Doctor(c) => doctor(&c),
+        Command::Host(a) => host(&a),
+        Command::Snapshot(a) => snapshot_cmd(&a),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "stealscope", &mut std::io::stdout());

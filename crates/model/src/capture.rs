@@ -56,6 +56,10 @@ pub(crate) fn record_side(
     let _ = rec.read("/proc/sys/kernel/hostname");
     let mut fs = MemFs::new(name);
     fs.files = rec.into_files();
+    // The rules read a few kernel messages; the rest stays on this machine.
+    if let Some(log) = fs.files.get_mut(stealscope_readers::kmsg::PATH) {
+        *log = stealscope_readers::kmsg::keep_rule_records(log);
+    }
     Ok((fs, obs))
 }
 
