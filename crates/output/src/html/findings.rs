@@ -18,11 +18,22 @@ pub fn meta(r: &DoctorReport, meta: &Meta, source: &str) -> Markup {
     let s = &r.summary;
     let split = match (s.steal_busy_share.as_f64(), s.steal_idle_share.as_f64()) {
         (Some(b), Some(i)) => format!(
-            "{:.0} % while vCPUs were busy, {:.0} % while idle",
+            " ({:.0} % while vCPUs were busy, {:.0} % while idle)",
             100.0 * b,
             100.0 * i
         ),
-        _ => "no steal to split".into(),
+        _ => String::new(),
+    };
+    // A split of nothing is noise: steal that rounds to zero is "none".
+    let steal = match s.steal_pct.as_f64() {
+        None => "not measured".to_string(),
+        Some(p) if p < 0.05 => format!("none ({} % of CPU time)", pct(&s.steal_pct)),
+        Some(_) => format!("{} % of CPU time{split}", pct(&s.steal_pct)),
+    };
+    let steal_key = if r.host.is_some() && !r.roles.iter().any(|x| x == "guest") {
+        "steal of its own CPUs"
+    } else {
+        "steal"
     };
     let rows: Vec<(&str, String)> = vec![
         (
@@ -56,10 +67,7 @@ pub fn meta(r: &DoctorReport, meta: &Meta, source: &str) -> Markup {
                 format!("{hz} Hz, {} windows", s.windows)
             }),
         ),
-        (
-            "steal",
-            format!("{} % of CPU time ({split})", pct(&s.steal_pct)),
-        ),
+        (steal_key, steal),
         ("source", source.to_string()),
         (
             "captured by",
@@ -121,7 +129,7 @@ fn finding(n: usize, f: &Finding) -> Markup {
             }
             table class="evidence" {
                 @for (k, v) in f.evidence.iter().filter(|(k, _)| k.as_str() != "files") {
-                    tr { th scope="row" { (k) } td { (fmt_value(v)) } }
+                    tr { th scope="row" { (k) } td { (evidence_value(v)) } }
                 }
                 @if !files.is_empty() {
                     tr { th scope="row" { "read from" } td { (files.join(" ")) } }
@@ -139,14 +147,48 @@ fn finding(n: usize, f: &Finding) -> Markup {
     }
 }
 
-pub fn notes(notes: &[&str]) -> Markup {
+/// A list of records (per-VM figures) as a table, one column per key;
+/// anything else as text.
+fn evidence_value(v: &Value) -> Markup {
+    let rows: Vec<&serde_json::Map<String, Value>> = match v {
+        Value::Array(a) if !a.is_empty() => a.iter().filter_map(Value::as_object).collect(),
+        _ => Vec::new(),
+    };
+    if rows.is_empty() || rows.len() != v.as_array().map_or(0, Vec::len) {
+        return html! { (fmt_value(v)) };
+    }
+    let mut cols: Vec<&str> = Vec::new();
+    for r in &rows {
+        for k in r.keys() {
+            if !cols.contains(&k.as_str()) {
+                cols.push(k);
+            }
+        }
+    }
+    html! {
+        table class="nested" {
+            thead { tr { @for c in &cols { th scope="col" { (c) } } } }
+            tbody {
+                @for r in &rows {
+                    tr { @for c in &cols { td { (r.get(*c).map(fmt_value).unwrap_or_default()) } } }
+                }
+            }
+        }
+    }
+}
+
+/// The notes in brief (those sharing a reason on one line), and in full.
+pub fn notes(brief: &[String], full: &[String]) -> Markup {
     html! {
         section id="notes" {
             h2 { "Notes" }
-            @if notes.is_empty() {
+            @if brief.is_empty() {
                 p { "Every input was read." }
             } @else {
-                ul { @for n in notes { li { (n) } } }
+                ul { @for n in brief { li { (n) } } }
+                @if brief != full {
+                    details { summary { "every note in full" } ul { @for n in full { li { (n) } } } }
+                }
             }
         }
     }
