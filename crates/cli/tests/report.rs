@@ -512,7 +512,7 @@ fn report_of_a_host_opens_with_the_verdict_and_a_vm_table_in_chromium() {
         }
     }
     assert_eq!(rows, 12);
-    assert_eq!(dom.matches(r#"class="bar""#).count() >= rows, true);
+    assert!(dom.matches(r#"class="bar""#).count() >= rows);
     // Per-VM evidence is a nested table, never a JSON string.
     let findings = &dom[at(r#"id="findings""#)..];
     let mut nested = 0;

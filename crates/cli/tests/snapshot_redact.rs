@@ -348,7 +348,7 @@ fn a_live_redacted_snapshot_of_a_host_with_a_qemu_vm() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|v| v["pid"].to_string() == pid)
+        .find(|v| v["pid"].as_u64().map(|p| p.to_string()).as_deref() == Some(pid.as_str()))
         .unwrap_or_else(|| panic!("pid {pid} not in {}", r["host"]["vms"]));
     assert!(
         vm["name"].as_str().unwrap().starts_with("vm"),
