@@ -35,6 +35,10 @@ pub struct CpuCounters {
 pub struct MissingCounter {
     pub counter: &'static str,
     pub why: String,
+    /// The reason in a few words, shared by counters missing for the same
+    /// cause (the text report groups them on one line).
+    #[serde(skip)]
+    pub brief: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -217,6 +221,43 @@ pub fn why(m: &MachineModel, missing: &Missing) -> String {
     )
 }
 
+/// The reason a counter is missing in a few words (`why` has the evidence).
+pub fn brief(m: &MachineModel, missing: &Missing) -> String {
+    let cpuid = m.hardware.cpuid.as_ref();
+    let hw = HARDWARE.contains(&missing.counter);
+    let on = if missing.cpus.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (CPU {})",
+            stealscope_readers::cpulist::format(&missing.cpus)
+        )
+    };
+    let reason = match &missing.reason {
+        Reason::Open { errno, error } if hw && matches!(errno, 2 | 19 | 95) => format!(
+            "no PMU in this VM (perf_event_open: {})",
+            errno_text(*errno, error)
+        ),
+        Reason::Open { errno, error } if matches!(errno, 1 | 13) => format!(
+            "perf_event_open: {}: needs root or CAP_PERFMON",
+            errno_text(*errno, error)
+        ),
+        Reason::Open { errno, error } => format!("perf_event_open: {}", errno_text(*errno, error)),
+        Reason::NoPmu { .. } => "no msr PMU in this kernel".to_string(),
+        Reason::NotListed { .. } => match (missing.counter, cpuid) {
+            (Counter::Aperf | Counter::Mperf, Some(c)) if c.aperfmperf == Some(false) => {
+                "not exposed by the hypervisor (CPUID.06H:ECX[0] clear)".to_string()
+            }
+            (Counter::Smi, Some(c)) if c.vendor.as_deref().is_some_and(|v| v != "GenuineIntel") => {
+                "Intel only".to_string()
+            }
+            _ => "not offered by the msr PMU".to_string(),
+        },
+        Reason::BadSysfs { .. } => "the msr PMU's description is unreadable".to_string(),
+    };
+    format!("{reason}{on}")
+}
+
 pub fn section(m: &MachineModel) -> HardwareSection {
     let h = &m.hardware;
     HardwareSection {
@@ -229,6 +270,7 @@ pub fn section(m: &MachineModel) -> HardwareSection {
                 .map(|x| MissingCounter {
                     counter: x.counter.name(),
                     why: why(m, x),
+                    brief: brief(m, x),
                 })
                 .collect(),
             windows: c.windows.len(),

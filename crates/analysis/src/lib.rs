@@ -3,11 +3,14 @@
 
 pub mod finding;
 pub mod hardware;
+pub mod notes;
 pub mod report;
 pub mod roles;
 pub mod rules;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod verdict;
 
 pub use finding::{Finding, Severity};
 pub use report::{build, host_report, DoctorReport, HostReport, ReportInput};
+pub use verdict::Verdict;

@@ -296,6 +296,8 @@ fn exit_sample_status(m: &MachineModel) -> SourceStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct DoctorReport {
     pub schema: &'static str,
+    /// What is wrong and what to do, from the top finding.
+    pub verdict: crate::verdict::Verdict,
     pub roles: Vec<String>,
     pub interval_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -329,6 +331,7 @@ impl DoctorReport {
         self.probes = Some(reports);
         self.findings.extend(findings);
         rank(&mut self.findings);
+        self.verdict = crate::verdict::of(&self.findings);
         self.notes.extend(notes);
     }
 }
@@ -402,6 +405,7 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
     let share = |v: Option<f64>| round_opt(v, 3);
     DoctorReport {
         schema: SCHEMA,
+        verdict: crate::verdict::of(&findings),
         roles,
         interval_s: round_opt(Some(input.interval_s), 3),
         hostname: input.hostname,
@@ -437,6 +441,8 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct HostReport {
     pub schema: &'static str,
+    /// What is wrong on the host and what to do, from the top host finding.
+    pub verdict: crate::verdict::Verdict,
     pub interval_s: Option<f64>,
     pub vms: Vec<stealscope_model::host::VmSteal>,
     pub hypervisor: Option<Hypervisor>,
@@ -474,8 +480,14 @@ pub fn host_report(d: DoctorReport) -> HostReport {
     if vms.is_empty() {
         notes.push("no VMs found (QEMU, Firecracker or libvirt-managed processes)".into());
     }
+    let findings: Vec<Finding> = d
+        .findings
+        .into_iter()
+        .filter(|f| f.id.starts_with("host."))
+        .collect();
     HostReport {
         schema: "stealscope/host/1",
+        verdict: crate::verdict::of(&findings),
         interval_s: d.interval_s,
         vms,
         hypervisor,
@@ -483,11 +495,7 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         kvm_binary_stats: binary,
         kvm_exit_sample: exits,
         who,
-        findings: d
-            .findings
-            .into_iter()
-            .filter(|f| f.id.starts_with("host."))
-            .collect(),
+        findings,
         notes,
     }
 }

@@ -46,9 +46,12 @@ pub enum Command {
     Host(DoctorArgs),
     /// Capture every file the rules read, at the start and end of an interval
     #[command(
-        after_help = "Examples:\n  stealscope snapshot -o snap/\n  stealscope snapshot -o vm1.tar.gz --interval 30s\n\n\
+        after_help = "Examples:\n  stealscope snapshot -o snap/\n  stealscope snapshot -o vm1.tar.gz --interval 30s\n  \
+                            stealscope snapshot -o for-vendor.tar.gz --redact\n  \
+                            stealscope snapshot --from vm1.tar.gz --redact -o vm1-redacted.tar.gz\n\n\
                             The snapshot (format stealscope-snapshot/1) holds meta.json, t0/ and t1/ with the files \
-                            under their absolute paths, and samples.jsonl with the /proc/stat series."
+                            under their absolute paths, and samples.jsonl with the /proc/stat series. Of the kernel \
+                            log it keeps only the messages the rules read. What it contains: docs/snapshot.md."
     )]
     Snapshot(SnapshotArgs),
     /// Record per-CPU time series to a file (10-1000 Hz, bounded memory) until Ctrl-C or --duration
@@ -179,6 +182,9 @@ pub struct DoctorArgs {
     /// Colour in the text report
     #[arg(long, value_enum, default_value = "auto")]
     pub color: ColorChoice,
+    /// Every note in full and every evidence value in the text report (as in --json)
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     #[command(flatten)]
     pub host: crate::host_args::HostArgs,
 }
@@ -204,4 +210,11 @@ pub struct SnapshotArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub sample: SampleArgs,
+    /// Replace the host name, VM names and command lines with placeholders
+    /// (host, vm1, vm2...), keeping every figure
+    #[arg(long)]
+    pub redact: bool,
+    /// Rewrite this snapshot (or recording) instead of capturing: with --redact
+    #[arg(long, value_name = "PATH", requires = "redact")]
+    pub from: Option<PathBuf>,
 }

@@ -6,6 +6,7 @@ mod host_args;
 mod parse;
 mod place_cmd;
 mod probe_cmd;
+mod progress;
 mod record_cmd;
 mod report_cmd;
 mod serve_cmd;
@@ -16,7 +17,7 @@ use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use stealscope_engine::capture::{capture, capture_with, CaptureOptions};
+use stealscope_engine::capture::CaptureOptions;
 use stealscope_readers::snapshot::{self, Snapshot};
 
 type Error = Box<dyn std::error::Error>;
@@ -34,6 +35,30 @@ fn check_root(a: &SampleArgs) -> Result<(), Error> {
         return Err(format!("{}: no proc/ under this root", a.root.display()).into());
     }
     Ok(())
+}
+
+/// Columns the text report is laid out in: $COLUMNS when set, else the
+/// terminal's width, else 80 (a file or a pipe).
+pub(crate) fn text_width() -> usize {
+    let env = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse().ok());
+    let term = || {
+        std::io::stdout()
+            .is_terminal()
+            .then(terminal_size::terminal_size)
+            .flatten()
+            .map(|(w, _)| w.0 as usize)
+    };
+    env.or_else(term).unwrap_or(80).clamp(40, 1000)
+}
+
+fn text_opts(a: &DoctorArgs) -> stealscope_output::text::TextOpts {
+    stealscope_output::text::TextOpts {
+        color: color(a.color),
+        width: text_width(),
+        verbose: a.verbose,
+    }
 }
 
 fn color(c: ColorChoice) -> bool {
@@ -57,11 +82,13 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
         }
         None => {
             check_root(&a.sample)?;
-            let s = capture_with(&capture_opts(&a.sample), &a.host.live())?;
+            let show = progress::wanted(a.json);
+            let c = progress::capture(&capture_opts(&a.sample), &a.host.live(), show)?;
+            source_notes.extend(c.note(a.sample.interval));
             if let Some(p) = &a.save_snapshot {
-                snapshot::write(&s, p)?;
+                snapshot::write(&c.snapshot, p)?;
             }
-            s
+            c.snapshot
         }
     };
     let mut r = stealscope_engine::report::of(&snap)?;
@@ -72,13 +99,18 @@ fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
     let a = &cmd.report;
     let mut r = report(a)?;
-    if cmd.probe {
+    // Ctrl-C during the interval asked for a report now, not the probes.
+    let cut_short = r
+        .notes
+        .iter()
+        .any(|n| n.starts_with("sampling ended early"));
+    if cmd.probe && !cut_short {
         stealscope_engine::doctor_probe::add_to(&mut r, cmd.probe_duration)?;
     }
     let text = if a.json {
         stealscope_output::json::render(&r)
     } else {
-        stealscope_output::text::doctor(&r, color(a.color))
+        stealscope_output::text::doctor(&r, &text_opts(a))
     };
     write_stdout(&text)
 }
@@ -88,7 +120,7 @@ fn host(a: &DoctorArgs) -> Result<(), Error> {
     let text = if a.json {
         stealscope_output::json::render(&r)
     } else {
-        stealscope_output::text::host(&r, color(a.color))
+        stealscope_output::text::host(&r, &text_opts(a))
     };
     write_stdout(&text)
 }
@@ -103,23 +135,45 @@ pub(crate) fn write_stdout(text: &str) -> Result<(), Error> {
     }
 }
 
+fn snapshot_cmd(a: &args::SnapshotArgs) -> Result<(), Error> {
+    let s = match &a.from {
+        Some(p) => stealscope_model::recording::open_snapshot(p)?.0,
+        None => {
+            check_root(&a.sample)?;
+            let c = progress::capture(
+                &capture_opts(&a.sample),
+                &Default::default(),
+                progress::wanted(false),
+            )?;
+            if let Some(n) = c.note(a.sample.interval) {
+                eprintln!("{n}");
+            }
+            c.snapshot
+        }
+    };
+    let s = if a.redact {
+        let (r, n) = stealscope_model::redact::redact(&s)?;
+        eprintln!("redacted: {n} names replaced (host, vm1, vm2...), command lines cut");
+        r
+    } else {
+        s
+    };
+    snapshot::write(&s, &a.output)?;
+    eprintln!(
+        "wrote {} ({} files at t0, {} at t1, {} samples)",
+        a.output.display(),
+        s.t0.files.len(),
+        s.t1.files.len(),
+        s.samples.len()
+    );
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Doctor(c) => doctor(&c),
         Command::Host(a) => host(&a),
-        Command::Snapshot(a) => {
-            check_root(&a.sample)?;
-            let s = capture(&capture_opts(&a.sample))?;
-            snapshot::write(&s, &a.output)?;
-            eprintln!(
-                "wrote {} ({} files at t0, {} at t1, {} samples)",
-                a.output.display(),
-                s.t0.files.len(),
-                s.t1.files.len(),
-                s.samples.len()
-            );
-            Ok(())
-        }
+        Command::Snapshot(a) => snapshot_cmd(&a),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "stealscope", &mut std::io::stdout());

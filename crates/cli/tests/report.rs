@@ -491,3 +491,93 @@ fn report_of_a_host_snapshot_has_the_who_stole_table() {
         );
     }
 }
+
+/// On a host the page opens with the verdict and the VMs (issue 19): in
+/// Chromium's DOM, the verdict names the top finding, then a real table
+/// with one row per vCPU thread whose wait and run equal the JSON's, a bar
+/// per vCPU, and per-VM evidence as a table, not a JSON string. The
+/// screenshot is kept for a person to look at.
+#[test]
+fn report_of_a_host_opens_with_the_verdict_and_a_vm_table_in_chromium() {
+    let Some(chromium_bin) = chromium_path() else {
+        require(
+            false,
+            "chromium-headless-shell (scripts/test.sh installs it)",
+        );
+        return;
+    };
+    let snap = repo().join("fixtures/snapshots/host-busy-steal/snapshot.tar.gz");
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("host.html");
+    assert_ok(&report(&snap, &page));
+    let r = json(&run(&[
+        "doctor",
+        "--json",
+        "--snapshot",
+        snap.to_str().unwrap(),
+    ]));
+    let net = dir.path().join("net.json");
+    let (dom, _) = dom_and_net_log(&chromium_bin, &file_url(&page), &net);
+    let at = |s: &str| dom.find(s).unwrap_or_else(|| panic!("no {s} in the page"));
+    // Verdict, then the VMs, then what was measured on this machine.
+    assert!(at(r#"id="verdict""#) < at(r#"id="host""#));
+    assert!(at(r#"id="host""#) < at(r#"id="meta""#));
+    let verdict = &dom[at(r#"id="verdict""#)..at(r#"id="host""#)];
+    let top = r["findings"][0]["id"].as_str().unwrap();
+    assert!(
+        verdict.contains(top) && verdict.contains("CRITICAL"),
+        "{verdict}"
+    );
+    // A real table: a <tr> per vCPU with the JSON's figures.
+    let table = &dom[at(r#"<table class="vms" id="vm-table">"#)..];
+    let table = &table[..table.find("</table>").unwrap()];
+    let mut rows = 0;
+    for vm in r["host"]["vms"].as_array().unwrap() {
+        for c in vm["vcpus"].as_array().unwrap() {
+            let tr = format!(
+                r#"data-vm="{}" data-vcpu="{}""#,
+                vm["name"].as_str().unwrap(),
+                c["index"]
+            );
+            let row = &table[table.find(&tr).unwrap_or_else(|| panic!("no row {tr}"))..];
+            let row = &row[..row.find("</tr>").unwrap()];
+            let wait = format!("{:.1}", c["host_steal_pct"].as_f64().unwrap());
+            let run = format!("{:.1}", c["util_pct"].as_f64().unwrap());
+            assert!(
+                row.contains(&format!(">{wait}<")) && row.contains(&format!(">{run}<")),
+                "{row}"
+            );
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, 12);
+    assert!(dom.matches(r#"class="bar""#).count() >= rows);
+    // Per-VM evidence is a nested table, never a JSON string.
+    let findings = &dom[at(r#"id="findings""#)..];
+    let mut nested = 0;
+    for ev in findings.split(r#"<table class="evidence">"#).skip(1) {
+        let ev = &ev[..ev
+            .find("</table>\n")
+            .or_else(|| ev.find("</tbody></table></td>"))
+            .unwrap_or(ev.len())
+            .min(ev.find("<details").unwrap_or(ev.len()))];
+        assert!(
+            !ev.contains("[{\"") && !ev.contains("[{&quot;"),
+            "JSON in the evidence: {ev}"
+        );
+        nested += ev.matches(r#"<table class="nested">"#).count();
+    }
+    assert!(nested >= 1, "no per-VM evidence table");
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-host.png");
+    chromium(
+        &chromium_bin,
+        &file_url(&page),
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1100,1400".to_string(),
+        ],
+    );
+    let (distinct, _, _) = colours(&shot);
+    assert!(distinct >= 32, "{distinct} colours: blank?");
+    eprintln!("screenshot: {}", shot.display());
+}

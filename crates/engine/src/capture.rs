@@ -56,6 +56,10 @@ pub fn record_side(
     let _ = rec.read("/proc/sys/kernel/hostname");
     let mut fs = MemFs::new(name);
     fs.files = rec.into_files();
+    // The rules read a few kernel messages; the rest stays on this machine.
+    if let Some(log) = fs.files.get_mut(stealscope_readers::kmsg::PATH) {
+        *log = stealscope_readers::kmsg::keep_rule_records(log);
+    }
     Ok((fs, obs))
 }
 
@@ -258,6 +262,20 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
 /// KVM stats fds at both ends and samples kvm:kvm_exit during the interval
 /// (host::live), storing the answers in the snapshot.
 pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Snapshot, ReadError> {
+    capture_watched(opts, host, &mut |_| true)
+}
+
+/// How often `tick` is called while nothing else happens.
+const TICK: Duration = Duration::from_millis(100);
+
+/// As [`capture_with`], calling `tick` with the time elapsed at least every
+/// 100 ms (progress on a terminal); when it returns false the interval ends
+/// there (Ctrl-C) and the snapshot covers what was measured.
+pub fn capture_watched(
+    opts: &CaptureOptions,
+    host: &HostLiveOptions,
+    tick: &mut dyn FnMut(Duration) -> bool,
+) -> Result<Snapshot, ReadError> {
     let mut sampler = if opts.sample_hz > 0.0 {
         Some(StatSampler::open(&opts.root)?)
     } else {
@@ -269,32 +287,45 @@ pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Sna
     };
     let mut interval = IntervalCapture::start(&opts.root, opts.sample_hz, &host)?;
     let start = interval.started();
+    let end = start + opts.interval;
     let mut samples = Vec::new();
     if sampler.is_none() {
         interval.sample_counters();
     }
+    let mut going = true;
     if let Some(s) = sampler.as_mut() {
         let period = Duration::from_secs_f64(1.0 / opts.sample_hz);
         let mut next = start;
-        loop {
+        'series: loop {
             samples.push(RawSample {
                 t_ns: monotonic_ns(),
                 stat: s.cpu_lines()?,
             });
             interval.sample_counters();
             next += period;
-            if next > start + opts.interval {
+            if next > end {
                 break;
             }
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
+            loop {
+                going = tick(start.elapsed());
+                let now = Instant::now();
+                if !going {
+                    break 'series;
+                }
+                if next <= now {
+                    break;
+                }
+                std::thread::sleep((next - now).min(TICK));
             }
         }
     }
-    let elapsed = start.elapsed();
-    if elapsed < opts.interval {
-        std::thread::sleep(opts.interval - elapsed);
+    while going {
+        going = tick(start.elapsed());
+        let now = Instant::now();
+        if !going || now >= end {
+            break;
+        }
+        std::thread::sleep((end - now).min(TICK));
     }
     if let Some(s) = sampler.as_mut() {
         samples.push(RawSample {

@@ -53,7 +53,9 @@ pub fn value(v: &Evidence) -> String {
     match v {
         Evidence::Str(s) => s.clone(),
         Evidence::Null => NA.to_string(),
-        Evidence::List(a) if a.len() > 6 => format!("[{} items]", a.len()),
+        Evidence::List(a) if a.len() > 6 || a.iter().any(|e| matches!(e, Evidence::Map(_))) => {
+            format!("[{} item{}]", a.len(), if a.len() == 1 { "" } else { "s" })
+        }
         other => other.to_string(),
     }
 }

@@ -19,6 +19,7 @@ pub use observation::{collect, Observation};
 pub mod host;
 pub mod recent;
 pub mod recording;
+pub mod redact;
 pub mod running;
 pub mod running_hw;
 pub mod side;

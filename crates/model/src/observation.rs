@@ -47,6 +47,10 @@ impl Observation {
     }
 
     pub fn cmdline_has(&self, param: &str) -> Option<&str> {
+        debug_assert!(
+            r::kernel::RULE_PARAMS.contains(&param),
+            "{param}: add it to kernel::RULE_PARAMS (a redacted snapshot keeps only those)"
+        );
         self.cmdline.as_ref()?.iter().find_map(|p| {
             if p == param {
                 Some("")
@@ -61,6 +65,10 @@ impl Observation {
         &'a self,
         needle: &'a str,
     ) -> impl Iterator<Item = &'a str> + 'a {
+        debug_assert!(
+            r::kmsg::read_by_rules(needle),
+            "{needle}: add it to kmsg::RULE_MARKERS (a snapshot keeps only those messages)"
+        );
         self.kmsg
             .iter()
             .flatten()

@@ -15,6 +15,10 @@ pub fn osrelease(src: &dyn Source) -> Result<Option<String>> {
     src.read_value(OSRELEASE)
 }
 
+/// The kernel parameters some rule reads (`Observation::cmdline_has`, checked
+/// in debug builds): all a redacted snapshot keeps of /proc/cmdline.
+pub const RULE_PARAMS: &[&str] = &["cpuidle_haltpoll.force", "haltpoll.guest_halt_poll_ns"];
+
 /// Kernel command line split into parameters (quotes respected).
 pub fn cmdline(src: &dyn Source) -> Result<Option<Vec<String>>> {
     Ok(src.read_value(CMDLINE)?.map(|s| split_cmdline(&s)))

@@ -6,6 +6,43 @@ use serde::{Deserialize, Serialize};
 
 pub const PATH: &str = "/dev/kmsg";
 
+/// The kernel messages a snapshot keeps, by what they contain, and who reads
+/// them: every other message is dropped at capture (a snapshot is sent to
+/// colleagues; the log holds host names, devices, users' programs). A rule
+/// that looks for another message must add it here (debug builds check).
+pub const RULE_MARKERS: &[(&str, &str)] = &[
+    ("Hypervisor detected", "roles: is this machine a guest"),
+    ("Performance Events:", "hardware notes: why no PMU"),
+    ("does not support poll control", "idle.haltpoll-inactive"),
+    ("Marking TSC unstable", "clock.unstable"),
+    (
+        "as unstable because the skew is too large",
+        "clock.unstable",
+    ),
+    ("Marking clocksource", "clock.unstable"),
+    ("page tables isolation", "mitigation.kpti-without-pcid"),
+];
+
+/// Whether a message is one some rule reads.
+pub fn read_by_rules(message: &str) -> bool {
+    RULE_MARKERS.iter().any(|(m, _)| message.contains(m))
+}
+
+/// The raw log with only the records some rule reads (continuation lines
+/// dropped too).
+pub fn keep_rule_records(raw: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(raw);
+    let mut out = String::new();
+    for line in text.lines() {
+        let msg = line.split_once(';').map_or(line, |(_, m)| m);
+        if !line.starts_with(' ') && read_by_rules(msg) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.into_bytes()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KmsgRecord {
     pub seq: Option<u64>,
@@ -54,6 +91,16 @@ pub fn read(src: &dyn crate::Source) -> crate::Result<Option<Vec<KmsgRecord>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keeps_only_what_rules_read() {
+        let raw = b"6,1,0,-;Hypervisor detected: KVM\n SUBSYSTEM=x\n6,2,5,-;systemd[1]: Hostname set to <db7>.\n4,3,9,-;clocksource: Marking clocksource 'tsc' as unstable\n";
+        let kept = String::from_utf8(keep_rule_records(raw)).unwrap();
+        assert_eq!(
+            kept,
+            "6,1,0,-;Hypervisor detected: KVM\n4,3,9,-;clocksource: Marking clocksource 'tsc' as unstable\n"
+        );
+    }
 
     #[test]
     fn records() {

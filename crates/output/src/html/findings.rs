@@ -6,6 +6,7 @@ use crate::text::{fmt_value, pct};
 use maud::{html, Markup};
 use stealscope_analysis::{DoctorReport, Finding};
 use stealscope_findings::units::num_text;
+use stealscope_findings::Evidence;
 use stealscope_readers::snapshot::Meta;
 
 pub fn meta(r: &DoctorReport, meta: &Meta, source: &str) -> Markup {
@@ -18,11 +19,22 @@ pub fn meta(r: &DoctorReport, meta: &Meta, source: &str) -> Markup {
     let s = &r.summary;
     let split = match (s.steal_busy_share, s.steal_idle_share) {
         (Some(b), Some(i)) => format!(
-            "{:.0} % while vCPUs were busy, {:.0} % while idle",
+            " ({:.0} % while vCPUs were busy, {:.0} % while idle)",
             100.0 * b,
             100.0 * i
         ),
-        _ => "no steal to split".into(),
+        _ => String::new(),
+    };
+    // A split of nothing is noise: steal that rounds to zero is "none".
+    let steal = match s.steal_pct {
+        None => "not measured".to_string(),
+        Some(p) if p < 0.05 => format!("none ({} % of CPU time)", pct(&s.steal_pct)),
+        Some(_) => format!("{} % of CPU time{split}", pct(&s.steal_pct)),
+    };
+    let steal_key = if r.host.is_some() && !r.roles.iter().any(|x| x == "guest") {
+        "steal of its own CPUs"
+    } else {
+        "steal"
     };
     let rows: Vec<(&str, String)> = vec![
         (
@@ -56,10 +68,7 @@ pub fn meta(r: &DoctorReport, meta: &Meta, source: &str) -> Markup {
                 format!("{hz} Hz, {} windows", s.windows)
             }),
         ),
-        (
-            "steal",
-            format!("{} % of CPU time ({split})", pct(&s.steal_pct)),
-        ),
+        (steal_key, steal),
         ("source", source.to_string()),
         (
             "captured by",
@@ -118,7 +127,7 @@ fn finding(n: usize, f: &Finding) -> Markup {
             }
             table class="evidence" {
                 @for (k, v) in f.evidence.iter().filter(|(k, _)| k.as_str() != "files") {
-                    tr { th scope="row" { (k) } td { (fmt_value(v)) } }
+                    tr { th scope="row" { (k) } td { (evidence_value(v)) } }
                 }
                 @if !files.is_empty() {
                     tr { th scope="row" { "read from" } td { (files.join(" ")) } }
@@ -136,14 +145,58 @@ fn finding(n: usize, f: &Finding) -> Markup {
     }
 }
 
-pub fn notes(notes: &[&str]) -> Markup {
+/// A list of records (per-VM figures) as a table, one column per key;
+/// anything else as text.
+fn evidence_value(v: &Evidence) -> Markup {
+    let all = match v {
+        Evidence::List(a) => a.len(),
+        _ => 0,
+    };
+    let rows: Vec<&std::collections::BTreeMap<String, Evidence>> = match v {
+        Evidence::List(a) if !a.is_empty() => a
+            .iter()
+            .filter_map(|e| match e {
+                Evidence::Map(m) => Some(m),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    if rows.is_empty() || rows.len() != all {
+        return html! { (fmt_value(v)) };
+    }
+    let mut cols: Vec<&str> = Vec::new();
+    for r in &rows {
+        for k in r.keys() {
+            if !cols.contains(&k.as_str()) {
+                cols.push(k);
+            }
+        }
+    }
+    html! {
+        table class="nested" {
+            thead { tr { @for c in &cols { th scope="col" { (c) } } } }
+            tbody {
+                @for r in &rows {
+                    tr { @for c in &cols { td { (r.get(*c).map(fmt_value).unwrap_or_default()) } } }
+                }
+            }
+        }
+    }
+}
+
+/// The notes in brief (those sharing a reason on one line), and in full.
+pub fn notes(brief: &[String], full: &[String]) -> Markup {
     html! {
         section id="notes" {
             h2 { "Notes" }
-            @if notes.is_empty() {
+            @if brief.is_empty() {
                 p { "Every input was read." }
             } @else {
-                ul { @for n in notes { li { (n) } } }
+                ul { @for n in brief { li { (n) } } }
+                @if brief != full {
+                    details { summary { "every note in full" } ul { @for n in full { li { (n) } } } }
+                }
             }
         }
     }

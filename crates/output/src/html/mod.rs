@@ -9,6 +9,7 @@ pub mod bins;
 pub mod bursts;
 pub mod findings;
 pub mod heatmap;
+pub mod host;
 pub mod hw;
 pub mod irq;
 pub mod probes;
@@ -90,6 +91,14 @@ svg .marker-label { fill: #c0392b; }
 table { border-collapse: collapse; margin: 6px 0; }
 th, td { text-align: left; padding: 2px 10px 2px 0; vertical-align: top; }
 table.cpus td, table.cpus th { text-align: right; padding: 2px 8px; }
+table.vms th, table.vms td { padding: 2px 10px; border-bottom: 1px solid #eee; }
+table.vms td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.nested { font-size: 12px; margin: 0; }
+table.nested th, table.nested td { padding: 1px 8px 1px 0; border-bottom: 1px solid #eee; }
+.verdict { border: 2px solid #4a8a4a; padding: 6px 14px; margin: 12px 0; background: #f4faf4; font-size: 15px; }
+.verdict.status-critical { border-color: #c0392b; background: #fdf3f2; }
+.verdict.status-warning { border-color: #e69b00; background: #fffaf0; }
+.verdict p { margin: 4px 0; }
 .finding { border-left: 5px solid #999; padding: 4px 12px; margin: 12px 0; background: #fafafa; }
 .finding.sev-critical { border-color: #c0392b; }
 .finding.sev-warning { border-color: #e69b00; }
@@ -122,8 +131,10 @@ pub fn render(input: &HtmlInput) -> String {
     let series = Series::of(input.model);
     let host = r.hostname.as_deref().unwrap_or("unknown host");
     let title = format!("stealscope report: {host}");
-    let mut notes: Vec<&str> = r.notes.iter().map(String::as_str).collect();
-    notes.extend(input.timeline.notes.iter().map(String::as_str));
+    let mut all_notes: Vec<String> = r.notes.clone();
+    all_notes.extend(input.timeline.notes.iter().cloned());
+    let brief = stealscope_analysis::notes::brief(&all_notes, Some(&r.hardware));
+    let host_first = r.roles.iter().any(|x| x == "host");
     let plots: [(&str, &str, Markup); 8] = [
         (steal::ID, "steal", steal::render(&series)),
         (stacked::ID, "busy/idle/steal", stacked::render(&series)),
@@ -142,15 +153,19 @@ pub fn render(input: &HtmlInput) -> String {
                 header {
                     h1 { (title) }
                     nav {
+                        @if r.host.is_some() { a href="#host" { "VMs" } }
                         a href="#findings" { "findings" }
                         @for (id, name, _) in &plots { a href=(format!("#{id}")) { (name) } }
                         a href="#notes" { "notes" }
                     }
                 }
+                (host::verdict(&r.verdict))
+                @if host_first { @if let Some(h) = &r.host { (host::section(h)) } }
                 (findings::meta(r, input.meta, input.source))
+                @if !host_first { @if let Some(h) = &r.host { (host::section(h)) } }
                 (findings::findings(&r.findings))
                 @for (_, _, plot) in &plots { (plot) }
-                (findings::notes(&notes))
+                (findings::notes(&brief, &all_notes))
             }
         }
     };

@@ -47,6 +47,20 @@ pub fn render(frame: &mut Frame, area: Rect, input: &TopInput) {
             Style::new().fg(Color::Magenta),
         ));
     }
+    // The verdict of the rules' latest run, when something needs action
+    // (the same one doctor opens with); the findings panel has the rest.
+    let v = stealscope_analysis::verdict::of(input.findings.findings);
+    if input.findings.age_s.is_some() && matches!(v.status, "warning" | "critical") {
+        let color = if v.status == "critical" {
+            Color::Red
+        } else {
+            Color::Yellow
+        };
+        spans.push(Span::styled(
+            format!("  {}: {}", v.status.to_uppercase(), v.headline),
+            Style::new().fg(color).add_modifier(Modifier::BOLD),
+        ));
+    }
     if let Some(n) = input.notice {
         spans.push(Span::styled(
             format!("  {n}"),
@@ -87,6 +101,25 @@ mod tests {
         let rows = screen(100, 1, |f| render(f, f.area(), &i));
         assert!(
             rows[0].contains("PAUSED  /proc/stat: gone  ? help"),
+            "{rows:?}"
+        );
+    }
+
+    #[test]
+    fn names_the_top_finding_like_doctor() {
+        use stealscope_analysis::{Finding, Severity};
+        let w = windows(&[(0, 1, 1)], 2);
+        let ui = UiState::default();
+        let f = [Finding::new(
+            "host.steal.idle",
+            Severity::Warning,
+            "vCPUs waited 9.6%",
+        )];
+        let rows = screen(160, 1, |fr| {
+            render(fr, fr.area(), &input(&w, None, &f, &ui))
+        });
+        assert!(
+            rows[0].contains("WARNING: Host CPU contention: vCPUs waited 9.6%"),
             "{rows:?}"
         );
     }
