@@ -121,7 +121,13 @@ pub fn of(findings: &[Finding]) -> Verdict {
     Verdict {
         status: top.severity.as_str(),
         finding: Some(top.id.clone()),
-        headline: format!("{}: {}", area(&top.id), top.title),
+        // The title's first clause: the rest (who ran, the split) is in the
+        // finding below, and the verdict must stay two or three lines.
+        headline: format!(
+            "{}: {}",
+            area(&top.id),
+            top.title.split("; ").next().unwrap_or(&top.title)
+        ),
         fix: short_fix(&top.id)
             .map(String::from)
             .or_else(|| fix_from_remedy(&top.remedy)),
