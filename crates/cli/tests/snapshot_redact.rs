@@ -258,7 +258,21 @@ fn redacted_fixtures_hide_names_and_keep_every_figure() {
             let n = p.file_name().unwrap().to_string_lossy();
             n.starts_with("host-") || n == "6.x-healthy"
         })
-        .map(|p| p.join("snapshot.tar.gz"))
+        .map(|p| {
+            // The packed fixture unpacked: the checks compare files.
+            let dst = tmp.path().join(p.file_name().unwrap());
+            std::fs::create_dir_all(&dst).unwrap();
+            let ok = std::process::Command::new("tar")
+                .arg("-xzf")
+                .arg(p.join("snapshot.tar.gz"))
+                .arg("-C")
+                .arg(&dst)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "unpack {}", p.display());
+            dst
+        })
         .collect();
     entries.sort();
     for snap in entries {

@@ -382,14 +382,16 @@ fn a_tiny_buffer_under_a_high_switch_rate_counts_its_losses() {
     let before = route.read().unwrap();
     let (_, wait0, _) = schedstat(ping.tid);
     std::thread::sleep(Duration::from_secs(2));
-    let after = route.read().unwrap();
-    let (_, wait1, _) = schedstat(ping.tid);
+    // The kernel's own count first: the route's read after it can only
+    // have seen as many losses or more.
     let kernel: u64 = (0..64)
         .filter_map(|c| {
             std::fs::read_to_string(route.instance_dir().join(format!("per_cpu/cpu{c}/stats"))).ok()
         })
         .map(|s| stealscope_sched::tracefs_raw::stats_lost(&s))
         .sum();
+    let after = route.read().unwrap();
+    let (_, wait1, _) = schedstat(ping.tid);
     let (v0, v1) = (
         before.threads[&ping.tid].clone(),
         after.threads[&ping.tid].clone(),

@@ -183,6 +183,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     // Culprits that exited during the interval are named from t0.
     let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();
     let mut host: BTreeMap<Key, (u64, BTreeMap<String, u64>)> = BTreeMap::new();
+    let mut trimmed = 0;
     for vm in &t1.vms {
         for (_, t) in &vm.vcpus {
             let Some(w1) = s1.threads.get(&t.tid) else {
@@ -209,6 +210,40 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
                     *by.entry(k).or_default() += ns;
                 }
             }
+            // The trace can miss a switch-in from the idle task (seen on
+            // this kernel): the thread then looks queued, charged to
+            // `idle`, while schedstat says it ran. schedstat's wait over the
+            // same interval bounds the sum: excess goes from `idle` first,
+            // then every row in proportion, and the status says so.
+            let wait0 = t0
+                .vms
+                .iter()
+                .flat_map(|v| &v.vcpus)
+                .find(|(_, x)| x.tid == t.tid)
+                .and_then(|(_, x)| x.sched)
+                .map(|s| s.wait_ns);
+            if let (Some(w0), Some(w1)) = (wait0, t.sched.map(|s| s.wait_ns)) {
+                let bound = w1.saturating_sub(w0);
+                let sum: u64 = by.values().sum();
+                if sum > bound + bound / 20 + 2_000_000 {
+                    trimmed += 1;
+                    let mut excess = sum - bound;
+                    let idle = ("unknown", "idle".to_string(), None, None);
+                    if let Some(v) = by.get_mut(&idle) {
+                        let cut = excess.min(*v);
+                        *v -= cut;
+                        excess -= cut;
+                    }
+                    let rest: u64 = by.values().sum();
+                    if excess > 0 && rest > 0 {
+                        let keep = bound as f64 / rest as f64;
+                        for v in by.values_mut() {
+                            *v = (*v as f64 * keep) as u64;
+                        }
+                    }
+                    by.retain(|_, v| *v > 0);
+                }
+            }
             let total = by.values().sum::<u64>().max(1) as f64;
             let mut rows: Vec<WaitBy> = by
                 .iter()
@@ -229,6 +264,13 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
             }
             out.by_tid.insert(t.tid, (rows, episodes(&w)));
         }
+    }
+    if trimmed > 0 {
+        out.status.reason = format!(
+            "{}; {trimmed} vCPU(s) charged more wait than schedstat measured (missed \
+             switch-ins): trimmed to schedstat, idle first",
+            out.status.reason
+        );
     }
     let all = host.values().map(|v| v.0).sum::<u64>().max(1) as f64;
     out.culprits = host
