@@ -211,6 +211,8 @@ fn check_redaction(snap: &Path, tmp: &Path) -> usize {
         .map(|(o, _)| o.clone())
         .collect();
     secrets.extend(cmdline_args(snap));
+    // A VM already called like a placeholder ("vm1") cannot leak by it.
+    secrets.retain(|s| !names.iter().any(|(_, r)| r == s));
     // A name that is also a plain word of files that never hold names (a
     // VM called "cache": /proc/cpuinfo's "cache size") is no leak there.
     let plain: Vec<(String, Vec<u8>)> = files(snap)
