@@ -63,13 +63,7 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
     // the shortfall.
     let cpus = m.interval.cpus.len() as f64;
     let capacity = (cpus - m.host.host_work.run_cpus).max(0.0);
-    let demand: f64 = m
-        .host
-        .vms
-        .iter()
-        .flat_map(|v| &v.vcpus)
-        .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
-        .sum();
+    let demand = super::host_steal::vcpu_demand(m);
     let short = if demand > capacity && demand > 0.0 {
         1.0 - capacity / demand
     } else {

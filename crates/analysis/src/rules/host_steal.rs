@@ -31,15 +31,19 @@ fn mean_steal(m: &MachineModel) -> Option<f64> {
         .then(|| vcpus.iter().map(|c| c.host_steal_pct).sum::<f64>() / vcpus.len() as f64)
 }
 
-/// Runnable work in CPUs: (vCPUs, emulator threads, other host work).
-fn runnable(m: &MachineModel) -> (f64, f64, f64) {
-    let vcpus: f64 = m
-        .host
+/// The vCPUs' demand in CPUs: run plus run-queue wait of every vCPU thread.
+pub(super) fn vcpu_demand(m: &MachineModel) -> f64 {
+    m.host
         .vms
         .iter()
         .flat_map(|v| &v.vcpus)
         .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
-        .sum();
+        .sum()
+}
+
+/// Runnable work in CPUs: (vCPUs, emulator threads, other host work).
+fn runnable(m: &MachineModel) -> (f64, f64, f64) {
+    let vcpus = vcpu_demand(m);
     let vmm: f64 = m
         .host
         .vms

@@ -199,13 +199,7 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
 fn displaced(m: &MachineModel, who: &mut Vec<Who>) {
     use super::host_steal::{OTHER_WORK_CPUS, VCPUS_FIT_FACTOR};
     let cpus = m.interval.cpus.len() as f64;
-    let runnable: f64 = m
-        .host
-        .vms
-        .iter()
-        .flat_map(|v| &v.vcpus)
-        .map(|c| (c.util_pct + c.host_steal_pct) / 100.0)
-        .sum();
+    let runnable = super::host_steal::vcpu_demand(m);
     let work = &m.host.host_work.top;
     let work_run: f64 = work.iter().map(|w| w.run_cpus).sum();
     let all: f64 = m.host.culprits.iter().map(|c| c.seconds).sum();
