@@ -17,9 +17,10 @@ use stealscope_actuators::apply::FAILPOINT_ENV;
 use stealscope_engine::capture::clk_tck;
 use stealscope_engine::view::{SharedView, View, ViewFeed};
 use stealscope_engine::{Live, Opened, SamplerOptions};
+use stealscope_model::host::HostTracker;
 use stealscope_model::machine::DEFAULT_CLK_TCK;
 use stealscope_output::tui::{self, keys, FindingsInput, TopInput, UiState};
-use stealscope_readers::{RootFs, Source};
+use stealscope_readers::{cpuinfo, RootFs, Source};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -62,11 +63,22 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
     // Opened before the terminal is taken over, so errors print plainly.
     // No hardware counters: the IPC rule needs them read with every
     // sample, and a live view need not hold perf groups open.
-    let opened = Opened::open(SamplerOptions::new(&a.root), None)?;
-    let hostname = RootFs::new(&a.root)
-        .read_value("/proc/sys/kernel/hostname")
+    let (sched, culprits) = attribution(&a.root);
+    let opened = Opened::open(
+        SamplerOptions {
+            sched,
+            ..SamplerOptions::new(&a.root)
+        },
+        None,
+    )?;
+    let src = RootFs::new(&a.root);
+    let hostname = src.read_value("/proc/sys/kernel/hostname").ok().flatten();
+    // Guest steal means something only in a guest (the hypervisor flag;
+    // the panel also shows once any steal is counted).
+    let guest = cpuinfo::read(&src)
         .ok()
-        .flatten();
+        .flatten()
+        .is_some_and(|c| c.has("hypervisor"));
     end_on_signals()?;
     let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
     let view = Arc::new(SharedView::new(clk));
@@ -74,7 +86,7 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
         opened,
         a.rate,
         a.findings_interval,
-        ViewFeed(view.clone()),
+        ViewFeed::new(view.clone(), a.root.clone(), culprits),
         view.clone(),
     )?;
     let mut terminal = ratatui::try_init()?;
@@ -83,11 +95,31 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
         engine: &engine,
         hostname: hostname.as_deref(),
         every: a.findings_interval,
+        guest,
     };
     let result = screen.run(&mut terminal);
     ratatui::restore();
     engine.stop();
     result
+}
+
+/// Whether to run the scheduler-event collector (who ran while each vCPU
+/// waited), and what the VM panel says until it reports: only on the live
+/// root (the events are this kernel's) and only when VMs run, since the
+/// trace costs every context switch of the machine. Unprivileged, it is
+/// still tried, so that the panel says why it could not start.
+fn attribution(root: &std::path::Path) -> (bool, String) {
+    if root != std::path::Path::new("/") {
+        return (
+            false,
+            "culprits n/a: scheduler events only on --root /".into(),
+        );
+    }
+    let (host, _) = HostTracker::start(root);
+    if host.vms().is_empty() {
+        return (false, "culprits n/a: no VMs when top started".into());
+    }
+    (true, "culprits: starting".into())
 }
 
 /// On SIGTERM, SIGINT or SIGHUP: restore the terminal and exit 0, from a
@@ -117,6 +149,7 @@ struct Screen<'a> {
     engine: &'a Live,
     hostname: Option<&'a str>,
     every: Duration,
+    guest: bool,
 }
 
 impl Screen<'_> {
@@ -175,7 +208,9 @@ impl Screen<'_> {
         let input = TopInput {
             hostname: self.hostname,
             windows: &view.windows,
-            vms: view.host.then(|| view.vms.rates()),
+            vms: view.host.then(|| view.vms.rows()),
+            culprits: &view.culprits,
+            guest: self.guest,
             findings: FindingsInput {
                 findings: &view.findings,
                 age_s: view

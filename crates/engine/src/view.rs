@@ -1,26 +1,33 @@
-//! What a live view (top) is shown: the recent windows, the VM rates, the
-//! latest findings ([`View`], copied whole when the user pauses). The
-//! engine's threads fill it; the screen only copies or draws it. One
-//! mutex; every holder only copies, pushes or draws.
+//! What a live view (top) is shown: the recent windows, the VMs with their
+//! vCPUs, wait history and culprits, the latest findings ([`View`], copied
+//! whole when the user pauses). The engine's threads fill it; the screen
+//! only copies or draws it. One mutex; every holder only copies, pushes or
+//! draws.
 
-use crate::capture::monotonic_ns;
 use crate::rules::Findings;
 use crate::sampler::{Sample, Subscriber};
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use stealscope_analysis::{DoctorReport, Finding};
-use stealscope_model::host::{vcpu_times, HostTracker, VmRateTracker};
+use stealscope_model::host::discovery::ThreadRole;
+use stealscope_model::host::{HostTracker, LiveHost, Placement};
 use stealscope_model::recent::RecentWindows;
-use stealscope_readers::ReadError;
+use stealscope_readers::process::{task_cpu, task_status};
+use stealscope_readers::{cpulist, ReadError, RootFs};
+use stealscope_sched::SchedSample;
 
 /// Windows kept: wider than the sparkline of any usual terminal, and a
 /// second of bars even at 1000 Hz; about 90 bytes per CPU each.
 pub const HISTORY: usize = 1024;
+/// Host scans of wait history kept per VM and vCPU (one a second: 8.5 min).
+pub const HOST_HISTORY: usize = 512;
 
 #[derive(Clone)]
 pub struct View {
     pub windows: RecentWindows,
-    pub vms: VmRateTracker,
+    /// Per VM and vCPU: wait, run, placement, history, culprits.
+    pub vms: LiveHost,
     /// A host scan has found a VM at some point: show the VM table.
     pub host: bool,
     pub findings: Vec<Finding>,
@@ -30,6 +37,8 @@ pub struct View {
     pub sample_error: Option<String>,
     /// The latest host scan's error, if it had one.
     pub host_error: Option<String>,
+    /// Whether culprits are attributed, and by which route or why not.
+    pub culprits: String,
 }
 
 pub struct SharedView(Mutex<View>);
@@ -38,13 +47,14 @@ impl SharedView {
     pub fn new(clk_tck: f64) -> SharedView {
         SharedView(Mutex::new(View {
             windows: RecentWindows::new(clk_tck, HISTORY),
-            vms: VmRateTracker::default(),
+            vms: LiveHost::new(HOST_HISTORY),
             host: false,
             findings: Vec::new(),
             findings_at: None,
             findings_error: None,
             sample_error: None,
             host_error: None,
+            culprits: "culprits: off".into(),
         }))
     }
 
@@ -55,7 +65,43 @@ impl SharedView {
 }
 
 /// The sampler's side of a view.
-pub struct ViewFeed(pub std::sync::Arc<SharedView>);
+pub struct ViewFeed {
+    view: std::sync::Arc<SharedView>,
+    root: PathBuf,
+    /// The collector's latest reading: the one taken with the next scan.
+    sched: Option<SchedSample>,
+}
+
+impl ViewFeed {
+    /// `culprits`: what the view says about attribution until the
+    /// collector reports (why it is off, or that it is starting).
+    pub fn new(view: std::sync::Arc<SharedView>, root: PathBuf, culprits: String) -> ViewFeed {
+        view.lock().culprits = culprits;
+        ViewFeed {
+            view,
+            root,
+            sched: None,
+        }
+    }
+}
+
+/// Where each vCPU thread of the scan runs (two small reads per vCPU).
+fn placements(root: &std::path::Path, h: &HostTracker) -> Vec<(u32, Placement)> {
+    let src = RootFs::new(root);
+    h.samples()
+        .iter()
+        .filter(|s| matches!(s.role, ThreadRole::Vcpu(_)))
+        .map(|s| {
+            let cpu = task_cpu(&src, s.pid, s.tid).ok().flatten();
+            let affinity = task_status(&src, s.pid, s.tid)
+                .ok()
+                .flatten()
+                .and_then(|st| st.cpus_allowed)
+                .map(|c| cpulist::format(&c));
+            (s.tid, Placement { cpu, affinity })
+        })
+        .collect()
+}
 
 fn host_error(e: ReadError) -> String {
     format!("host scan: {e}")
@@ -63,34 +109,65 @@ fn host_error(e: ReadError) -> String {
 
 impl Subscriber for ViewFeed {
     fn sample(&mut self, s: Sample<'_>) -> Result<(), ReadError> {
-        let mut v = self.0.lock();
+        let mut v = self.view.lock();
         v.windows.push(s.t_ns, s.stat.clone());
         v.sample_error = None;
         Ok(())
     }
 
     fn sample_error(&mut self, e: ReadError) -> Result<(), ReadError> {
-        self.0.lock().sample_error = Some(e.to_string());
+        self.view.lock().sample_error = Some(e.to_string());
         Ok(())
     }
 
     fn host_started(&mut self, e: Option<ReadError>) -> Result<(), ReadError> {
-        self.0.lock().host_error = e.map(host_error);
+        self.view.lock().host_error = e.map(host_error);
         Ok(())
     }
 
     fn host(
         &mut self,
-        _t: u64,
+        t_ns: u64,
         h: &HostTracker,
         r: Result<(), ReadError>,
     ) -> Result<(), ReadError> {
-        let vcpus = vcpu_times(h.vms(), h.samples());
-        let t_ns = monotonic_ns();
-        let mut v = self.0.lock();
+        let placed = placements(&self.root, h);
+        let mut v = self.view.lock();
         v.host_error = r.err().map(host_error);
-        v.host |= !vcpus.is_empty();
-        v.vms.push(t_ns, vcpus);
+        v.host |= !placed.is_empty();
+        let at = |tid: u32| {
+            placed
+                .iter()
+                .find(|(t, _)| *t == tid)
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default()
+        };
+        v.vms
+            .push(t_ns, h.vms(), h.samples(), at, self.sched.as_ref());
+        Ok(())
+    }
+
+    fn sched(&mut self, r: Result<&SchedSample, String>) -> Result<(), ReadError> {
+        match r {
+            Ok(s) => {
+                let route = s.route.as_str();
+                let lost = s.stats.lost_events;
+                let status = if lost > 0 {
+                    format!("culprits: {route} route, {lost} events lost")
+                } else {
+                    format!("culprits: {route} route")
+                };
+                self.sched = Some(s.clone());
+                let mut v = self.view.lock();
+                if v.culprits != status {
+                    v.culprits = status;
+                }
+            }
+            Err(e) => {
+                self.sched = None;
+                self.view.lock().culprits = format!("culprits n/a: {e}");
+            }
+        }
         Ok(())
     }
 }

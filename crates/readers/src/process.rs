@@ -195,6 +195,24 @@ pub fn parse_stat_flags(text: &str, path: &str) -> Result<u64> {
         .ok_or_else(|| ReadError::parse(path, "no flags field after the comm"))
 }
 
+/// The CPU a task last ran on: the `processor` field (39th) of a stat
+/// line, counted after the last ')' like [`parse_stat_flags`].
+pub fn parse_stat_processor(text: &str, path: &str) -> Result<u32> {
+    text.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(36))
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| ReadError::parse(path, "no processor field after the comm"))
+}
+
+/// The CPU a thread last ran on; None when it exited.
+pub fn task_cpu(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<u32>> {
+    let path = format!("/proc/{pid}/task/{tid}/stat");
+    match vanished_ok(src.read_text(&path))? {
+        None => Ok(None),
+        Some(t) => parse_stat_processor(&t, &path).map(Some),
+    }
+}
+
 /// ESRCH/ENOENT from a task that exited between listing and reading.
 fn vanished_ok<T>(r: Result<Option<T>>) -> Result<Option<T>> {
     match r {
@@ -208,6 +226,17 @@ fn vanished_ok<T>(r: Result<Option<T>>) -> Result<Option<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processor_of_a_stat_line_with_a_tricky_comm() {
+        // Field 39 of a real line (comm with a space and a parenthesis).
+        let line = "3025 (CPU 0/TCG) R 1 3021 3021 0 -1 4194368 3 0 0 0 59424 1 0 0 20 0 4 0 1180 1068 164 18446744073709551615 1 1 0 0 0 0 268444163 4096 17987 0 0 0 -1 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        assert_eq!(parse_stat_processor(line, "p").unwrap(), 1);
+        assert_eq!(parse_stat_processor("1 (a) b) R 2", "p").ok(), None);
+        let own = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        assert!(parse_stat_processor(&own, "p").unwrap() < n.max(1024));
+    }
 
     #[test]
     fn schedstat_and_cgroup_and_status() {

@@ -5,18 +5,20 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-pub const LINES: [&str; 11] = [
+pub const LINES: [&str; 13] = [
     "q  Esc  Ctrl-C   quit",
     "?  h             show / hide this help",
     "p                pause / resume the display",
     "+  -             sample faster / slower",
-    "s                sort VMs: steal, run, name, vCPUs",
+    "s                sort VMs: wait, run, name, vCPUs",
     "",
     "busy: user+nice+system+irq+softirq",
     "idle: idle+iowait",
     "steal: the hypervisor ran something else",
-    "VMs (host): host steal = run-queue wait of",
-    "  the vCPU threads, run = their run time",
+    "VMs (host): wait = run-queue wait of the vCPU",
+    "  threads (their guests' steal), run = run time,",
+    "  CPU = where it last ran; who ran while it",
+    "  waited: scheduler events, share of its wait",
 ];
 
 const WIDTH: u16 = 52;
@@ -58,11 +60,11 @@ mod tests {
         for l in LINES.iter().filter(|l| !l.is_empty()) {
             assert!(text.contains(l), "{l:?} missing:\n{text}");
         }
-        // Centred (52x13 in 60x20), and it clears what was under it: the
+        // Centred (52x15 in 60x20), and it clears what was under it: the
         // empty line between the keys and the glossary is blank.
-        assert!(rows[3].starts_with("xxxx┌ help "), "{text}");
-        let blank: String = rows[4 + 5].chars().skip(5).take(50).collect();
+        assert!(rows[2].starts_with("xxxx┌ help "), "{text}");
+        let blank: String = rows[3 + 5].chars().skip(5).take(50).collect();
         assert_eq!(blank.trim(), "", "{text}");
-        assert!(rows[2].chars().all(|c| c == 'x'));
+        assert!(rows[1].chars().all(|c| c == 'x'));
     }
 }

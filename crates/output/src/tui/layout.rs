@@ -1,10 +1,13 @@
-//! Which panels fit, and how tall each is. In order of importance (CPU
-//! bars, steal lines, findings, VMs) each panel gets the rows it would like
-//! (the bars at most half), or its minimum, or, when not even that fits,
-//! nothing: it is dropped. Rows left go to the panels in the same order,
-//! and the last panel shown takes the remainder.
+//! Which panels fit, and how tall each is. In order of importance each
+//! panel gets the rows it would like (the CPU bars at most half), or its
+//! minimum, or, when not even that fits, nothing: it is dropped. Rows left
+//! go to the panels in the same order, then to the wait history (taller
+//! lines) up to what it can use, and the last panel shown takes the rest.
+//! A guest shows CPU bars, steal lines, findings; a host the VM table and
+//! wait history first, then CPU bars and findings, and guest steal lines
+//! only when it is itself a guest ([`super::TopInput::guest`]).
 
-use super::{steal_lines, TopInput};
+use super::{steal_lines, wait_history, TopInput};
 use ratatui::layout::Rect;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,41 +17,63 @@ pub struct Areas {
     pub steal: Option<Rect>,
     pub findings: Option<Rect>,
     pub vms: Option<Rect>,
+    pub history: Option<Rect>,
 }
 
-/// Rows a panel needs (heading included) and would like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Panel {
+    Bars,
+    Steal,
+    Findings,
+    Vms,
+    History,
+}
+
+/// Rows a panel needs (heading included), would like, and can use at most.
 #[derive(Debug, Clone, Copy)]
 struct Want {
+    panel: Panel,
     min: u16,
     ideal: u16,
+    most: u16,
 }
 
 fn rows(n: usize) -> u16 {
     u16::try_from(n).unwrap_or(u16::MAX)
 }
 
-fn wants(input: &TopInput) -> [Option<Want>; 4] {
+/// The panels in screen order, which is also their order of importance.
+fn wants(input: &TopInput) -> Vec<Want> {
     let cpus = rows(input.windows.cpus().len().max(1));
     let findings = rows(input.findings.findings.len().max(1));
     let per_cpu = steal_lines::rows_per_cpu(input.windows.cpus().len());
-    [
-        Some(Want {
-            min: 2,
-            ideal: cpus.saturating_add(1),
-        }),
-        Some(Want {
-            min: 2,
-            ideal: rows(per_cpu).saturating_add(1),
-        }),
-        Some(Want {
-            min: 2,
-            ideal: findings.saturating_add(1),
-        }),
-        input.vms.map(|v| Want {
-            min: 3,
-            ideal: rows(v.len().max(1)).saturating_add(2),
-        }),
-    ]
+    let want = |panel, min: u16, ideal: u16| Want {
+        panel,
+        min,
+        ideal,
+        most: ideal,
+    };
+    let bars = want(Panel::Bars, 2, cpus.saturating_add(1));
+    let steal = want(Panel::Steal, 2, rows(per_cpu).saturating_add(1));
+    let found = want(Panel::Findings, 2, findings.saturating_add(1));
+    let Some(vms) = input.vms else {
+        return vec![bars, steal, found];
+    };
+    let vcpus: usize = vms.iter().map(|v| v.vcpus.len()).sum();
+    let table = want(
+        Panel::Vms,
+        3,
+        rows(vms.len().max(1) + vcpus).saturating_add(2),
+    );
+    let history = Want {
+        most: rows(1 + vms.len() * wait_history::MAX_VM_ROWS + vcpus),
+        ..want(Panel::History, 2, rows(wait_history::min_rows(vms)))
+    };
+    let mut out = vec![table, history, bars, found];
+    if input.guest_steal() {
+        out.push(steal);
+    }
+    out
 }
 
 pub fn split(area: Rect, input: &TopInput) -> Areas {
@@ -58,11 +83,14 @@ pub fn split(area: Rect, input: &TopInput) -> Areas {
     // First pass: what each would like, the CPU bars at most half the rows
     // (a 64-CPU machine must not push everything else off the screen),
     // else its minimum.
-    let bars_cap = (left / 2).max(wants[0].map_or(0, |w| w.min));
-    let mut got = [0u16; 4];
-    for (i, (g, w)) in got.iter_mut().zip(&wants).enumerate() {
-        let Some(w) = w else { continue };
-        let cap = if i == 0 { bars_cap } else { u16::MAX };
+    let bars_cap = (left / 2).max(2);
+    let mut got = vec![0u16; wants.len()];
+    for (g, w) in got.iter_mut().zip(&wants) {
+        let cap = if w.panel == Panel::Bars {
+            bars_cap
+        } else {
+            u16::MAX
+        };
         let comfortable = w.ideal.min(cap).min(left);
         *g = if comfortable >= w.min {
             comfortable
@@ -73,36 +101,49 @@ pub fn split(area: Rect, input: &TopInput) -> Areas {
         };
         left -= *g;
     }
-    // Then the rest, in the same order, up to what each would like.
-    for (g, w) in got.iter_mut().zip(&wants) {
-        if let (Some(w), true) = (w, *g > 0) {
-            let more = w.ideal.saturating_sub(*g).min(left);
-            *g += more;
-            left -= more;
+    // Then the rest, in the same order, up to what each would like, then
+    // to what each can use.
+    for pass in [false, true] {
+        for (g, w) in got.iter_mut().zip(&wants) {
+            let goal = if pass { w.most } else { w.ideal };
+            if *g > 0 {
+                let more = goal.saturating_sub(*g).min(left);
+                *g += more;
+                left -= more;
+            }
         }
     }
     if let Some(last) = got.iter_mut().rev().find(|g| **g > 0) {
         *last += left;
     }
-    let mut y = area.y.saturating_add(1);
-    let mut next = |h: u16| {
-        (h > 0).then(|| {
-            let r = Rect {
-                y,
-                height: h,
-                ..area
-            };
-            y = y.saturating_add(h);
-            r
-        })
-    };
-    Areas {
+    let mut areas = Areas {
         header,
-        bars: next(got[0]),
-        steal: next(got[1]),
-        findings: next(got[2]),
-        vms: next(got[3]),
+        bars: None,
+        steal: None,
+        findings: None,
+        vms: None,
+        history: None,
+    };
+    let mut y = area.y.saturating_add(1);
+    for (h, w) in got.into_iter().zip(&wants) {
+        if h == 0 {
+            continue;
+        }
+        let r = Some(Rect {
+            y,
+            height: h,
+            ..area
+        });
+        y = y.saturating_add(h);
+        match w.panel {
+            Panel::Bars => areas.bars = r,
+            Panel::Steal => areas.steal = r,
+            Panel::Findings => areas.findings = r,
+            Panel::Vms => areas.vms = r,
+            Panel::History => areas.history = r,
+        }
     }
+    areas
 }
 
 #[cfg(test)]
@@ -110,36 +151,27 @@ mod tests {
     use super::super::testing::*;
     use super::super::UiState;
     use super::*;
-    use stealscope_model::host::VmRate;
 
-    fn vm(name: &str) -> VmRate {
-        VmRate {
-            vm: name.into(),
-            vcpus: 1,
-            steal_pct: None,
-            run_pct: None,
-        }
+    fn used(a: &Areas) -> u16 {
+        [a.bars, a.steal, a.findings, a.vms, a.history]
+            .iter()
+            .flatten()
+            .map(|r| r.height)
+            .sum()
     }
 
     #[test]
-    fn panels_are_dropped_from_the_least_important() {
+    fn guest_panels_are_dropped_from_the_least_important() {
         let w = windows(&[(0, 1, 1), (1, 1, 1)], 3);
-        let vms = [vm("a"), vm("b")];
         let ui = UiState::default();
-        let i = input(&w, Some(&vms), &[], &ui);
+        let i = input(&w, None, &[], &ui);
         let a = split(Rect::new(0, 0, 40, 30), &i);
-        // Everything fits: 2 CPUs + heading, total and 2 CPU lines + heading,
-        // one findings row + heading, 2 VMs + heading + column names.
+        // 2 CPUs + heading, total and 2 CPU lines + heading, and the
+        // findings (one row + heading) take the rest.
         assert_eq!(a.bars.unwrap().height, 3);
         assert_eq!(a.steal.unwrap().height, 4);
-        assert_eq!(a.findings.unwrap().height, 2);
-        assert_eq!(a.vms.unwrap().height, 30 - 1 - 3 - 4 - 2);
-        // 40x10: bars, steal and findings; no room for the VM table.
-        let a = split(Rect::new(0, 0, 40, 10), &i);
-        assert!(a.vms.is_none());
-        assert_eq!(a.bars.unwrap().height, 3);
-        assert_eq!(a.steal.unwrap().height, 4);
-        assert_eq!(a.findings.unwrap().height, 2);
+        assert_eq!(a.findings.unwrap().height, 30 - 1 - 3 - 4);
+        assert!(a.vms.is_none() && a.history.is_none());
         // 40x4: the bars only.
         let a = split(Rect::new(0, 0, 40, 4), &i);
         assert_eq!(a.bars.unwrap().height, 3);
@@ -148,21 +180,49 @@ mod tests {
         // what they would like, and the bars the rows left.
         let many: Vec<(u32, u64, u64)> = (0..64).map(|c| (c, 1, 1)).collect();
         let w64 = windows(&many, 2);
-        let i64 = input(&w64, Some(&vms), &[], &ui);
+        let i64 = input(&w64, None, &[], &ui);
         let a = split(Rect::new(0, 0, 80, 24), &i64);
         assert_eq!(a.steal.unwrap().height, 3);
         assert_eq!(a.findings.unwrap().height, 2);
-        assert_eq!(a.vms.unwrap().height, 4);
-        assert_eq!(a.bars.unwrap().height, 23 - 3 - 2 - 4);
+        assert_eq!(a.bars.unwrap().height, 23 - 3 - 2);
+    }
+
+    #[test]
+    fn a_host_shows_vms_first_and_fills_tall_terminals() {
+        // No steal counted and not a guest: no steal lines.
+        let w = windows(&[(0, 5, 0), (1, 5, 0)], 3);
+        let vms = [vm("a", 2, None, None), vm("b", 1, None, None)];
+        let ui = UiState::default();
+        let i = input(&w, Some(&vms), &[], &ui);
+        let a = split(Rect::new(0, 0, 160, 45), &i);
+        assert!(a.steal.is_none());
+        let (t, h, b, f) = (
+            a.vms.unwrap(),
+            a.history.unwrap(),
+            a.bars.unwrap(),
+            a.findings.unwrap(),
+        );
+        // Screen order: VMs, history, bars, findings.
+        assert!(t.y < h.y && h.y < b.y && b.y < f.y);
+        // 2 VMs + 3 vCPUs + heading + column names.
+        assert_eq!(t.height, 7);
+        // The history takes the rest (two VMs of up to 16 rows, three vCPU
+        // lines, its heading): every row of the screen is used.
+        assert_eq!((b.height, f.height), (3, 2));
+        assert_eq!(h.height, 44 - 7 - 3 - 2);
+        assert_eq!(used(&a), 44);
+        // A guest that is a host too keeps its steal lines, last.
+        let g = TopInput { guest: true, ..i };
+        let a = split(Rect::new(0, 0, 160, 45), &g);
+        assert!(a.steal.unwrap().y > a.findings.unwrap().y);
+        // 80x10: the table, one history line per VM, then what fits.
+        let a = split(Rect::new(0, 0, 80, 10), &i);
+        assert_eq!(a.vms.unwrap().height, 7);
+        assert!(a.history.is_some_and(|h| h.height == 2));
         // Panels never overlap and stay inside the area.
-        for h in 0..40 {
+        for h in 0..60 {
             let a = split(Rect::new(0, 0, 40, h), &i);
-            let used: u16 = [a.bars, a.steal, a.findings, a.vms]
-                .iter()
-                .flatten()
-                .map(|r| r.height)
-                .sum();
-            assert!(used < h.max(1), "h={h}: {a:?}");
+            assert!(used(&a) < h.max(1), "h={h}: {a:?}");
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The screens of `stealscope top`, drawn with ratatui from the model: one
 //! file per panel, [`layout`] deciding which panels fit. Numbers come from
-//! the model ([`RecentWindows`], [`VmRate`], findings); nothing here reads
+//! the model ([`RecentWindows`], [`VmLive`], findings); nothing here reads
 //! the system, so every panel is tested on a `TestBackend`.
 
 pub mod cpu_bars;
@@ -11,13 +11,14 @@ pub mod keys;
 pub mod layout;
 pub mod steal_lines;
 pub mod vm_table;
+pub mod wait_history;
 
 use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 use stealscope_analysis::Finding;
-use stealscope_model::host::VmRate;
+use stealscope_model::host::VmLive;
 use stealscope_model::recent::RecentWindows;
 
 pub use vm_table::VmSort;
@@ -37,7 +38,7 @@ impl Default for UiState {
             rate_hz: 10.0,
             paused: false,
             help: false,
-            sort: VmSort::Steal,
+            sort: VmSort::Wait,
         }
     }
 }
@@ -60,11 +61,31 @@ pub struct TopInput<'a> {
     pub hostname: Option<&'a str>,
     pub windows: &'a RecentWindows,
     /// None until a host scan found a VM (a guest, or a host with none yet).
-    pub vms: Option<&'a [VmRate]>,
+    pub vms: Option<&'a [VmLive]>,
+    /// Whether culprits are attributed: the route, or why not.
+    pub culprits: &'a str,
+    /// The machine is itself a guest (the hypervisor flag): its steal
+    /// lines are shown on a host too.
+    pub guest: bool,
     pub findings: FindingsInput<'a>,
     pub ui: &'a UiState,
     /// A problem to show in the header (a failed read), if any.
     pub notice: Option<&'a str>,
+}
+
+impl TopInput<'_> {
+    /// Guest steal lines mean something: not a host, or a host that is
+    /// itself a guest, or steal was counted.
+    pub fn guest_steal(&self) -> bool {
+        self.vms.is_none()
+            || self.guest
+            || self
+                .windows
+                .total_steal_series(self.windows.len())
+                .into_iter()
+                .flatten()
+                .any(|v| v > 0.0)
+    }
 }
 
 /// Below this there is no room for any panel: one line says so.
@@ -90,7 +111,10 @@ pub fn draw(frame: &mut Frame, input: &TopInput) {
         findings::render(frame, a, &input.findings);
     }
     if let (Some(a), Some(vms)) = (areas.vms, input.vms) {
-        vm_table::render(frame, a, vms, input.ui.sort);
+        vm_table::render(frame, a, vms, input.ui.sort, input.culprits);
+    }
+    if let (Some(a), Some(vms)) = (areas.history, input.vms) {
+        wait_history::render(frame, a, vms, input.ui.sort);
     }
     if input.ui.help {
         help::render(frame, area);
@@ -153,9 +177,53 @@ pub(crate) mod testing {
             .collect()
     }
 
+    /// A VM of `n` vCPUs (tids 100.., on CPU i % 2 of 0-1), each with the
+    /// VM's wait and run.
+    pub fn vm(name: &str, n: u32, wait: Option<f64>, run: Option<f64>) -> VmLive {
+        use stealscope_model::host::{Placement, VcpuLive};
+        VmLive {
+            vm: name.into(),
+            pid: 1,
+            wait_pct: wait,
+            run_pct: run,
+            vcpus: (0..n)
+                .map(|i| VcpuLive {
+                    vcpu: i,
+                    tid: 100 + i,
+                    wait_pct: wait,
+                    run_pct: run,
+                    placement: Placement {
+                        cpu: Some(i % 2),
+                        affinity: Some("0-1".into()),
+                    },
+                    history: Default::default(),
+                    culprits: None,
+                })
+                .collect(),
+            history: Default::default(),
+            culprits: None,
+        }
+    }
+
+    pub fn wait_by(
+        kind: &'static str,
+        name: &str,
+        pid: Option<u32>,
+        share: f64,
+    ) -> stealscope_model::host::attribution::WaitBy {
+        stealscope_model::host::attribution::WaitBy {
+            kind,
+            name: name.into(),
+            vm: None,
+            pid,
+            seconds: share,
+            share,
+        }
+    }
+
     pub fn input<'a>(
         windows: &'a RecentWindows,
-        vms: Option<&'a [VmRate]>,
+        vms: Option<&'a [VmLive]>,
         findings: &'a [Finding],
         ui: &'a UiState,
     ) -> TopInput<'a> {
@@ -171,6 +239,8 @@ pub(crate) mod testing {
             },
             ui,
             notice: None,
+            culprits: "culprits: tracefs route",
+            guest: false,
         }
     }
 }
@@ -184,12 +254,7 @@ mod tests {
     #[test]
     fn every_size_renders_without_panic() {
         let w = windows(&[(0, 3, 2), (1, 9, 1), (2, 0, 0), (3, 5, 5)], 40);
-        let vms = [VmRate {
-            vm: "web".into(),
-            vcpus: 2,
-            steal_pct: Some(3.0),
-            run_pct: None,
-        }];
+        let vms = [vm("web", 2, Some(3.0), None)];
         let f = [Finding::new("steal.idle", Severity::Warning, "t")];
         let empty = RecentWindows::new(100.0, 10);
         for help in [false, true] {
@@ -218,12 +283,7 @@ mod tests {
     #[test]
     fn full_screen_has_every_panel() {
         let w = windows(&[(0, 3, 2), (1, 9, 1)], 20);
-        let vms = [VmRate {
-            vm: "web".into(),
-            vcpus: 2,
-            steal_pct: Some(3.0),
-            run_pct: Some(40.0),
-        }];
+        let vms = [vm("web", 2, Some(3.0), Some(40.0))];
         let f = [Finding::new(
             "steal.busy",
             Severity::Critical,
@@ -234,5 +294,33 @@ mod tests {
         for want in ["cpu0", "cpu1", "steal.busy", "web", "VM", "testhost"] {
             assert!(text.contains(want), "{want} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_host_at_160x45_has_no_blank_bottom_half() {
+        // A host that is not a guest (no steal counted): no steal lines.
+        let w = windows(&[(0, 9, 0), (1, 9, 0)], 40);
+        let mut a = vm("vmA", 2, Some(40.0), Some(55.0));
+        a.history = (0..40).map(|i| Some(f64::from(i % 5) * 10.0)).collect();
+        a.culprits = Some(vec![wait_by("host-process", "hog", Some(7), 0.9)]);
+        let mut b = vm("vmB", 1, Some(2.0), Some(30.0));
+        b.history = a.history.clone();
+        let vms = [a, b];
+        let f = [Finding::new("host.steal.busy", Severity::Critical, "x")];
+        let ui = UiState::default();
+        let rows = screen(160, 45, |fr| draw(fr, &input(&w, Some(&vms), &f, &ui)));
+        let text = rows.join("\n");
+        assert!(!text.contains("steal per "), "{text}");
+        for want in [
+            "vCPU 0",
+            "vCPU 1",
+            "process hog[7] 90%",
+            "wait of the vCPUs",
+        ] {
+            assert!(text.contains(want), "{want} missing in\n{text}");
+        }
+        let blank = rows.iter().filter(|r| r.trim().is_empty()).count();
+        assert!(blank <= 2, "{blank} blank rows:\n{text}");
+        assert!(!rows[22..].iter().all(|r| r.trim().is_empty()), "{text}");
     }
 }

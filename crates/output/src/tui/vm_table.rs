@@ -1,18 +1,23 @@
-//! The per-VM table on a host: vCPUs, host steal (run-queue wait of the
-//! vCPU threads) and run time, % of wall time per vCPU, sortable.
+//! The VM table on a host: per VM, then per vCPU under it, the host-side
+//! wait (run-queue wait of the vCPU thread, % of wall time between two
+//! scans: the steal its guest is told), run time, the CPU it last ran on
+//! and its affinity, and who ran while it waited (the scheduler-event
+//! collector's culprits, shares of its wait). Sortable; columns are dropped
+//! from the least useful when narrow, vCPU rows when short.
 
 use super::{heading_and_body, pct};
 use ratatui::layout::{Constraint, Rect};
-use ratatui::style::{Modifier, Style};
+use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 use std::cmp::Ordering;
-use stealscope_model::host::VmRate;
+use stealscope_model::host::attribution::WaitBy;
+use stealscope_model::host::{VcpuLive, VmLive};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VmSort {
-    Steal,
+    Wait,
     Run,
     Name,
     Vcpus,
@@ -22,16 +27,16 @@ impl VmSort {
     /// The `s` key: the next order.
     pub fn next(self) -> VmSort {
         match self {
-            VmSort::Steal => VmSort::Run,
+            VmSort::Wait => VmSort::Run,
             VmSort::Run => VmSort::Name,
             VmSort::Name => VmSort::Vcpus,
-            VmSort::Vcpus => VmSort::Steal,
+            VmSort::Vcpus => VmSort::Wait,
         }
     }
 
     pub fn label(self) -> &'static str {
         match self {
-            VmSort::Steal => "host steal",
+            VmSort::Wait => "wait",
             VmSort::Run => "run",
             VmSort::Name => "name",
             VmSort::Vcpus => "vCPUs",
@@ -49,98 +54,201 @@ fn desc(a: Option<f64>, b: Option<f64>) -> Ordering {
     }
 }
 
-/// The rows in display order (ties by name).
-pub fn sorted(vms: &[VmRate], by: VmSort) -> Vec<&VmRate> {
-    let mut v: Vec<&VmRate> = vms.iter().collect();
+/// The VMs in display order (ties by name).
+pub fn sorted(vms: &[VmLive], by: VmSort) -> Vec<&VmLive> {
+    let mut v: Vec<&VmLive> = vms.iter().collect();
     v.sort_by(|a, b| {
         let first = match by {
-            VmSort::Steal => desc(a.steal_pct, b.steal_pct),
+            VmSort::Wait => desc(a.wait_pct, b.wait_pct),
             VmSort::Run => desc(a.run_pct, b.run_pct),
             VmSort::Name => Ordering::Equal,
-            VmSort::Vcpus => b.vcpus.cmp(&a.vcpus),
+            VmSort::Vcpus => b.vcpus.len().cmp(&a.vcpus.len()),
         };
         first.then_with(|| a.vm.cmp(&b.vm))
     });
     v
 }
 
-pub fn render(frame: &mut Frame, area: Rect, vms: &[VmRate], by: VmSort) {
+/// A culprit as kind and name ("process hog[42]", "vCPU web").
+pub fn culprit_label(w: &WaitBy) -> String {
+    match (w.kind, w.pid) {
+        ("vcpu", _) => format!("vCPU {}", w.name),
+        ("vmm", _) => format!("VMM {}", w.name),
+        ("host-kthread", _) => format!("kthread {}", w.name),
+        ("host-process", Some(p)) => format!("process {}[{p}]", w.name),
+        ("host-process", None) => format!("process {}", w.name),
+        ("unknown", _) if w.name == "idle" => "idle (wake-up)".into(),
+        _ => w.name.clone(),
+    }
+}
+
+/// A culprit by name alone, for narrow columns ("hog", "vCPU web").
+fn short_label(w: &WaitBy) -> String {
+    match w.kind {
+        "host-process" | "host-kthread" => w.name.clone(),
+        _ => culprit_label(w),
+    }
+}
+
+/// The culprits that fit `width`, most first, each with its share of the
+/// wait; shares under 1% are left out. Names alone when the full labels
+/// would leave out the second culprit. "n/a" without a collector reading.
+pub fn culprits_text(c: Option<&[WaitBy]>, width: usize) -> String {
+    let Some(c) = c else {
+        return stealscope_findings::units::NA.into();
+    };
+    let shown: Vec<&WaitBy> = c.iter().filter(|w| w.share >= 0.01).collect();
+    let fit = |label: &dyn Fn(&WaitBy) -> String| -> (String, usize) {
+        let (mut out, mut n) = (String::new(), 0);
+        for w in &shown {
+            let item = format!("{} {:.0}%", label(w), 100.0 * w.share);
+            let sep = if out.is_empty() { "" } else { ", " };
+            if out.chars().count() + sep.len() + item.chars().count() > width {
+                if out.is_empty() {
+                    out = item.chars().take(width).collect();
+                }
+                break;
+            }
+            out.push_str(sep);
+            out.push_str(&item);
+            n += 1;
+        }
+        (out, n)
+    };
+    let (mut out, n) = fit(&culprit_label);
+    if n < shown.len().min(2) {
+        let (short, m) = fit(&short_label);
+        if m > n || n == 0 {
+            out = short;
+        }
+    }
+    if out.is_empty() {
+        out.push('-');
+    }
+    out
+}
+
+/// Which columns fit: (tid, CPU, affinity, run).
+fn columns(width: u16, name_w: u16) -> [bool; 4] {
+    // Name, wait and 16 cells of culprits are always shown; the rest in
+    // this order while they fit.
+    let mut left = i32::from(width) - i32::from(name_w) - 7 - 17;
+    let mut on = [false; 4];
+    for (i, w) in [(3, 7), (0, 8), (1, 4), (2, 10)] {
+        if left >= w {
+            on[i] = true;
+            left -= w;
+        }
+    }
+    on
+}
+
+/// The rows shown in `rows` lines: every VM, then the vCPUs of the VMs in
+/// display order while they fit.
+fn layout<'a>(vms: &[&'a VmLive], rows: usize) -> Vec<(&'a VmLive, Option<&'a VcpuLive>)> {
+    let mut spare = rows.saturating_sub(vms.len());
+    let mut out = Vec::new();
+    for vm in vms.iter().take(rows) {
+        out.push((*vm, None));
+        if vm.vcpus.len() <= spare {
+            spare -= vm.vcpus.len();
+            out.extend(vm.vcpus.iter().map(|c| (*vm, Some(c))));
+        }
+    }
+    out
+}
+
+pub fn render(frame: &mut Frame, area: Rect, vms: &[VmLive], by: VmSort, culprits: &str) {
     let (head, body) = heading_and_body(area);
     let title = Line::from(vec![
         Span::styled("VMs", Style::new().add_modifier(Modifier::BOLD)),
         Span::raw(format!(
-            " {} running, by {} (s: sort)",
+            " {} running, by {} (s: sort)  {culprits}",
             vms.len(),
             by.label()
         )),
     ]);
     frame.render_widget(Paragraph::new(title), head);
-    let header = Row::new(["VM", "vCPUs", "host steal", "run"])
-        .style(Style::new().add_modifier(Modifier::UNDERLINED));
-    let rows = sorted(vms, by).into_iter().map(|v| {
-        Row::new([
-            Cell::from(v.vm.clone()),
-            Cell::from(format!("{:>5}", v.vcpus)),
-            Cell::from(format!("{:>10}", pct(v.steal_pct))),
-            Cell::from(format!("{:>7}", pct(v.run_pct))),
-        ])
+    let name_w = vms
+        .iter()
+        .map(|v| v.vm.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(9, 30) as u16;
+    let [tid, cpu, aff, run] = columns(body.width, name_w);
+    let mut names = vec!["VM / vCPU"];
+    let mut widths = vec![Constraint::Length(name_w)];
+    for (on, name, w) in [
+        (tid, "tid", 7),
+        (cpu, "CPU", 3),
+        (aff, "affinity", 9),
+        (true, "wait", 6),
+        (run, "run", 6),
+    ] {
+        if on {
+            names.push(name);
+            widths.push(Constraint::Length(w));
+        }
+    }
+    names.push("who ran while it waited");
+    widths.push(Constraint::Fill(1));
+    let fixed: u16 = widths
+        .iter()
+        .map(|c| match c {
+            Constraint::Length(w) => w + 1,
+            _ => 0,
+        })
+        .sum();
+    let culprit_w = usize::from(body.width.saturating_sub(fixed));
+    let header = Row::new(names).style(Style::new().add_modifier(Modifier::UNDERLINED));
+    let shown = sorted(vms, by);
+    let lines = layout(&shown, usize::from(body.height.saturating_sub(1)));
+    let rows = lines.into_iter().map(|(vm, c)| {
+        let (name, t, place, wait, run_pct, blame) = match c {
+            None => (
+                vm.vm.clone(),
+                String::new(),
+                None,
+                vm.wait_pct,
+                vm.run_pct,
+                vm.culprits.as_deref(),
+            ),
+            Some(c) => (
+                format!("  vCPU {}", c.vcpu),
+                c.tid.to_string(),
+                Some(&c.placement),
+                c.wait_pct,
+                c.run_pct,
+                c.culprits.as_deref(),
+            ),
+        };
+        let mut cells = vec![Cell::from(name)];
+        if tid {
+            cells.push(Cell::from(format!("{t:>7}")));
+        }
+        if cpu {
+            let v = place.and_then(|p| p.cpu).map(|c| c.to_string());
+            cells.push(Cell::from(format!("{:>3}", v.unwrap_or_default())));
+        }
+        if aff {
+            let v = place.and_then(|p| p.affinity.clone());
+            cells.push(Cell::from(v.unwrap_or_default()));
+        }
+        cells.push(Cell::from(format!("{:>6}", pct(wait))));
+        if run {
+            cells.push(Cell::from(format!("{:>6}", pct(run_pct))));
+        }
+        cells.push(Cell::from(culprits_text(blame, culprit_w)));
+        let style = if c.is_none() {
+            Style::new().add_modifier(Modifier::BOLD)
+        } else {
+            Style::new().fg(Color::Gray)
+        };
+        Row::new(cells).style(style)
     });
-    // As wide as the longest name (within reason), so the numbers sit next
-    // to it rather than across the screen.
-    let name_w = vms.iter().map(|v| v.vm.chars().count()).max().unwrap_or(0);
-    let widths = [
-        Constraint::Length(name_w.clamp(4, 40) as u16),
-        Constraint::Length(5),
-        Constraint::Length(10),
-        Constraint::Length(7),
-    ];
     frame.render_widget(Table::new(rows, widths).header(header), body);
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::testing::*;
-    use super::*;
-
-    fn vm(name: &str, vcpus: usize, steal: Option<f64>, run: Option<f64>) -> VmRate {
-        VmRate {
-            vm: name.into(),
-            vcpus,
-            steal_pct: steal,
-            run_pct: run,
-        }
-    }
-
-    #[test]
-    fn rows_follow_the_sort_order() {
-        let vms = [
-            vm("a", 1, Some(5.0), Some(90.0)),
-            vm("b", 4, Some(30.0), Some(10.0)),
-            vm("c", 2, None, None),
-        ];
-        let names = |by| -> Vec<&str> { sorted(&vms, by).iter().map(|v| v.vm.as_str()).collect() };
-        assert_eq!(names(VmSort::Steal), ["b", "a", "c"]);
-        assert_eq!(names(VmSort::Run), ["a", "b", "c"]);
-        assert_eq!(names(VmSort::Name), ["a", "b", "c"]);
-        assert_eq!(names(VmSort::Vcpus), ["b", "c", "a"]);
-        let mut s = VmSort::Steal;
-        for _ in 0..4 {
-            s = s.next();
-        }
-        assert_eq!(s, VmSort::Steal);
-    }
-
-    #[test]
-    fn table_shows_the_numbers() {
-        let vms = [
-            vm("web", 2, Some(12.5), Some(40.0)),
-            vm("db", 4, Some(1.0), None),
-        ];
-        let rows = screen(50, 5, |f| render(f, f.area(), &vms, VmSort::Steal));
-        assert_eq!(rows[0].trim_end(), "VMs 2 running, by host steal (s: sort)");
-        let cols = |r: &str| r.split_whitespace().map(String::from).collect::<Vec<_>>();
-        assert_eq!(cols(&rows[1]), ["VM", "vCPUs", "host", "steal", "run"]);
-        assert_eq!(cols(&rows[2]), ["web", "2", "12.5%", "40.0%"]);
-        assert_eq!(cols(&rows[3]), ["db", "4", "1.0%", "n/a"]);
-    }
-}
+#[path = "vm_table_tests.rs"]
+mod tests;
