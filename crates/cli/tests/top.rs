@@ -301,20 +301,24 @@ fn a_real_qemu_vm_is_in_the_host_table() {
     let vcpus = testenv::qmp_tids(&name).len();
     let s = Session::start(100, 40);
     s.run_top("");
-    // A row "NAME vCPUs steal% run%" once two scans measured it.
-    let row = |sc: &str| -> Option<Vec<String>> {
-        let l = sc.lines().find(|l| l.starts_with(&format!("{name} ")))?;
-        let cols: Vec<String> = l.split_whitespace().map(String::from).collect();
-        (cols.len() == 4 && cols[2].ends_with('%')).then_some(cols)
+    // A row "NAME wait% run% culprits" once two scans measured it, and
+    // one "  vCPU N" row under it per vCPU.
+    let row = |sc: &str| -> Option<(Vec<String>, usize)> {
+        let mut lines = sc
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("{name} ")));
+        let cols: Vec<String> = lines.next()?.split_whitespace().map(String::from).collect();
+        let n = lines.take_while(|l| l.starts_with("  vCPU ")).count();
+        (cols.len() >= 4 && cols[1].ends_with('%') && cols[2].ends_with('%')).then_some((cols, n))
     };
     let screen = s
         .tmux
         .wait_for("the VM measured in the table", START, |sc| {
             row(sc).is_some()
         });
-    let cols = row(&screen).unwrap();
-    assert_eq!(cols[1], vcpus.to_string(), "{screen}");
-    let v: Vec<f64> = cols[2..]
+    let (cols, n) = row(&screen).unwrap();
+    assert_eq!(n, vcpus, "{screen}");
+    let v: Vec<f64> = cols[1..3]
         .iter()
         .map(|c| c.trim_end_matches('%').parse().unwrap())
         .collect();
@@ -324,11 +328,11 @@ fn a_real_qemu_vm_is_in_the_host_table() {
     let occupied = v[0] + v[1];
     assert!(
         (45.0..=105.0).contains(&occupied),
-        "steal {} + run {} per vCPU:\n{screen}",
+        "wait {} + run {} per vCPU:\n{screen}",
         v[0],
         v[1]
     );
-    assert!(screen.contains("by host steal"), "{screen}");
+    assert!(screen.contains("by wait"), "{screen}");
     s.tmux.keys(&["s"]);
     s.tmux
         .wait_for("sorted by run", Duration::from_secs(5), |sc| {
