@@ -228,6 +228,37 @@ fn vcpu_rows_wait_and_the_host_loop_named_at_160x45_and_80x24() {
         s.contains("TOP-EXIT=0")
     });
     *stop.lock().unwrap() = true;
+
+    // Unprivileged: no scheduler events. The table still has its rows,
+    // the culprit column says n/a, the heading says why (cut at 80
+    // columns) and the help has the whole reason.
+    t.type_line("clear");
+    t.type_line(&format!(
+        "setpriv --reuid=65534 --regid=65534 --clear-groups {} top; echo NOBODY''-EXIT=$?",
+        env!("CARGO_BIN_EXE_stealscope")
+    ));
+    let sc = t.wait_for("culprits n/a as nobody", START, |sc| {
+        sc.contains("culprits n/a")
+            && vm_rows(sc, &name).is_some_and(|(_, r)| r.len() == 2 && r[0].wait > 0.0)
+            || sc.contains("NOBODY-EXIT")
+    });
+    println!("--- top unprivileged at 80x24 ---\n{sc}");
+    assert!(
+        !sc.contains("NOBODY-EXIT"),
+        "top did not run as nobody:\n{sc}"
+    );
+    let (c, rows) = vm_rows(&sc, &name).unwrap();
+    assert_eq!(c, "n/a", "{sc}");
+    assert!(rows.iter().all(|r| r.culprits == "n/a"), "{sc}");
+    t.keys(&["?"]);
+    let help = t.wait_for("the reason in the help", Duration::from_secs(5), |sc| {
+        sc.contains("tracefs:")
+    });
+    println!("--- help, unprivileged ---\n{help}");
+    t.keys(&["q"]);
+    t.wait_for("top to exit", Duration::from_secs(10), |s| {
+        s.contains("NOBODY-EXIT=0")
+    });
 }
 
 fn is_guest() -> bool {

@@ -117,7 +117,15 @@ pub fn draw(frame: &mut Frame, input: &TopInput) {
         wait_history::render(frame, a, vms, input.ui.sort);
     }
     if input.ui.help {
-        help::render(frame, area);
+        help::render(
+            frame,
+            area,
+            if input.vms.is_some() {
+                input.culprits
+            } else {
+                ""
+            },
+        );
     }
 }
 

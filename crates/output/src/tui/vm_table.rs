@@ -99,9 +99,19 @@ pub fn culprits_text(c: Option<&[WaitBy]>, width: usize) -> String {
     };
     let shown: Vec<&WaitBy> = c.iter().filter(|w| w.share >= 0.01).collect();
     let fit = |label: &dyn Fn(&WaitBy) -> String| -> (String, usize) {
-        let (mut out, mut n) = (String::new(), 0);
+        // Culprits that read the same (two processes of one name) as one.
+        let mut merged: Vec<(String, f64)> = Vec::new();
         for w in &shown {
-            let item = format!("{} {:.0}%", label(w), 100.0 * w.share);
+            let l = label(w);
+            match merged.iter_mut().find(|(m, _)| *m == l) {
+                Some(m) => m.1 += w.share,
+                None => merged.push((l, w.share)),
+            }
+        }
+        merged.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let (mut out, mut n) = (String::new(), 0);
+        for (l, share) in &merged {
+            let item = format!("{l} {:.0}%", 100.0 * share);
             let sep = if out.is_empty() { "" } else { ", " };
             if out.chars().count() + sep.len() + item.chars().count() > width {
                 if out.is_empty() {
@@ -160,13 +170,21 @@ fn layout<'a>(vms: &[&'a VmLive], rows: usize) -> Vec<(&'a VmLive, Option<&'a Vc
 
 pub fn render(frame: &mut Frame, area: Rect, vms: &[VmLive], by: VmSort, culprits: &str) {
     let (head, body) = heading_and_body(area);
+    let mut rest = format!(
+        " {} running, by {} (s: sort)  {culprits}",
+        vms.len(),
+        by.label()
+    );
+    // A reason too long for the row is cut; the help has all of it.
+    let room = usize::from(head.width).saturating_sub(3);
+    if rest.chars().count() > room {
+        let keep = room.saturating_sub(9);
+        let cut: String = rest.chars().take(keep).collect();
+        rest = format!("{}… ? why", cut.trim_end());
+    }
     let title = Line::from(vec![
         Span::styled("VMs", Style::new().add_modifier(Modifier::BOLD)),
-        Span::raw(format!(
-            " {} running, by {} (s: sort)  {culprits}",
-            vms.len(),
-            by.label()
-        )),
+        Span::raw(rest),
     ]);
     frame.render_widget(Paragraph::new(title), head);
     let name_w = vms

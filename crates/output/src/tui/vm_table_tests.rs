@@ -101,5 +101,22 @@ fn culprit_text_fits_its_width() {
     assert_eq!(culprits_text(Some(&c), 8), "hog 60%");
     assert_eq!(culprits_text(Some(&c), 5), "hog 6");
     assert_eq!(culprits_text(Some(&[]), 8), "-");
+    // Two processes of one name read as one when names stand alone.
+    let two = vec![
+        wait_by("host-process", "rustc", Some(1), 0.3),
+        wait_by("vmm", "web", None, 0.4),
+        wait_by("host-process", "rustc", Some(2), 0.2),
+    ];
+    assert_eq!(culprits_text(Some(&two), 24), "rustc 50%, VMM web 40%");
     assert_eq!(culprits_text(None, 8), "n/a");
+}
+
+#[test]
+fn a_long_reason_is_cut_and_points_to_the_help() {
+    let vms = [vm("web", 1, None, None)];
+    let why = "culprits n/a: no scheduler events: tracefs: permission denied";
+    let rows = screen(60, 4, |f| render(f, f.area(), &vms, VmSort::Wait, why));
+    assert!(rows[0].trim_end().ends_with("… ? why"), "{rows:?}");
+    assert!(rows[0].trim_end().chars().count() <= 60, "{rows:?}");
+    assert!(rows[0].contains("culprits n/a: no…"), "{rows:?}");
 }

@@ -41,17 +41,17 @@ fn bands<'a>(vms: &[&'a VmLive], rows: usize) -> Vec<Band<'a>> {
     } else {
         vms.len()
     };
-    let extra = if vms.is_empty() {
-        0
-    } else {
-        (rows.saturating_sub(used) / vms.len()).min(MAX_VM_ROWS - 1)
-    };
+    // Spare rows make the VMs' lines taller, the first ones by one more
+    // when they do not divide evenly.
+    let spare = rows.saturating_sub(used);
+    let n = vms.len().max(1);
     let mut out = Vec::new();
-    for vm in vms.iter().take(rows) {
+    for (i, vm) in vms.iter().take(rows).enumerate() {
+        let extra = spare / n + usize::from(i < spare % n);
         out.push(Band {
             label: vm.vm.clone(),
             values: &vm.history,
-            rows: 1 + extra,
+            rows: (1 + extra).min(MAX_VM_ROWS),
             vm: true,
         });
         if with_vcpus {
