@@ -1,8 +1,8 @@
 //! Which panels fit, and how tall each is. In order of importance each
 //! panel gets the rows it would like (the CPU bars at most half), or its
 //! minimum, or, when not even that fits, nothing: it is dropped. Rows left
-//! go to the panels in the same order, then to the wait history (taller
-//! lines) up to what it can use, and the last panel shown takes the rest.
+//! go to the panels in the same order up to what each would like, then to
+//! the wait history (taller lines), else to the last panel shown.
 //! A guest shows CPU bars, steal lines, findings; a host the VM table and
 //! wait history first, then CPU bars and findings, and guest steal lines
 //! only when it is itself a guest ([`super::TopInput::guest`]).
@@ -65,8 +65,9 @@ fn wants(input: &TopInput) -> Vec<Want> {
         3,
         rows(vms.len().max(1) + vcpus).saturating_add(2),
     );
+    // The history can use every spare row (taller lines).
     let history = Want {
-        most: rows(1 + vms.len() * wait_history::MAX_VM_ROWS + vcpus),
+        most: u16::MAX,
         ..want(Panel::History, 2, rows(wait_history::min_rows(vms)))
     };
     let mut out = vec![table, history, bars, found];
@@ -206,10 +207,20 @@ mod tests {
         assert!(t.y < h.y && h.y < b.y && b.y < f.y);
         // 2 VMs + 3 vCPUs + heading + column names.
         assert_eq!(t.height, 7);
-        // The history takes the rest (two VMs of up to 16 rows, three vCPU
-        // lines, its heading): every row of the screen is used.
+        // The history takes the rest (taller lines): every row is used.
         assert_eq!((b.height, f.height), (3, 2));
         assert_eq!(h.height, 44 - 7 - 3 - 2);
+        assert_eq!(used(&a), 44);
+        // One VM on a guest that is a host too: its steal lines come last
+        // at what they would like, and the history still takes the rest.
+        let one = [vm("a", 2, None, None)];
+        let g1 = TopInput {
+            guest: true,
+            ..input(&w, Some(&one), &[], &ui)
+        };
+        let a = split(Rect::new(0, 0, 160, 45), &g1);
+        assert_eq!(a.steal.unwrap().height, 4);
+        assert_eq!(a.history.unwrap().height, 44 - 5 - 3 - 2 - 4);
         assert_eq!(used(&a), 44);
         // A guest that is a host too keeps its steal lines, last.
         let g = TopInput { guest: true, ..i };

@@ -1,7 +1,8 @@
 //! Host-side wait history: per VM (and per vCPU when the rows allow) the
 //! run-queue wait of its vCPU threads per host scan as a sparkline, newest
-//! at the right. Spare rows make the VMs' lines taller, so a tall terminal
-//! shows the history in more detail rather than blank rows.
+//! at the right. Spare rows make the VMs' lines taller (finer steps of the
+//! scale), so a tall terminal shows the history in more detail rather than
+//! blank rows.
 
 use super::{heading_and_body, pct, vm_table};
 use ratatui::layout::Rect;
@@ -14,8 +15,6 @@ use stealscope_model::host::VmLive;
 
 /// The scale never goes below this, as in the steal lines.
 const MIN_SCALE_PCT: f64 = 5.0;
-/// A VM's line is at most this tall.
-pub const MAX_VM_ROWS: usize = 16;
 const NUMS_W: usize = 22;
 
 /// One line of the panel: a label, a series and its height.
@@ -51,7 +50,7 @@ fn bands<'a>(vms: &[&'a VmLive], rows: usize) -> Vec<Band<'a>> {
         out.push(Band {
             label: vm.vm.clone(),
             values: &vm.history,
-            rows: (1 + extra).min(MAX_VM_ROWS),
+            rows: 1 + extra,
             vm: true,
         });
         if with_vcpus {
