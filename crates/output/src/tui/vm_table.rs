@@ -15,6 +15,9 @@ use std::cmp::Ordering;
 use stealscope_model::host::attribution::WaitBy;
 use stealscope_model::host::{VcpuLive, VmLive};
 
+/// Below this wait (% of wall time) a row names no culprits ("-").
+pub const NEGLIGIBLE_WAIT_PCT: f64 = 0.5;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VmSort {
     Wait,
@@ -256,7 +259,12 @@ pub fn render(frame: &mut Frame, area: Rect, vms: &[VmLive], by: VmSort, culprit
         if run {
             cells.push(Cell::from(format!("{:>6}", pct(run_pct))));
         }
-        cells.push(Cell::from(culprits_text(blame, culprit_w)));
+        // Shares of a wait too small to matter would only be noise.
+        let text = match (wait, blame) {
+            (Some(w), Some(_)) if w < NEGLIGIBLE_WAIT_PCT => "-".to_string(),
+            _ => culprits_text(blame, culprit_w),
+        };
+        cells.push(Cell::from(text));
         let style = if c.is_none() {
             Style::new().add_modifier(Modifier::BOLD)
         } else {

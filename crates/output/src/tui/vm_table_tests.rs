@@ -33,7 +33,11 @@ fn vm_and_vcpu_rows_with_placement_and_culprits() {
         wait_by("irq", "irq", None, 0.005),
     ]);
     web.vcpus[1].culprits = Some(vec![wait_by("host-kthread", "kworker", None, 1.0)]);
-    let vms = [web, vm("db", 1, Some(1.0), None)];
+    let mut db = vm("db", 1, Some(1.0), None);
+    // A vCPU that hardly waited names nobody.
+    db.vcpus[0].wait_pct = Some(0.2);
+    db.vcpus[0].culprits = Some(vec![wait_by("vmm", "db", None, 1.0)]);
+    let vms = [web, db];
     let rows = screen(80, 7, |f| {
         render(f, f.area(), &vms, VmSort::Wait, "culprits: tracefs route")
     });
@@ -61,6 +65,7 @@ fn vm_and_vcpu_rows_with_placement_and_culprits() {
         ["vCPU", "1", "101", "1", "0-1", "12.5%", "40.0%", "kthread", "kworker", "100%"]
     );
     assert_eq!(cols(&rows[5]), ["db", "1.0%", "n/a", "n/a"]);
+    assert_eq!(cols(&rows[6])[5..], ["0.2%", "n/a", "-"]);
     // Narrow: placement columns go, the culprits stay.
     let rows = screen(40, 4, |f| render(f, f.area(), &vms, VmSort::Wait, ""));
     assert_eq!(cols(&rows[1])[..4], ["VM", "/", "vCPU", "wait"]);
