@@ -4,12 +4,13 @@
 //! mutex; every holder only copies, pushes or draws.
 
 use crate::capture::monotonic_ns;
+use crate::host::HostTracker;
 use crate::rules::Findings;
 use crate::sampler::{Sample, Subscriber};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use stealscope_analysis::{DoctorReport, Finding};
-use stealscope_model::host::{vcpu_times, HostTracker, VmRateTracker};
+use stealscope_model::host::{vcpu_times, VmRateTracker};
 use stealscope_model::recent::RecentWindows;
 use stealscope_readers::ReadError;
 
