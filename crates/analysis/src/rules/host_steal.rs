@@ -262,7 +262,7 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::host::busy;
+    use crate::testing::host::{busy, Ran};
     use crate::testing::{ticks, TestMachine};
 
     /// Two CPUs that never idled over the 5 s.
@@ -315,6 +315,30 @@ mod tests {
         // The steal finding names it too: the VMs alone fit.
         let s = m.run(steal);
         assert!(s[0].title.contains("the VMs alone fit"), "{}", s[0].title);
+    }
+
+    #[test]
+    fn the_collector_names_the_neighbour_even_on_idle_cpus() {
+        // Without attribution an estimate from run times needs busy CPUs;
+        // the collector saw zstd run while each vCPU waited.
+        let zstd: &[Ran] = &[(901, 900, "zstd", 0.9)];
+        let m = TestMachine::guest()
+            .vm(100, "web1", &[busy(1.0, 1.0); 2])
+            .process(900, "zstd", busy(1.0, 0.0))
+            .thread(900, 901, "zstd", busy(1.0, 0.0));
+        assert!(
+            m.clone().run(noisy_neighbor).is_empty(),
+            "no estimate on idle CPUs"
+        );
+        let f = m
+            .sched_reading(&[(101, zstd), (102, zstd)])
+            .run(noisy_neighbor);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].title.contains("zstd") && f[0].title.contains(" caused "),
+            "{}",
+            f[0].title
+        );
     }
 
     #[test]

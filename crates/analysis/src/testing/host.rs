@@ -20,6 +20,9 @@ pub const fn busy(run_s: f64, wait_s: f64) -> Busy {
     Busy { run_s, wait_s }
 }
 
+/// Who ran while a watched thread waited: (tid, tgid, comm, seconds).
+pub type Ran<'a> = (u32, u32, &'a str, f64);
+
 fn schedstat(run_ns: u64, wait_ns: u64) -> String {
     format!("{run_ns} {wait_ns} 1000\n")
 }
@@ -105,6 +108,44 @@ impl TestMachine {
                 format!("{cpus}\n"),
             );
         }
+        self
+    }
+
+    /// The scheduler-event collector's reading on both sides
+    /// (/stealscope/sched.json, as a live capture stores it): per watched
+    /// thread, who ran while it waited, `(tid, tgid, comm, seconds)` over
+    /// the interval (zero at t0).
+    pub fn sched_reading(mut self, waits: &[(u32, &[Ran])]) -> Self {
+        let side = |at_end: bool| {
+            let threads: Vec<String> = waits
+                .iter()
+                .map(|(tid, by)| {
+                    let by: Vec<String> = by
+                        .iter()
+                        .map(|(t, g, comm, s)| {
+                            let ns = if at_end { ns(*s) } else { 0 };
+                            format!(
+                                r#"{{"tid":{t},"tgid":{g},"comm":"{comm}","kthread":false,"ns":{ns}}}"#
+                            )
+                        })
+                        .collect();
+                    format!(
+                        r#"{{"tid":{tid},"by":[{}],"irq_ns":0,"idle_ns":0,"unknown_ns":0,"episodes":{{"buckets":[],"count":0,"sum_ns":0,"max_ns":0,"over_1ms":0,"over_10ms":0}}}}"#,
+                        by.join(",")
+                    )
+                })
+                .collect();
+            let (t, events) = if at_end {
+                (6_000_000_000u64, 9000)
+            } else {
+                (1_000_000_000, 0)
+            };
+            format!(
+                r#"{{"route":"tracefs","monotonic_ns":{t},"stats":{{"events":{events},"lost_events":0,"overflows":0}},"threads":[{}]}}"#,
+                threads.join(",")
+            )
+        };
+        self = self.files("/stealscope/sched.json", &side(false), &side(true));
         self
     }
 

@@ -27,6 +27,7 @@ pub const fn ticks(busy: u64, idle: u64, steal: u64) -> Ticks {
 /// Counters at t0, so that deltas do not start from zero.
 const BASE: Ticks = ticks(100_000, 400_000, 1_000);
 
+#[derive(Clone)]
 pub struct TestMachine {
     interval_s: f64,
     /// Per CPU, over the whole interval.
