@@ -21,12 +21,7 @@ PUB_USE_RE = re.compile(r"^\s*pub use (?:self::|crate::)?(\w+)::(\{[^;]*\}|[\w:]
 
 # Cycles not broken yet (issue 18 item 3): crate -> the modules in it.
 KNOWN = {
-    ("placement", ("action", "diff", "history", "input", "mapping", "nodes", "plan", "synthetic")),
-    ("analysis", ("rules", "testing")),
     ("sched", ("bpf", "collector", "evformat", "tracefs_raw")),
-    ("sim", ("demand", "host", "scenario")),
-    ("sim", ("balance", "sched", "timing")),
-    ("sim", ("fleet", "report")),
 }
 
 

@@ -34,6 +34,8 @@ scripts/build-bpf.sh --check
 
 echo "== module cycles"
 python3 scripts/check-module-cycles.py
+echo "== commit messages since the baseline"
+scripts/check-commits.sh
 echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -5,8 +5,8 @@
 //! Prints a Markdown section (scripts/bench.sh puts it in BENCHMARKS.md).
 
 use std::time::Instant;
+use stealscope_engine::host::HostScanner;
 use stealscope_model::host::collect_host;
-use stealscope_model::host::scanner::HostScanner;
 use stealscope_readers::RootFs;
 
 const THREADS: usize = 1000;

@@ -3,7 +3,7 @@
 
 use clap::Args;
 use std::time::Duration;
-use stealscope_model::host::live::HostLiveOptions;
+use stealscope_engine::host::HostLiveOptions;
 
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "KVM host")]

@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use stealscope_engine::capture::{capture_watched, CaptureOptions};
-use stealscope_model::host::live::HostLiveOptions;
+use stealscope_engine::host::HostLiveOptions;
 use stealscope_readers::snapshot::Snapshot;
 
 type Error = Box<dyn std::error::Error>;

@@ -4,10 +4,10 @@
 //! `doctor` analyses this in-memory snapshot with the same code that reads a
 //! snapshot from disk, so live and offline reports cannot drift apart.
 
+use crate::host::answers::{self as live, HostLiveOptions};
 use crate::hw_sampler::HwSampler;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use stealscope_model::host::live::{self, HostLiveOptions};
 use stealscope_model::observation::{collect, Observation, Side};
 use stealscope_readers::perf::{CounterCapture, CounterSample};
 use stealscope_readers::pread::PreadFile;
@@ -260,7 +260,7 @@ pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
 
 /// As [`capture`]; on the live machine (root "/") with VMs, also asks QMP and
 /// KVM stats fds at both ends and samples kvm:kvm_exit during the interval
-/// (host::live), storing the answers in the snapshot.
+/// (host::answers), storing the answers in the snapshot.
 pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Snapshot, ReadError> {
     capture_watched(opts, host, &mut |_| true)
 }

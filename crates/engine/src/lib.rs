@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod doctor_probe;
+pub mod host;
 pub mod hw_sampler;
 pub mod live;
 pub mod place;

@@ -8,6 +8,8 @@
 //! is the engine's sampling loop ([`Sampler`]); this is its subscriber.
 
 use crate::capture::{clk_tck, is_live_root, monotonic_ns, record_side};
+use crate::host::answers::{self as host_live, HostLiveOptions};
+use crate::host::HostTracker;
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
 use crate::stop::{next_due, Rate};
 use std::collections::BTreeMap;
@@ -16,8 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use stealscope_model::host::discovery::ThreadRole;
-use stealscope_model::host::live::{self as host_live, HostLiveOptions};
-use stealscope_model::host::{vm_labels, HostTracker};
+use stealscope_model::host::vm_labels;
 use stealscope_model::observation::Side;
 use stealscope_readers::kvm_exits::ExitSample;
 use stealscope_readers::pread::PreadFile;

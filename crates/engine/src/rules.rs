@@ -5,12 +5,12 @@
 //! never waits for it.
 
 use crate::capture::IntervalCapture;
+use crate::host::HostLiveOptions;
 use crate::series::{self, Series};
 use crate::stop::{Rate, Stop, Wait};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use stealscope_analysis::DoctorReport;
-use stealscope_model::host::live::HostLiveOptions;
 use stealscope_readers::ReadError;
 
 /// Where each rule run's result goes.

@@ -8,6 +8,7 @@
 //! metrics, top its view, record writes the file.
 
 use crate::capture::{monotonic_ns, open_counters};
+use crate::host::HostTracker;
 use crate::hw_sampler::HwSampler;
 use crate::sched::SchedSlot;
 use crate::series::Series;
@@ -15,7 +16,6 @@ use crate::stop::{next_due, Rate, Wait};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stealscope_model::host::HostTracker;
 use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;

@@ -4,8 +4,8 @@
 //! why it cannot run; that reason reaches the subscriber once and the slot
 //! stays quiet.
 
+use crate::host::HostTracker;
 use stealscope_model::host::discovery::ThreadRole;
-use stealscope_model::host::HostTracker;
 use stealscope_sched::{Collector, Preference, SchedSample};
 
 pub(crate) enum SchedSlot {

@@ -4,6 +4,7 @@
 //! only copies or draws it. One mutex; every holder only copies, pushes or
 //! draws.
 
+use crate::host::HostTracker;
 use crate::rules::Findings;
 use crate::sampler::{Sample, Subscriber};
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use stealscope_analysis::{DoctorReport, Finding};
 use stealscope_model::host::discovery::ThreadRole;
-use stealscope_model::host::{HostTracker, LiveHost, Placement};
+use stealscope_model::host::{LiveHost, Placement};
 use stealscope_model::recent::RecentWindows;
 use stealscope_readers::process::{task_cpu, task_status};
 use stealscope_readers::{cpulist, ReadError, RootFs};

@@ -1,11 +1,75 @@
 //! Rounding, units and "unknown": every figure a report shows passes through
 //! here, whichever output (text, JSON, HTML, TUI) shows it. JSON carries the
-//! rounded number or null; text shows `n/a` for null.
+//! rounded number or null; text shows `n/a` for null. [`RenderConfig`] says
+//! it once per unit (after below's render crate, `RenderConfig`): decimals
+//! for people and for JSON, width in a table, suffix. It lives in this leaf
+//! rather than in stealscope-output because JSON figures are rounded where
+//! the reports are built (analysis), below the output layer.
 
 use crate::Evidence;
 
 /// What every output prints for a figure that is not known.
 pub const NA: &str = "n/a";
+
+/// How a figure of one unit is rounded and shown.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RenderConfig {
+    /// Decimals in text, HTML and the TUI.
+    pub decimals: usize,
+    /// Decimals JSON keeps.
+    pub json_decimals: i32,
+    /// Clamped to this range before JSON rounding.
+    pub clamp: Option<(f64, f64)>,
+    /// Right-aligned to this width (tables); None: as long as it is.
+    pub width: Option<usize>,
+    /// After the number ("%" in the TUI), never after [`NA`].
+    pub suffix: &'static str,
+}
+
+/// A share of a CPU or of wall time, in %: `12.3` to people, `12.35` in
+/// JSON, clamped to [0, 100] there (tick quantisation can put a column a
+/// tick above wall time).
+pub const PERCENT: RenderConfig = RenderConfig {
+    decimals: 1,
+    json_decimals: 2,
+    clamp: Some((0.0, 100.0)),
+    width: None,
+    suffix: "",
+};
+
+impl RenderConfig {
+    pub const fn width(mut self, width: usize) -> Self {
+        self.width = Some(width);
+        self
+    }
+
+    pub const fn suffix(mut self, suffix: &'static str) -> Self {
+        self.suffix = suffix;
+        self
+    }
+
+    /// As people read it: `decimals` and the suffix, [`NA`] when unknown or
+    /// not finite, padded on the left to the width.
+    pub fn render(&self, v: Option<f64>) -> String {
+        let s = match v {
+            Some(v) if v.is_finite() => format!("{v:.*}{}", self.decimals, self.suffix),
+            _ => NA.to_string(),
+        };
+        match self.width {
+            Some(w) => format!("{s:>w$}"),
+            None => s,
+        }
+    }
+
+    /// As JSON carries it: clamped, rounded, None when unknown.
+    pub fn json(&self, v: Option<f64>) -> Option<f64> {
+        let v = match self.clamp {
+            Some((lo, hi)) => v.map(|x| x.clamp(lo, hi)),
+            None => v,
+        };
+        round_opt(v, self.json_decimals)
+    }
+}
 
 /// `v` rounded to `digits` decimals.
 pub fn round(v: f64, digits: i32) -> f64 {
@@ -21,15 +85,12 @@ pub fn round_opt(v: Option<f64>, digits: i32) -> Option<f64> {
 /// A share of a CPU in %, clamped to [0, 100] (tick quantisation can put a
 /// column a tick above wall time), two decimals.
 pub fn pct(v: f64) -> Option<f64> {
-    round_opt(Some(v.clamp(0.0, 100.0)), 2)
+    PERCENT.json(Some(v))
 }
 
 /// A percentage as text: one decimal, `n/a` when unknown.
 pub fn pct_text(v: Option<f64>) -> String {
-    match v {
-        Some(v) if v.is_finite() => format!("{v:.1}"),
-        _ => NA.to_string(),
-    }
+    PERCENT.render(v)
 }
 
 /// A figure as text, as JSON prints it (`5.0`, `0.125`), `n/a` when unknown.
@@ -75,5 +136,17 @@ mod tests {
         assert_eq!(num_text(None), "n/a");
         assert_eq!(trimmed(1.50, 2), "1.5");
         assert_eq!(value(&Evidence::from(vec![1u8; 7])), "[7 items]");
+    }
+
+    #[test]
+    fn one_config_per_unit() {
+        assert_eq!(PERCENT.render(Some(12.345)), "12.3");
+        assert_eq!(PERCENT.suffix("%").render(Some(7.0)), "7.0%");
+        assert_eq!(PERCENT.suffix("%").render(None), "n/a");
+        assert_eq!(PERCENT.width(6).render(Some(0.04)), "   0.0");
+        assert_eq!(PERCENT.width(5).render(Some(f64::NAN)), "  n/a");
+        assert_eq!(PERCENT.json(Some(100.4)), Some(100.0));
+        assert_eq!(PERCENT.json(Some(12.345_6)), Some(12.35));
+        assert_eq!(PERCENT.json(None), None);
     }
 }

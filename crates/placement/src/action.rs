@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// The pseudo-VM name of actions on the shared group itself.
+pub const SHARED_GROUP_VM: &str = "(shared group)";
+
 /// Who owns a VM's knobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "owner", rename_all = "snake_case")]
@@ -169,7 +172,7 @@ impl fmt::Display for Action {
                     Some(v) => format!("was {v}"),
                     // Only the shared group is read before planning; it
                     // has no weight when it does not exist yet.
-                    None if vm == crate::diff::SHARED_GROUP_VM => "new group".to_string(),
+                    None if vm == SHARED_GROUP_VM => "new group".to_string(),
                     None => "was unknown".to_string(),
                 },
                 match via {

@@ -2,14 +2,11 @@
 //! differs from what the host has now, in apply order (groups, weights,
 //! affinity, memory).
 
-use crate::action::{Action, CgroupRef, Knob};
+use crate::action::{Action, CgroupRef, Knob, SHARED_GROUP_VM};
 use crate::config::{Config, Fairness};
 use crate::input::{HostInput, VmInput};
-use crate::plan::{fairness_for, Class, VmPlan};
+use crate::target::{fairness_for, Class, VmPlan};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The pseudo-VM name of actions on the shared group itself.
-pub const SHARED_GROUP_VM: &str = "(shared group)";
 
 fn clamp_weight(g: &CgroupRef, vcpus: usize) -> u64 {
     let (unit, lo, hi) = g.weight_unit();

@@ -16,9 +16,11 @@ mod nodes;
 pub mod numad;
 pub mod plan;
 pub mod synthetic;
+mod target;
 
 pub use action::{Action, CgroupRef, Knob};
 pub use config::{Config, ConfigError, Fairness, VcpuMapping};
 pub use history::History;
 pub use input::{HostInput, NodeInput, ThreadInput, Topology, VmInput};
-pub use plan::{plan, Plan, VmPlan};
+pub use plan::{plan, Plan};
+pub use target::VmPlan;

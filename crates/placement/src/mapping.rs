@@ -22,7 +22,7 @@
 use crate::config::{Config, VcpuMapping};
 use crate::input::{HostInput, VmInput};
 use crate::nodes::NodeState;
-use crate::plan::{Class, VmPlan};
+use crate::target::{Class, VmPlan};
 use std::collections::BTreeMap;
 use stealscope_readers::cpulist::format as cpulist;
 

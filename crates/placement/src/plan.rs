@@ -6,41 +6,15 @@
 //! the VM's node when it fits with a margin. Then the actions are the
 //! difference between that target and what the host has now.
 
-use crate::action::{Action, Knob};
-use crate::config::{Config, Fairness};
+use crate::action::Action;
+use crate::config::Config;
 use crate::history::History;
 use crate::input::{HostInput, VmInput};
 use crate::nodes::{node_states, NodeState};
+pub use crate::target::{libvirt_domain, Class, VmPlan};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_readers::cpulist::format as cpulist;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Class {
-    Dedicated,
-    Shared,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VmPlan {
-    pub pid: u32,
-    pub name: String,
-    pub class: Class,
-    /// The node the VM lives on; None when it spans nodes.
-    pub node: Option<u32>,
-    /// Measured demand, CPUs.
-    pub demand: f64,
-    pub mem_bytes: Option<u64>,
-    /// (vCPU index, tid, CPUs).
-    pub vcpus: Vec<(u32, u32, Vec<u32>)>,
-    /// CPUs for the emulator and I/O threads.
-    pub other_cpus: Vec<u32>,
-    pub reasons: Vec<String>,
-    /// Why its vCPUs are pinned one per CPU, when they are (mapping.rs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mapping: Option<String>,
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
@@ -466,20 +440,4 @@ fn spanning_pool(nodes: &mut [NodeState], demand: f64, ctx: &Ctx) -> (Vec<u32>, 
     }
     pool.sort_unstable();
     (pool, found)
-}
-
-/// Whether this VM's knobs belong to libvirt.
-pub fn libvirt_domain(vm: &VmInput) -> Option<&str> {
-    match &vm.knob {
-        Knob::Libvirt { domain } => Some(domain),
-        Knob::Direct => None,
-    }
-}
-
-pub(crate) fn fairness_for(vm: &VmInput, cfg: &Config) -> Fairness {
-    // libvirt owns the VM's cgroup placement: weights through libvirt instead.
-    match (cfg.fairness, libvirt_domain(vm)) {
-        (Fairness::SharedGroup, Some(_)) => Fairness::Weights,
-        (f, _) => f,
-    }
 }

@@ -6,9 +6,10 @@ use crate::log;
 use crate::shared::Shared;
 use std::sync::Arc;
 use stealscope_analysis::{DoctorReport, Severity};
+use stealscope_engine::host::HostTracker;
 use stealscope_engine::rules::Findings;
 use stealscope_engine::{Sample, Subscriber};
-use stealscope_model::host::{vcpu_times, HostTracker};
+use stealscope_model::host::vcpu_times;
 use stealscope_readers::ReadError;
 
 pub(crate) struct Feed {

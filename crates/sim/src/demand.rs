@@ -2,7 +2,7 @@
 //! alone, as a function of time. Piecewise constant, so the engine can jump
 //! from one change to the next.
 
-use crate::scenario::{map_to, Fraction, Positive};
+use crate::values::{map_to, Fraction, Positive};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -62,7 +62,7 @@ enum Table {
         #[serde(default = "zero")]
         low: Fraction,
         #[serde(default)]
-        phase_s: crate::scenario::NonNeg,
+        phase_s: crate::values::NonNeg,
     },
     Random {
         mean: Fraction,
@@ -311,6 +311,19 @@ impl Demand {
             d => d.level(0.0, 0),
         }
     }
+}
+
+/// A thread of other host work at the top level of the CPU hierarchy.
+#[derive(Debug, Clone, Default)]
+pub struct BackgroundThread {
+    /// Pinned to this CPU, or anywhere (moved by the balancer).
+    pub cpu: Option<usize>,
+    pub demand: Demand,
+    /// Wake-ups per second on its own timer (0: not modelled); with
+    /// `queued`, the stretches it spends queued start at this rate.
+    pub wakeups_per_s: f64,
+    /// Measured share of the time it is queued (0: as the model gives).
+    pub queued: f64,
 }
 
 #[cfg(test)]

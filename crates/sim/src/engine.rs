@@ -8,6 +8,7 @@
 //! being simulated one by one: exact for the model, and what makes a fleet
 //! of hosts cheap.
 
+use crate::balance::wake_placement;
 use crate::balance::{balance, fork_cpu, random_cpu, wake_idle};
 use crate::cpuset::CpuSet;
 use crate::host::{BackgroundThread, Host, VmThreads};
@@ -15,7 +16,7 @@ use crate::numa::{self, Overhead};
 use crate::policy::Policy;
 use crate::scenario::{Case, MemNode, NumaSpec, SchedSpec, StartPlacement, VmDef};
 use crate::sched::{index, run_tick, set_wants, Scratch};
-use crate::timing::{sample_queued, wake_placement, Timing};
+use crate::timing::{sample_queued, Timing};
 use serde::Serialize;
 use stealscope_placement::synthetic::Rng;
 

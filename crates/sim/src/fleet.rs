@@ -4,7 +4,7 @@
 //! Hosts run in parallel over the machine's cores.
 
 use crate::engine::{run, Acc, HostShape, RunSpec};
-use crate::report::{round, Range};
+use crate::range::{round, Range};
 use crate::scenario::{Case, FleetSpec, MemNode, NumaSpec, SchedSpec, VmDef};
 use rayon::prelude::*;
 use serde::Serialize;

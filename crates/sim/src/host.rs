@@ -3,6 +3,7 @@
 //! balancer, NUMA balancing and the policies read and change.
 
 use crate::cpuset::CpuSet;
+pub use crate::demand::BackgroundThread;
 use crate::demand::Demand;
 use crate::scenario::{Cgroups, EmulatorSpec};
 use stealscope_placement::synthetic::Rng;
@@ -98,19 +99,6 @@ impl Task {
             queued: true,
         }
     }
-}
-
-/// A thread of other host work at the top level of the CPU hierarchy.
-#[derive(Debug, Clone, Default)]
-pub struct BackgroundThread {
-    /// Pinned to this CPU, or anywhere (moved by the balancer).
-    pub cpu: Option<usize>,
-    pub demand: Demand,
-    /// Wake-ups per second on its own timer (0: not modelled); with
-    /// `queued`, the stretches it spends queued start at this rate.
-    pub wakeups_per_s: f64,
-    /// Measured share of the time it is queued (0: as the model gives).
-    pub queued: f64,
 }
 
 /// The threads of a VM besides what its vCPUs want: QEMU's main loop and

@@ -15,10 +15,12 @@ pub mod fleet;
 pub mod host;
 pub mod numa;
 pub mod policy;
+pub mod range;
 pub mod report;
 pub mod scenario;
 pub mod sched;
 pub mod timing;
+pub mod values;
 
 pub use report::SimReport;
 pub use scenario::{Scenario, ScenarioError};

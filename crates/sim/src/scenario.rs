@@ -4,19 +4,17 @@
 //! the line and the key (values are checked while they are read, so the
 //! TOML parser can point at them).
 
-use crate::demand::Demand;
-use crate::host::BackgroundThread;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use crate::demand::{BackgroundThread, Demand};
+use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 mod resolve;
-mod values;
 
+pub use crate::values::{Count, Fraction, NonNeg, Positive, Weight};
 pub use resolve::{Case, Scenario, VmDef};
-pub use values::{Count, Fraction, NonNeg, Positive, Weight};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
@@ -468,10 +466,4 @@ pub struct ScenarioFile {
     #[serde(default, rename = "case")]
     pub cases: Vec<CaseSpec>,
     pub fleet: Option<FleetSpec>,
-}
-
-/// Reads the table form of a demand through serde (used by `Demand`'s
-/// hand-written Deserialize, which also takes "busy", "idle" and numbers).
-pub(crate) fn map_to<'de, T: Deserialize<'de>, A: MapAccess<'de>>(map: A) -> Result<T, A::Error> {
-    T::deserialize(de::value::MapAccessDeserializer::new(map))
 }

@@ -12,17 +12,15 @@
 //!   moment they are computed, not an average ([`sample_queued`]).
 //! - Wake-up placement (select_task_rq_fair: wake_affine_weight, then
 //!   select_idle_sibling) may move a woken thread to its waker's CPU
-//!   ([`wake_placement`]).
+//!   (balance.rs `wake_placement`).
 //! - The load balancer runs on each CPU every balance_interval x busy_factor,
 //!   the interval doubling while balanced; it skips cache-hot threads until
 //!   it has failed cache_nice_tries times (balance.rs, with [`Timing`]).
 //!
 //! Draws come from the run's seeded generator: a seed is one real run.
 
-use crate::balance::migrate;
 use crate::host::Host;
 use crate::scenario::SchedSpec;
-use crate::sched::{h_load, Scratch};
 use stealscope_placement::synthetic::Rng;
 
 /// sysctl_sched_migration_cost: a thread that ran this recently is cache hot.
@@ -127,60 +125,6 @@ pub fn sample_queued(h: &mut Host, tm: Option<&Timing>, rng: &mut Rng) {
             _ => t.wants > 0.0,
         };
     }
-}
-
-/// Wake-up placement of the threads another thread of their VM woke during
-/// this tick (a vCPU kicking the main loop, the main loop releasing a vCPU
-/// blocked on QEMU's lock): select_task_rq_fair's fast path, taken only by
-/// a thread that was really dequeued (not still queued by DELAY_DEQUEUE:
-/// the share of the time it is not runnable). Returns the threads moved.
-pub fn wake_placement(h: &mut Host, sc: &Scratch, rng: &mut Rng, dt: f64, pct: f64) -> usize {
-    let mut moved = 0;
-    for i in 0..h.tasks.len() {
-        let t = &h.tasks[i];
-        let rate = t.wakeups_per_s * t.kicks * (1.0 - t.runnable - t.delayed).max(0.0);
-        let Some(vm) = t.vm else { continue };
-        if !t.alive || rate <= 0.0 || rng.unit() >= 1.0 - (-rate * dt).exp() {
-            continue;
-        }
-        // The waker: another thread of the VM (for the main loop, a vCPU).
-        let wakers: Vec<usize> = h.vms[vm]
-            .threads()
-            .filter(|&w| w != i && (!t.emulator || !h.tasks[w].emulator))
-            .collect();
-        if wakers.is_empty() {
-            continue;
-        }
-        let waker = wakers[rng.below(wakers.len() as u64) as usize];
-        let (this, prev) = (h.tasks[waker].cpu, t.cpu);
-        if this == prev || !t.allowed.contains(this) {
-            continue;
-        }
-        let idle = |c: usize, rng: &mut Rng| rng.unit() < sc.idle.get(c).copied().unwrap_or(0.0);
-        // wake_affine_idle, then wake_affine_weight.
-        let target = if idle(this, rng) {
-            if idle(prev, rng) {
-                prev
-            } else {
-                this
-            }
-        } else if idle(prev, rng) {
-            prev
-        } else {
-            let load = h_load(h, sc, i);
-            let this_eff = (sc.cpu_load[this] + load) * 100.0;
-            let prev_eff = (sc.cpu_load[prev] - load) * (100.0 + (pct - 100.0) / 2.0);
-            if this_eff < prev_eff {
-                this
-            } else {
-                prev
-            }
-        };
-        if target != prev && migrate(h, i, target) {
-            moved += 1;
-        }
-    }
-    moved
 }
 
 #[cfg(test)]

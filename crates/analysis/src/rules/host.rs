@@ -393,7 +393,119 @@ pub fn swap_pressure(m: &MachineModel, out: &mut Vec<Finding>) {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_version;
+    use super::*;
+    use crate::testing::host::busy;
+    use crate::testing::TestMachine;
+
+    fn one_vm() -> TestMachine {
+        TestMachine::guest().vm(100, "web1", &[busy(1.0, 0.0)])
+    }
+
+    fn ids(f: &[Finding]) -> Vec<&str> {
+        f.iter().map(|f| f.id.as_str()).collect()
+    }
+
+    #[test]
+    fn a_light_vm_robbed_next_to_a_busy_one_fires() {
+        let m = TestMachine::guest().vm(100, "batch", &[busy(4.0, 0.5)]).vm(
+            200,
+            "light",
+            &[busy(0.5, 0.5)],
+        );
+        let f = m.run(idle_vm_penalty);
+        assert_eq!(ids(&f), ["host.idle-vm-penalty"]);
+        assert!(f[0].title.contains("light"), "{}", f[0].title);
+    }
+
+    #[test]
+    fn a_light_vm_that_did_not_wait_is_silent() {
+        let m = TestMachine::guest().vm(100, "batch", &[busy(4.0, 0.5)]).vm(
+            200,
+            "light",
+            &[busy(0.5, 0.0)],
+        );
+        assert!(m.run(idle_vm_penalty).is_empty());
+    }
+
+    fn numa(mode: &str) -> TestMachine {
+        one_vm()
+            .nodes(&["0", "1"])
+            .file("/proc/sys/kernel/numa_balancing", format!("{mode}\n"))
+    }
+
+    #[test]
+    fn numa_balancing_on_two_nodes_fires_and_off_is_silent() {
+        assert_eq!(ids(&numa("1").run(numa_balancing)), ["host.numa-balancing"]);
+        assert!(numa("0").run(numa_balancing).is_empty());
+        // One node: nothing to balance.
+        let one = one_vm()
+            .nodes(&["0-1"])
+            .file("/proc/sys/kernel/numa_balancing", "1\n");
+        assert!(one.run(numa_balancing).is_empty());
+    }
+
+    fn allowed(cpus: &str) -> TestMachine {
+        one_vm()
+            .nodes(&["0", "1"])
+            .status(100, 101, &format!("Cpus_allowed_list:\t{cpus}\n"))
+    }
+
+    #[test]
+    fn vcpus_allowed_on_two_nodes_fire_and_on_one_are_silent() {
+        assert_eq!(
+            ids(&allowed("0-1").run(vm_spans_nodes)),
+            ["host.vm-spans-nodes"]
+        );
+        assert!(allowed("1").run(vm_spans_nodes).is_empty());
+    }
+
+    fn kernel(release: &str) -> TestMachine {
+        one_vm()
+            .file("/proc/sys/kernel/osrelease", format!("{release}\n"))
+            .file(
+                "/sys/devices/system/clocksource/clocksource0/current_clocksource",
+                "hpet\n",
+            )
+    }
+
+    #[test]
+    fn a_kernel_in_the_storm_range_without_master_clock_fires() {
+        let f = kernel("6.19.2").run(kvmclock_ipi_storm);
+        assert_eq!(ids(&f), ["host.kvmclock-ipi-storm"]);
+        assert_eq!(f[0].severity, Severity::Warning);
+        assert!(kernel("6.18.5").run(kvmclock_ipi_storm).is_empty());
+    }
+
+    #[test]
+    fn ept_turned_off_fires_and_on_is_silent() {
+        let ept = |v: &str| one_vm().file(stealscope_readers::kvm_params::EPT, format!("{v}\n"));
+        let f = ept("N").run(no_ept);
+        assert_eq!(ids(&f), ["host.no-ept"]);
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert!(ept("Y").run(no_ept).is_empty());
+    }
+
+    #[test]
+    fn hlt_exits_fire_when_most_exits_are_halts() {
+        let exits = |halts: u64| {
+            one_vm().kvm_debugfs(
+                100,
+                &[("exits", 1_000, 2_000), ("halt_exits", 100, 100 + halts)],
+            )
+        };
+        assert_eq!(
+            ids(&exits(800).run(hlt_exits_dominant)),
+            ["host.hlt-exits-dominant"]
+        );
+        assert!(exits(100).run(hlt_exits_dominant).is_empty());
+    }
+
+    #[test]
+    fn swapped_guest_memory_fires_and_none_is_silent() {
+        let swap = |kb: u64| one_vm().status(100, 100, &format!("VmSwap:\t{kb} kB\n"));
+        assert_eq!(ids(&swap(2048).run(swap_pressure)), ["host.swap-pressure"]);
+        assert!(swap(0).run(swap_pressure).is_empty());
+    }
 
     #[test]
     fn versions() {

@@ -131,3 +131,50 @@ pub fn cgroup_weight_unfair(m: &MachineModel, out: &mut Vec<Finding>) {
             .case("who-stole-my-cpu-talk.md"),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::host::busy;
+    use crate::testing::TestMachine;
+
+    /// A 4-vCPU VM and a 1-vCPU VM, all vCPUs busy on 2 CPUs.
+    fn two_vms() -> TestMachine {
+        TestMachine::guest()
+            .vm(100, "big", &[busy(1.0, 4.0); 4])
+            .vm(200, "small", &[busy(1.0, 1.0)])
+    }
+
+    #[test]
+    fn equal_group_weights_for_unequal_vms_fire() {
+        let m = two_vms()
+            .cpu_group(100, "/machine/big", 100)
+            .cpu_group(200, "/machine/small", 100);
+        let f = m.run(cgroup_weight_unfair);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "host.cgroup-weight-unfair");
+        assert!(f[0].title.contains("cgroup weights"), "{}", f[0].title);
+    }
+
+    #[test]
+    fn weights_in_proportion_to_vcpus_are_silent() {
+        let m = two_vms()
+            .cpu_group(100, "/machine/big", 400)
+            .cpu_group(200, "/machine/small", 100);
+        assert!(m.run(cgroup_weight_unfair).is_empty());
+    }
+
+    #[test]
+    fn one_autogroup_per_vm_fires() {
+        let m = two_vms().autogroup(100, 7, true).autogroup(200, 8, true);
+        let f = m.run(cgroup_weight_unfair);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].title.contains("autogroups"), "{}", f[0].title);
+    }
+
+    #[test]
+    fn autogroups_turned_off_are_silent() {
+        let m = two_vms().autogroup(100, 7, false).autogroup(200, 8, false);
+        assert!(m.run(cgroup_weight_unfair).is_empty());
+    }
+}

@@ -258,3 +258,91 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::host::{busy, Ran};
+    use crate::testing::{ticks, TestMachine};
+
+    /// Two CPUs that never idled over the 5 s.
+    fn busy_host() -> TestMachine {
+        TestMachine::guest().cpus(&[ticks(500, 0, 0); 2])
+    }
+
+    #[test]
+    fn more_vcpus_than_cpus_is_busy_steal() {
+        let m = busy_host().vm(100, "web1", &[busy(3.3, 1.5); 3]);
+        let f = m.run(steal);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "host.steal.busy");
+        assert_eq!(f[0].severity, Severity::Critical);
+    }
+
+    #[test]
+    fn waiting_while_cpus_idle_is_idle_steal() {
+        // The default machine idles three quarters of each CPU.
+        let f = TestMachine::guest()
+            .vm(100, "web1", &[busy(0.5, 0.5); 2])
+            .run(steal);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "host.steal.idle");
+    }
+
+    #[test]
+    fn little_vcpu_wait_is_silent() {
+        let m = busy_host().vm(100, "web1", &[busy(4.9, 0.05); 2]);
+        assert!(m.run(steal).is_empty());
+        assert!(m.run(noisy_neighbor).is_empty());
+    }
+
+    /// The VM's two vCPUs fit on the two CPUs; a host process takes one.
+    fn neighbour(run_s: f64) -> TestMachine {
+        busy_host().vm(100, "web1", &[busy(2.5, 2.5); 2]).process(
+            900,
+            "stress-ng",
+            busy(run_s, 0.0),
+        )
+    }
+
+    #[test]
+    fn a_busy_host_process_is_the_noisy_neighbour() {
+        let m = neighbour(5.0);
+        let f = m.run(noisy_neighbor);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].id, "host.noisy-neighbor");
+        assert!(f[0].title.contains("stress-ng"), "{}", f[0].title);
+        // The steal finding names it too: the VMs alone fit.
+        let s = m.run(steal);
+        assert!(s[0].title.contains("the VMs alone fit"), "{}", s[0].title);
+    }
+
+    #[test]
+    fn the_collector_names_the_neighbour_even_on_idle_cpus() {
+        // Without attribution an estimate from run times needs busy CPUs;
+        // the collector saw zstd run while each vCPU waited.
+        let zstd: &[Ran] = &[(901, 900, "zstd", 0.9)];
+        let m = TestMachine::guest()
+            .vm(100, "web1", &[busy(1.0, 1.0); 2])
+            .process(900, "zstd", busy(1.0, 0.0))
+            .thread(900, 901, "zstd", busy(1.0, 0.0));
+        assert!(
+            m.clone().run(noisy_neighbor).is_empty(),
+            "no estimate on idle CPUs"
+        );
+        let f = m
+            .sched_reading(&[(101, zstd), (102, zstd)])
+            .run(noisy_neighbor);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].title.contains("zstd") && f[0].title.contains(" caused "),
+            "{}",
+            f[0].title
+        );
+    }
+
+    #[test]
+    fn a_process_that_hardly_ran_is_no_neighbour() {
+        assert!(neighbour(0.001).run(noisy_neighbor).is_empty());
+    }
+}

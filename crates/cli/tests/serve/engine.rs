@@ -6,36 +6,19 @@
 
 use crate::common::*;
 use crate::helpers::*;
-use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 use stealscope_readers::recording::{Record, RecordingReader};
 
 #[test]
 fn serve_and_record_see_the_same_windows() {
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("proc")).unwrap();
-    let stat = root.path().join("proc/stat");
-    // Rewritten in place at one length, so no read sees half a number.
-    let write = |steal: u64, idle: u64| {
-        let row = format!("0000000100 0 0000000050 {idle:010} 0 0 0 {steal:010} 0 0");
-        let text = format!("cpu  {row}\ncpu0 {row}\nintr 0\nctxt 0\nbtime 0\n");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&stat)
-            .unwrap();
-        f.write_all(text.as_bytes()).unwrap();
-    };
     let (mut steal, mut idle) = (500, 1000);
-    write(steal, idle);
-    let root_arg = root.path().to_str().unwrap().to_string();
-    let out = root.path().join("rec.ssr");
-    let s = Serve::start(&["--root", &root_arg, "--rate", "20"]);
+    let root = RewrittenStat::new(steal, idle);
+    let out = root.root().join("rec.ssr");
+    let s = root.serve("20", steal);
     let rec = bin()
         .args(["record", "--rate", "20", "--duration", "6s", "--root"])
-        .arg(root.path())
+        .arg(root.root())
         .arg("-o")
         .arg(&out)
         .stdout(Stdio::null())
@@ -43,20 +26,13 @@ fn serve_and_record_see_the_same_windows() {
         .spawn()
         .unwrap();
     let hz = clk_tck();
-    let steal_s = |s: &Serve| {
-        s.metrics()
-            .get("stealscope_cpu_seconds_total{cpu=\"0\",mode=\"steal\"}")
-    };
-    wait_for("serve's first sample", Duration::from_secs(5), || {
-        (steal_s(&s) == Some(500.0 / hz)).then_some(())
-    });
     // Record starts with a checkpoint: give it a second to be sampling.
     std::thread::sleep(Duration::from_secs(1));
     let steps = [(1u64, 1u64), (2, 0), (1, 3)];
     for (ds, di) in steps {
         steal += ds;
         idle += di;
-        write(steal, idle);
+        root.write(steal, idle);
         // 16 sample periods: one window of this step in each reader.
         std::thread::sleep(Duration::from_millis(800));
     }
@@ -68,7 +44,7 @@ fn serve_and_record_see_the_same_windows() {
         .unwrap()
     };
     let serve_windows = bucket("+Inf") - bucket("0.0");
-    let serve_steal = steal_s(&s).unwrap() - 500.0 / hz;
+    let serve_steal = steal_seconds(&s).unwrap() - 500.0 / hz;
     let rec_out = rec.wait_with_output().unwrap();
     assert!(
         rec_out.status.success(),

@@ -5,7 +5,6 @@
 use super::helpers::*;
 use crate::common::*;
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -136,50 +135,25 @@ fn metrics_follow_this_machine_and_pass_promtool() {
 /// place (same length, so a concurrent read never sees half a number).
 #[test]
 fn counters_stay_monotonic_when_the_kernel_goes_backwards() {
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("proc")).unwrap();
-    let stat = root.path().join("proc/stat");
-    let write = |steal: u64, idle: u64| {
-        let row = format!("0000000100 0 0000000050 {idle:010} 0 0 0 {steal:010} 0 0");
-        let text = format!("cpu  {row}\ncpu0 {row}\nintr 0\nctxt 0\nbtime 0\n");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&stat)
-            .unwrap();
-        f.write_all(text.as_bytes()).unwrap();
-    };
+    let root = RewrittenStat::new(500, 1000);
     let hz = clk_tck();
-    let steal_of = |s: &Serve| {
-        s.metrics()
-            .get("stealscope_cpu_seconds_total{cpu=\"0\",mode=\"steal\"}")
-            .unwrap()
-    };
+    let steal_of = |s: &Serve| steal_seconds(s).unwrap();
     let anomalies = |s: &Serve| {
         s.metrics()
             .get("stealscope_stat_anomalies_total{cpu=\"0\"}")
             .unwrap()
     };
-    write(500, 1000);
-    let root_arg = root.path().to_str().unwrap().to_string();
     // 10 Hz: each 100 ms window is a histogram span of its own (shorter
     // windows are merged into ~100 ms spans, as steal.bursty judges them).
-    let s = Serve::start(&["--root", &root_arg, "--rate", "10"]);
-    wait_for("first sample", Duration::from_secs(5), || {
-        (s.metrics()
-            .get("stealscope_cpu_seconds_total{cpu=\"0\",mode=\"steal\"}")
-            == Some(500.0 / hz))
-        .then_some(())
-    });
+    let s = root.serve("10", 500);
     // Backwards by 400 ticks: the total holds, the anomaly is counted.
-    write(100, 1000);
+    root.write(100, 1000);
     wait_for("the anomaly", Duration::from_secs(5), || {
         (anomalies(&s) >= 1.0).then_some(())
     });
     assert_eq!(steal_of(&s), 500.0 / hz);
     // From the new base the counter advances again: one tick.
-    write(101, 1000);
+    root.write(101, 1000);
     wait_for("the advance", Duration::from_secs(5), || {
         (steal_of(&s) > 500.0 / hz).then_some(())
     });
@@ -199,7 +173,7 @@ fn counters_stay_monotonic_when_the_kernel_goes_backwards() {
     let n = anomalies(&s);
     // 50 ticks (0.5 s) of steal within one 100 ms window is more than wall
     // time: clamped to that window's length, counted, a window of all steal.
-    write(151, 1000);
+    root.write(151, 1000);
     wait_for("the clamp", Duration::from_secs(5), || {
         (anomalies(&s) > n).then_some(())
     });

@@ -172,6 +172,55 @@ impl Exposition {
     }
 }
 
+/// A --root with one CPU whose /proc/stat the test rewrites: in place and at
+/// one length, so that no concurrent read sees half a number.
+pub struct RewrittenStat {
+    pub dir: tempfile::TempDir,
+}
+
+impl RewrittenStat {
+    /// The root, with /proc/stat at `steal` and `idle` ticks.
+    pub fn new(steal: u64, idle: u64) -> RewrittenStat {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proc")).unwrap();
+        let r = RewrittenStat { dir };
+        r.write(steal, idle);
+        r
+    }
+
+    pub fn write(&self, steal: u64, idle: u64) {
+        let row = format!("0000000100 0 0000000050 {idle:010} 0 0 0 {steal:010} 0 0");
+        let text = format!("cpu  {row}\ncpu0 {row}\nintr 0\nctxt 0\nbtime 0\n");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.dir.path().join("proc/stat"))
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `serve --root` on it at `rate`, once its first sample (of `steal`
+    /// ticks, as written last) is exported.
+    pub fn serve(&self, rate: &str, steal: u64) -> Serve {
+        let s = Serve::start(&["--root", self.root().to_str().unwrap(), "--rate", rate]);
+        wait_for("serve's first sample", Duration::from_secs(5), || {
+            (steal_seconds(&s) == Some(steal as f64 / clk_tck())).then_some(())
+        });
+        s
+    }
+}
+
+/// cpu0's exported steal, seconds.
+pub fn steal_seconds(s: &Serve) -> Option<f64> {
+    s.metrics()
+        .get("stealscope_cpu_seconds_total{cpu=\"0\",mode=\"steal\"}")
+}
+
 pub fn clk_tck() -> f64 {
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
 }

@@ -7,8 +7,7 @@
 
 use super::attribution::{charges, classify_with, trim_to_schedstat, wait_by_rows, Key, WaitBy};
 use super::discovery::ThreadRole;
-use super::scanner::{ScannedVm, ThreadSample};
-use super::vcpu_times::vm_labels;
+use super::vcpu_times::{vm_labels, ScannedVmId, ThreadSample};
 use std::collections::{BTreeMap, VecDeque};
 use stealscope_readers::process::TaskSchedstat;
 use stealscope_sched::SchedSample;
@@ -58,19 +57,19 @@ pub struct VmLive {
 /// thread's schedstat wait over the same interval, ns, when known: charges
 /// above it are trimmed as in host attribution. For live views and
 /// exporters alike.
-pub fn vcpu_wait_by(
+pub fn vcpu_wait_by<V: ScannedVmId>(
     before: &SchedSample,
     now: &SchedSample,
-    vms: &[ScannedVm],
+    vms: &[V],
     threads: &[ThreadSample],
     bound: impl Fn(u32) -> Option<u64>,
 ) -> BTreeMap<u32, BTreeMap<Key, u64>> {
     let vm_of = |tgid: u32, tid: u32| {
-        vms.iter().find(|v| v.pid == tgid).map(|v| {
+        vms.iter().find(|v| v.pid() == tgid).map(|v| {
             let vcpu = threads
                 .iter()
                 .any(|t| t.tid == tid && matches!(t.role, ThreadRole::Vcpu(_)));
-            (v.name.as_str(), v.pid, vcpu)
+            (v.name(), v.pid(), vcpu)
         })
     };
     let mut out = BTreeMap::new();
@@ -138,10 +137,10 @@ impl LiveHost {
     /// Adds a scan taken at `t_ns` (CLOCK_MONOTONIC): the VMs, every thread
     /// read, where each vCPU thread runs, and the collector's reading taken
     /// with the scan (None when it is not running).
-    pub fn push(
+    pub fn push<V: ScannedVmId>(
         &mut self,
         t_ns: u64,
-        vms: &[ScannedVm],
+        vms: &[V],
         samples: &[ThreadSample],
         placement: impl Fn(u32) -> Placement,
         collector: Option<&SchedSample>,
@@ -172,7 +171,7 @@ impl LiveHost {
         for vm in vms {
             let mut vcpus: Vec<VcpuLive> = samples
                 .iter()
-                .filter(|s| s.pid == vm.pid)
+                .filter(|s| s.pid == vm.pid())
                 .filter_map(|s| match s.role {
                     ThreadRole::Vcpu(i) => Some((i, s.tid)),
                     _ => None,
@@ -181,7 +180,7 @@ impl LiveHost {
                     let d = delta(tid).zip(wall_ns).filter(|(_, w)| *w > 0);
                     let wait_pct = d.map(|((w, _), wall)| pct(w, wall));
                     let run_pct = d.map(|((_, r), wall)| pct(r, wall));
-                    let mut history = old.remove(&(vm.pid, tid)).unwrap_or_default();
+                    let mut history = old.remove(&(vm.pid(), tid)).unwrap_or_default();
                     push_capped(&mut history, wait_pct, self.keep);
                     let culprits = blame.as_ref().and_then(|b| b.get(&tid)).map(wait_by_rows);
                     VcpuLive {
@@ -201,7 +200,7 @@ impl LiveHost {
             vcpus.sort_by_key(|c| (c.vcpu, c.tid));
             let wait_pct = mean(vcpus.iter().filter_map(|c| c.wait_pct));
             let run_pct = mean(vcpus.iter().filter_map(|c| c.run_pct));
-            let mut history = old_vm.remove(&vm.pid).unwrap_or_default();
+            let mut history = old_vm.remove(&vm.pid()).unwrap_or_default();
             push_capped(&mut history, wait_pct, self.keep);
             let culprits = blame.as_ref().and_then(|b| {
                 let mut sum: BTreeMap<Key, u64> = BTreeMap::new();
@@ -216,10 +215,10 @@ impl LiveHost {
             });
             self.rows.push(VmLive {
                 vm: labels
-                    .get(&vm.pid)
+                    .get(&vm.pid())
                     .cloned()
-                    .unwrap_or_else(|| vm.name.clone()),
-                pid: vm.pid,
+                    .unwrap_or_else(|| vm.name().to_string()),
+                pid: vm.pid(),
                 wait_pct,
                 run_pct,
                 vcpus,

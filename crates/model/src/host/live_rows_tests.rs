@@ -4,12 +4,8 @@ use stealscope_sched::{Culprit, Route, SchedStats, ThreadWaits};
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
 
-fn vm(pid: u32, name: &str) -> ScannedVm {
-    ScannedVm {
-        pid,
-        name: name.into(),
-        threads: Vec::new(),
-    }
+fn vm(pid: u32, name: &str) -> (u32, String) {
+    (pid, name.into())
 }
 
 fn th(pid: u32, tid: u32, role: ThreadRole, run_ns: u64, wait_ns: u64) -> ThreadSample {

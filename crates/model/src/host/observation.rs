@@ -1,15 +1,15 @@
 //! Reads every VM on a host from one side of an interval: the VMM process,
 //! its vCPU and other threads with run/wait time, affinity and cgroups, plus
 //! host facts the rules need (NUMA nodes, balancing, KVM debugfs), and what
-//! the live capture asked QMP, KVM stats fds and kvm:kvm_exit (host::live).
+//! the live capture asked QMP, KVM stats fds and kvm:kvm_exit (host::stored).
 
 use super::discovery::{
     libvirt_scope, libvirt_vcpu_cgroup, thread_role, vm_name, vmm_comm, vmm_of, weight_group_path,
     ThreadRole, VmKind,
 };
 use super::kvm::KvmCounters;
-use super::live::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
 use super::sched_store::{StoredSched, SCHED_FILE};
+use super::stored::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
 use crate::side::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;

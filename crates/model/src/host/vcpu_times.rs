@@ -3,8 +3,32 @@
 //! share one, so that no two series collide) and the vCPU index.
 
 use super::discovery::ThreadRole;
-use super::scanner::{ScannedVm, ThreadSample};
 use std::collections::BTreeMap;
+use stealscope_readers::process::TaskSchedstat;
+
+/// One thread's schedstat from a host scan (the engine's `HostScanner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadSample {
+    pub pid: u32,
+    pub tid: u32,
+    pub role: ThreadRole,
+    pub sched: TaskSchedstat,
+}
+
+/// A VM a host scan follows, as its series are named: pid and name.
+pub trait ScannedVmId {
+    fn pid(&self) -> u32;
+    fn name(&self) -> &str;
+}
+
+impl ScannedVmId for (u32, String) {
+    fn pid(&self) -> u32 {
+        self.0
+    }
+    fn name(&self) -> &str {
+        &self.1
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct VcpuTimes {
@@ -17,24 +41,24 @@ pub struct VcpuTimes {
 
 /// Each VM's name by pid, with the pid added when two VMs share a name, so
 /// that no two series collide.
-pub fn vm_labels(vms: &[ScannedVm]) -> BTreeMap<u32, String> {
+pub fn vm_labels<V: ScannedVmId>(vms: &[V]) -> BTreeMap<u32, String> {
     let mut per_name: BTreeMap<&str, usize> = BTreeMap::new();
     for vm in vms {
-        *per_name.entry(vm.name.as_str()).or_default() += 1;
+        *per_name.entry(vm.name()).or_default() += 1;
     }
     vms.iter()
         .map(|vm| {
-            let label = if per_name[vm.name.as_str()] > 1 {
-                format!("{} (pid {})", vm.name, vm.pid)
+            let label = if per_name[vm.name()] > 1 {
+                format!("{} (pid {})", vm.name(), vm.pid())
             } else {
-                vm.name.clone()
+                vm.name().to_string()
             };
-            (vm.pid, label)
+            (vm.pid(), label)
         })
         .collect()
 }
 
-pub fn vcpu_times(vms: &[ScannedVm], samples: &[ThreadSample]) -> Vec<VcpuTimes> {
+pub fn vcpu_times<V: ScannedVmId>(vms: &[V], samples: &[ThreadSample]) -> Vec<VcpuTimes> {
     let labels = vm_labels(vms);
     let label = |pid: u32| labels.get(&pid).cloned();
     let mut out: Vec<VcpuTimes> = samples
@@ -60,14 +84,9 @@ pub fn vcpu_times(vms: &[ScannedVm], samples: &[ThreadSample]) -> Vec<VcpuTimes>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stealscope_readers::process::TaskSchedstat;
 
-    fn vm(pid: u32, name: &str) -> ScannedVm {
-        ScannedVm {
-            pid,
-            name: name.into(),
-            threads: Vec::new(),
-        }
+    fn vm(pid: u32, name: &str) -> (u32, String) {
+        (pid, name.into())
     }
 
     fn sample(pid: u32, tid: u32, role: ThreadRole, wait_ns: u64) -> ThreadSample {

@@ -9,6 +9,7 @@ use crate::text::share;
 use maud::{html, Markup};
 use stealscope_analysis::report::HostSection;
 use stealscope_analysis::Verdict;
+use stealscope_findings::units::PERCENT;
 
 pub const ID: &str = "host";
 pub const WAIT_ID: &str = "plot-vcpu-wait-interval";
@@ -81,8 +82,8 @@ pub fn vm_table(h: &HostSection) -> Markup {
                                 td rowspan=(n) { (vm.kind) br; small { "vCPUs by " (vm.vcpu_source) } }
                             }
                             td { (c.index) } td { (c.tid) }
-                            td class="num wait" { (format!("{:.1}", c.host_steal_pct)) }
-                            td class="num" { (format!("{:.1}", c.util_pct)) }
+                            td class="num wait" { (PERCENT.render(Some(c.host_steal_pct))) }
+                            td class="num" { (PERCENT.render(Some(c.util_pct))) }
                             td { (c.cpus_allowed.as_ref().map(|v| stealscope_readers::cpulist::format(v)).unwrap_or_default()) }
                         }
                     }
@@ -103,8 +104,12 @@ fn wait_bars(h: &HostSection) -> Markup {
             labels.push(format!("{}/{}", vm.name, c.index));
             values.push(c.host_steal_pct);
             hover.push(format!(
-                "{} vCPU {} (tid {}): waited {:.1} %, ran {:.1} %",
-                vm.name, c.index, c.tid, c.host_steal_pct, c.util_pct
+                "{} vCPU {} (tid {}): waited {} %, ran {} %",
+                vm.name,
+                c.index,
+                c.tid,
+                PERCENT.render(Some(c.host_steal_pct)),
+                PERCENT.render(Some(c.util_pct))
             ));
         }
     }

@@ -6,6 +6,7 @@ use super::layout::Style;
 use super::share;
 use std::fmt::Write;
 use stealscope_analysis::report::{Hypervisor, SourceStatus};
+use stealscope_findings::units::PERCENT;
 use stealscope_model::host::VmSteal;
 
 /// What the host section says about each KVM statistics source.
@@ -64,8 +65,14 @@ pub(crate) fn vm_table(out: &mut String, st: &Style, vms: &[VmSteal]) {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {:<18.18}  {:>7}  {:>4}  {:>7}  {:>6.1}  {:>5.1}  {}",
-                name, pid, c.index, c.tid, c.host_steal_pct, c.util_pct, cpus
+                "  {:<18.18}  {:>7}  {:>4}  {:>7}  {}  {}  {}",
+                name,
+                pid,
+                c.index,
+                c.tid,
+                PERCENT.width(6).render(Some(c.host_steal_pct)),
+                PERCENT.width(5).render(Some(c.util_pct)),
+                cpus
             );
         }
         if vm.vcpus.is_empty() {

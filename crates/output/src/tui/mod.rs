@@ -142,10 +142,7 @@ fn heading_and_body(area: Rect) -> (Rect, Rect) {
 
 /// A percentage as the panels print it: one decimal, "n/a" when unknown.
 fn pct(v: Option<f64>) -> String {
-    match v {
-        Some(v) if v.is_finite() => format!("{v:.1}%"),
-        _ => stealscope_findings::units::NA.to_string(),
-    }
+    stealscope_findings::units::PERCENT.suffix("%").render(v)
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! /proc per check, and the name of new processes only, so it can run every
 //! second where a full discovery (every process, every thread) cannot.
 
-use super::discovery::vmm_comm;
 use std::collections::BTreeSet;
+use stealscope_model::host::discovery::vmm_comm;
 use stealscope_readers::process as proc_;
 use stealscope_readers::{ReadError, Source};
 

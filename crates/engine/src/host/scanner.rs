@@ -3,13 +3,14 @@
 //! every known thread, kept open. Threads or VMs that exit are dropped
 //! quietly; a changed thread list triggers rediscovery of that VM.
 
-use super::discovery::ThreadRole;
-use super::observation::collect_host;
-use crate::side::Side;
 use std::path::{Path, PathBuf};
+use stealscope_model::host::{collect_host, ScannedVmId, ThreadRole};
+use stealscope_model::observation::Side;
 use stealscope_readers::pread::PreadFile;
-use stealscope_readers::process::{parse_schedstat, task_schedstat_path, TaskSchedstat};
+use stealscope_readers::process::{parse_schedstat, task_schedstat_path};
 use stealscope_readers::{ReadError, RootFs};
+
+pub use stealscope_model::host::ThreadSample;
 
 pub struct ScannedThread {
     pub tid: u32,
@@ -23,12 +24,13 @@ pub struct ScannedVm {
     pub threads: Vec<ScannedThread>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ThreadSample {
-    pub pid: u32,
-    pub tid: u32,
-    pub role: ThreadRole,
-    pub sched: TaskSchedstat,
+impl ScannedVmId for ScannedVm {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 pub struct HostScanner {

@@ -1,6 +1,8 @@
 //! Numbers a scenario file may hold, each checked while it is read so the
-//! TOML parser can point at the offending value.
+//! TOML parser can point at the offending value; and [`map_to`], for the
+//! hand-written Deserialize of a demand.
 
+use serde::de::{self, MapAccess};
 use serde::Deserialize;
 
 /// A number > 0.
@@ -86,4 +88,10 @@ impl TryFrom<i64> for Weight {
             ))
         }
     }
+}
+
+/// Reads the table form of a demand through serde (used by `Demand`'s
+/// hand-written Deserialize, which also takes "busy", "idle" and numbers).
+pub(crate) fn map_to<'de, T: Deserialize<'de>, A: MapAccess<'de>>(map: A) -> Result<T, A::Error> {
+    T::deserialize(de::value::MapAccessDeserializer::new(map))
 }

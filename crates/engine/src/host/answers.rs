@@ -1,28 +1,21 @@
 //! What only a live host can answer, asked while capturing and written into
-//! the snapshot under /stealscope/ (a prefix no kernel file has), so that the
-//! report of a saved snapshot is the report that was printed live: QEMU's QMP
-//! (vCPU threads, accelerator, the KVM statistics it exports), KVM stats fds a
-//! VMM holds, and the kvm:kvm_exit sample.
+//! the snapshot under /stealscope/ (paths and shapes in
+//! stealscope_model::host::stored): QEMU's QMP (vCPU threads, accelerator,
+//! the KVM statistics it exports), KVM stats fds a VMM holds, and the
+//! kvm:kvm_exit sample.
 
-use super::discovery::VmKind;
-use super::observation::VmObs;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::time::Duration;
+use stealscope_model::host::observation::VmObs;
+use stealscope_model::host::stored::{
+    QmpAttempt, QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR,
+};
+use stealscope_model::host::VmKind;
 use stealscope_readers::kvm_exits::{self, ExitSample};
 use stealscope_readers::kvm_stats;
 use stealscope_readers::qmp::{sockets_from_cmdline, Qmp, QmpSocket};
 use stealscope_readers::MemFs;
-
-/// <pid>.json: a [`QmpRecord`].
-pub const QMP_DIR: &str = "/stealscope/qmp";
-/// <pid>/<fd>.bin: raw stats files; <pid>/problems.json: why there are none.
-pub const KVM_STATS_DIR: &str = "/stealscope/kvm-stats";
-/// t1 only: an [`ExitSample`].
-pub const EXIT_SAMPLE: &str = "/stealscope/kvm-exit-sample.json";
-/// Notes of the live capture itself (a --qmp name that matches no VM).
-pub const NOTES: &str = "/stealscope/notes.json";
 
 #[derive(Debug, Clone)]
 pub struct HostLiveOptions {
@@ -49,76 +42,6 @@ impl Default for HostLiveOptions {
             // a collector every interval.
             attribution: false,
         }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct QmpAttempt {
-    pub socket: String,
-    pub origin: String,
-    pub error: String,
-}
-
-/// What one VM's QMP said (or why it said nothing), as stored.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct QmpRecord {
-    /// The socket that answered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub socket: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    /// Sockets that did not answer.
-    #[serde(default)]
-    pub failed: Vec<QmpAttempt>,
-    /// Command ("query-stats vcpu" for query-stats with target vcpu) -> `return`.
-    #[serde(default)]
-    pub replies: BTreeMap<String, Value>,
-    /// Command -> error, for commands QEMU refused.
-    #[serde(default)]
-    pub errors: BTreeMap<String, String>,
-    /// Monitors on the command line that cannot be used, and why.
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-impl QmpRecord {
-    /// vCPU thread id -> vCPU index, from query-cpus-fast.
-    pub fn vcpu_tids(&self) -> BTreeMap<u32, u32> {
-        self.cpus()
-            .filter_map(|c| {
-                Some((
-                    c["thread-id"].as_u64()? as u32,
-                    c["cpu-index"].as_u64()? as u32,
-                ))
-            })
-            .collect()
-    }
-
-    /// qom-path -> vCPU index, to place query-stats vCPU entries.
-    pub fn qom_index(&self) -> BTreeMap<String, u32> {
-        self.cpus()
-            .filter_map(|c| {
-                Some((
-                    c["qom-path"].as_str()?.to_string(),
-                    c["cpu-index"].as_u64()? as u32,
-                ))
-            })
-            .collect()
-    }
-
-    fn cpus(&self) -> impl Iterator<Item = &Value> {
-        self.replies
-            .get("query-cpus-fast")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-    }
-
-    /// query-kvm "enabled": the VM runs on KVM (false: TCG).
-    pub fn kvm_enabled(&self) -> Option<bool> {
-        self.replies.get("query-kvm")?["enabled"].as_bool()
     }
 }
 

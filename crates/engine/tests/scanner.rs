@@ -3,7 +3,7 @@
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
-use stealscope_model::host::scanner::HostScanner;
+use stealscope_engine::host::HostScanner;
 
 const FAKE_VMM: &str = r#"
 import ctypes, threading, sys, time

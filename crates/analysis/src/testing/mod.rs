@@ -2,10 +2,12 @@
 //! `TestProcfs`): the two sides of an interval as [`MemFs`] trees, a
 //! `/proc/stat` per side made from per-CPU tick counts, and any other file
 //! given as the text the kernel prints. A test states the few files its rule
-//! reads; everything else is absent, as on a minimal guest.
+//! reads; everything else is absent, as on a minimal guest. [`host`] adds
+//! VMs, host processes and their scheduling groups.
+
+pub mod host;
 
 use crate::finding::Finding;
-use crate::rules::RuleFn;
 use stealscope_model::MachineModel;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
 use stealscope_readers::MemFs;
@@ -25,6 +27,7 @@ pub const fn ticks(busy: u64, idle: u64, steal: u64) -> Ticks {
 /// Counters at t0, so that deltas do not start from zero.
 const BASE: Ticks = ticks(100_000, 400_000, 1_000);
 
+#[derive(Clone)]
 pub struct TestMachine {
     interval_s: f64,
     /// Per CPU, over the whole interval.
@@ -219,8 +222,9 @@ impl TestMachine {
         MachineModel::build(&self.snapshot()).expect("test machine builds a model")
     }
 
-    /// What `rule` finds on this machine.
-    pub fn run(&self, rule: RuleFn) -> Vec<Finding> {
+    /// What `rule` finds on this machine (any rule of `rules::GUEST_RULES`;
+    /// its type is spelled out so that this module does not use `rules`).
+    pub fn run(&self, rule: fn(&MachineModel, &mut Vec<Finding>)) -> Vec<Finding> {
         let mut out = Vec::new();
         rule(&self.model(), &mut out);
         out
