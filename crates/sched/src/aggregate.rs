@@ -32,6 +32,12 @@
 //!   switch-in, sleep or wake-up may be among them): its time goes to
 //!   `unknown` until it is seen again, and that episode is not recorded.
 //!   What is lost is never blamed on a culprit.
+//! - Charges on c since its last switch stay pending until the next switch
+//!   there: its `prev` confirms them when it is c's current. When it is
+//!   not, a switch was missing from the trace (6.18 drops some, the switch
+//!   away from the idle task among them): `prev`'s pending charge is
+//!   dropped and the other threads' goes to `unknown` (see
+//!   `Aggregator::confirm`).
 //! - A switch resets c's interrupt nesting: no switch happens inside a hard
 //!   or soft interrupt handler, so a lost exit cannot charge irq forever.
 
