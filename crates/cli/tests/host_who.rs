@@ -857,7 +857,10 @@ fn collector_charges_an_idle_vms_vcpu_what_schedstat_says() {
     let c = vcpu(&m.r, pid, tid);
     eprintln!("idle vCPU wait_by: {}", c["wait_by"]);
     let (before, after) = m.at_readings(tid);
-    assert!(after.2 - before.2 > 20, "the idle vCPU was woken: {after:?}");
+    assert!(
+        after.2 - before.2 > 20,
+        "the idle vCPU was woken: {after:?}"
+    );
     check_sums(c, before, after);
     let reason = m.r["attribution"]["reason"].as_str().unwrap();
     assert!(!reason.contains("ciV"), "{reason}");

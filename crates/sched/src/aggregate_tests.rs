@@ -314,7 +314,10 @@ fn a_missing_switch_from_idle_charges_no_idle_wait() {
     assert_eq!(w.episodes.count, 0);
     assert_eq!(a.missed_switches(), 1);
     // The next wake-up on the idle CPU with its switch traced is charged.
-    let w = run(&mut a, &[wake(1_000_000, V, 1), sw(1, 1_000_040, 0, false, V)]);
+    let w = run(
+        &mut a,
+        &[wake(1_000_000, V, 1), sw(1, 1_000_040, 0, false, V)],
+    );
     assert_eq!((w.idle_ns, w.episodes.count), (40, 1));
 }
 
