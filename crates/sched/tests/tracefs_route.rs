@@ -415,7 +415,7 @@ fn a_tiny_buffer_under_a_high_switch_rate_counts_its_losses() {
     assert!(named <= wait + 5_000_000, "named {named} of {wait}");
 }
 
-/// A thread that sleeps most of the time (2 ms sleeps, 50 us of work) and
+/// A thread that sleeps most of the time (2 ms sleeps, 1 ms of work) and
 /// parks while the test reads, so that no wait episode straddles a reading:
 /// its charged wait matches its schedstat wait over the same interval, and
 /// it has no more episodes than times run. On 6.18 the switch away from
@@ -441,7 +441,7 @@ fn a_mostly_sleeping_thread_sums_to_schedstat() {
             k.store(false, Ordering::Release);
             std::thread::sleep(Duration::from_millis(2));
             let t = std::time::Instant::now();
-            while t.elapsed() < Duration::from_micros(50) {
+            while t.elapsed() < Duration::from_millis(1) {
                 std::hint::spin_loop();
             }
         }
@@ -489,11 +489,13 @@ fn a_mostly_sleeping_thread_sums_to_schedstat() {
     assert!(!runs.is_empty(), "every run lost events");
     // schedstat times a wait by the run queue's clock, read before the
     // scheduler picks; the trace stamps the switch after the pick: on this
-    // loaded 2-CPU VM that is 6-8 us more per episode in the trace, which
-    // a thread with many short waits adds up (10 ms over 1,235 episodes).
-    // Allowed: 2%, plus 10 us an episode, plus 1 ms.
+    // loaded 2-CPU VM that is 6-22 us more per episode in the trace, which
+    // a thread with many short waits adds up (27 ms over 1,325 episodes).
+    // Allowed: 2%, plus 30 us an episode, plus 1 ms. A woken thread taken
+    // as queued until it next sleeps would add its 1 ms of work per
+    // episode: 30 times that allowance.
     for (charged, wait, episodes) in runs {
-        let slack = 0.02 * wait as f64 + 10_000.0 * episodes as f64 + 1e6;
+        let slack = 0.02 * wait as f64 + 30_000.0 * episodes as f64 + 1e6;
         assert!(
             (charged as f64 - wait as f64).abs() <= slack,
             "charged {charged} ns vs schedstat wait {wait} ns ({episodes} episodes)"
