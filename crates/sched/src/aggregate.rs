@@ -32,6 +32,12 @@
 //!   switch-in, sleep or wake-up may be among them): its time goes to
 //!   `unknown` until it is seen again, and that episode is not recorded.
 //!   What is lost is never blamed on a culprit.
+//! - Charges on c since its last switch stay pending until the next switch
+//!   there: its `prev` confirms them when it is c's current. When it is
+//!   not, a switch was missing from the trace (6.18 drops some, the switch
+//!   away from the idle task among them): `prev`'s pending charge is
+//!   dropped and the other threads' goes to `unknown` (see
+//!   `Aggregator::confirm`).
 //! - A switch resets c's interrupt nesting: no switch happens inside a hard
 //!   or soft interrupt handler, so a lost exit cannot charge irq forever.
 
@@ -181,6 +187,9 @@ struct Cpu {
     irq: u32,
     /// Watched threads queued here.
     queued: Vec<u32>,
+    /// What was charged here since the last switch on this CPU: the next
+    /// switch confirms it (its `prev` is `current`) or revokes it.
+    pending: Vec<(u32, Target, u64)>,
 }
 
 impl Default for Cpu {
@@ -189,6 +198,7 @@ impl Default for Cpu {
             current: Current::Unknown,
             irq: 0,
             queued: Vec::new(),
+            pending: Vec::new(),
         }
     }
 }
@@ -229,6 +239,7 @@ pub struct Aggregator {
     /// Latest time applied; earlier timestamps are taken as this one.
     now: u64,
     events: u64,
+    missed_switches: u64,
 }
 
 impl Aggregator {
@@ -245,6 +256,7 @@ impl Aggregator {
             culprits: HashMap::new(),
             now: 0,
             events: 0,
+            missed_switches: 0,
         }
     }
 
@@ -268,6 +280,12 @@ impl Aggregator {
     /// Events applied so far.
     pub fn events(&self) -> u64 {
         self.events
+    }
+
+    /// Switches found missing: a `sched_switch` whose `prev` was not what
+    /// the CPU's last switch put there.
+    pub fn missed_switches(&self) -> u64 {
+        self.missed_switches
     }
 
     /// Cumulative waits of every watched thread, charged up to the last
@@ -347,6 +365,7 @@ impl Aggregator {
                 let c = self.cpu(cpu);
                 c.current = Current::Unknown;
                 c.irq = 0;
+                c.pending.clear();
                 for w in self.threads.values_mut() {
                     match &mut w.state {
                         State::Running { cpu: r } if *r == cpu => w.state = State::Unknown,
@@ -373,6 +392,7 @@ impl Aggregator {
 
     fn switch(&mut self, cpu: u32, t: u64, prev: u32, runnable: bool, next: u32, comm: Comm) {
         self.settle(cpu, t);
+        self.confirm(cpu, prev);
         if self.threads.contains_key(&prev) && prev != 0 {
             // Queued while it was running means an event was missed: the
             // stretch so far stays charged, no episode is recorded.
@@ -410,6 +430,66 @@ impl Aggregator {
         } else {
             Current::Task(next, comm)
         };
+    }
+
+    /// Settles what was charged on `cpu` since its last switch, now that a
+    /// switch shows `prev` was running there. When `prev` is not the
+    /// current the last switch left, a switch to `prev` was not traced (on
+    /// 6.18 the switch away from the idle task, and from some other tasks,
+    /// is missing now and then): at some unknown time since that switch the
+    /// CPU ran other tasks, then `prev`. That stretch was charged to a
+    /// current that may not have run: `prev`'s own charge is dropped (it
+    /// ran for an unknown part of it; the kernel lets a woken task on an
+    /// idle CPU run at once), the others' goes to `unknown`.
+    fn confirm(&mut self, cpu: u32, prev: u32) {
+        let Some(c) = self.cpus.get_mut(cpu as usize) else {
+            return;
+        };
+        let pending = std::mem::take(&mut c.pending);
+        let missed = match c.current {
+            Current::Unknown => false,
+            Current::Idle => prev != 0,
+            Current::Task(tid, _) => tid != prev,
+        };
+        if !missed {
+            return;
+        }
+        self.missed_switches += 1;
+        if let Some(Watched {
+            state: State::Queued { uncertain, .. },
+            ..
+        }) = self.threads.get_mut(&prev)
+        {
+            // Its episode's end is not known.
+            *uncertain = true;
+        }
+        for (tid, target, ns) in pending {
+            let Some(w) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let waits = &mut w.waits;
+            let from = match target {
+                Target::Unknown => &mut waits.unknown_ns,
+                Target::Idle => &mut waits.idle_ns,
+                Target::Irq => &mut waits.irq_ns,
+                Target::Task(ctid, comm) => {
+                    let culprit = culprit(&mut self.culprits, self.ident.as_mut(), ctid, comm);
+                    match waits.by_thread.get_mut(&culprit) {
+                        Some(v) => v,
+                        None => continue,
+                    }
+                }
+            };
+            let ns = ns.min(*from);
+            *from -= ns;
+            if tid != prev {
+                waits.unknown_ns += ns;
+            }
+        }
+        let w = &mut self.threads;
+        for waits in w.values_mut().map(|w| &mut w.waits) {
+            waits.by_thread.retain(|_, v| *v > 0);
+        }
     }
 
     /// Queues a watched thread on `cpu` from `t` (episode begun at `since`).
@@ -471,6 +551,7 @@ impl Aggregator {
             }
         };
         let queued = c.queued.clone();
+        let mut pending = std::mem::take(&mut self.cpus[cpu as usize].pending);
         for tid in queued {
             let Some(w) = self.threads.get_mut(&tid) else {
                 continue;
@@ -487,7 +568,12 @@ impl Aggregator {
                 continue;
             }
             let waits = &mut w.waits;
-            match if *uncertain { Target::Unknown } else { target } {
+            let to = if *uncertain { Target::Unknown } else { target };
+            match pending.iter_mut().find(|p| p.0 == tid && p.1 == to) {
+                Some(p) => p.2 += ns,
+                None => pending.push((tid, to, ns)),
+            }
+            match to {
                 Target::Unknown => waits.unknown_ns += ns,
                 Target::Idle => waits.idle_ns += ns,
                 Target::Irq => waits.irq_ns += ns,
@@ -497,6 +583,7 @@ impl Aggregator {
                 }
             }
         }
+        self.cpus[cpu as usize].pending = pending;
     }
 }
 
@@ -506,7 +593,7 @@ impl Default for Aggregator {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Target {
     Unknown,
     Idle,

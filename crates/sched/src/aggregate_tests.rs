@@ -296,3 +296,68 @@ fn proc_identity_of_this_thread_a_kthread_and_a_gone_one() {
     }
     assert_eq!(p.identify(u32::MAX - 1), (u32::MAX - 1, false));
 }
+
+#[test]
+fn a_missing_switch_from_idle_charges_no_idle_wait() {
+    // 6.18: V is woken on idle CPU 1 and runs, but the switch idle -> V is
+    // not in the trace; the next switch there has V as prev.
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, A, false, 0),
+            wake(1_000, V, 1),
+            sw(1, 900_000, V, false, 0),
+        ],
+    );
+    assert_eq!(w.wait_ns(), 0, "{w:?}");
+    assert_eq!(w.episodes.count, 0);
+    assert_eq!(a.missed_switches(), 1);
+    // The next wake-up on the idle CPU with its switch traced is charged.
+    let w = run(
+        &mut a,
+        &[wake(1_000_000, V, 1), sw(1, 1_000_040, 0, false, V)],
+    );
+    assert_eq!((w.idle_ns, w.episodes.count), (40, 1));
+}
+
+#[test]
+fn a_missing_switch_from_a_task_moves_others_charge_to_unknown() {
+    // V and B queued on CPU 1 while A runs; A -> V is not traced, then V is
+    // seen as prev. V's charge since the last switch is dropped, B's (who
+    // really waited, for A then V) goes to unknown.
+    let mut a = agg();
+    a.watch(&[V, B]);
+    for e in [
+        sw(1, 0, 0, false, V),
+        wake(50, B, 1),
+        sw(1, 100, V, true, A),
+        sw(1, 500, V, true, B),
+    ] {
+        a.apply(&e);
+    }
+    let w = a.waits();
+    let (v, b) = (&w[&V], &w[&B]);
+    assert_eq!(v.wait_ns(), 0, "{v:?}");
+    assert_eq!(charged(b, V), 50, "{b:?}");
+    assert_eq!(charged(b, A), 0);
+    assert_eq!(b.unknown_ns, 400);
+    assert_eq!(b.episodes.count, 1);
+    assert_eq!(b.episodes.sum_ns, 450);
+    assert_eq!(a.missed_switches(), 1);
+}
+
+#[test]
+fn a_confirmed_switch_keeps_every_charge() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, 0, false, A),
+            wake(100, V, 1),
+            sw(1, 300, A, true, V),
+        ],
+    );
+    assert_eq!(charged(&w, A), 200);
+    assert_eq!(a.missed_switches(), 0);
+}

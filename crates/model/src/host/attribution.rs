@@ -163,34 +163,6 @@ pub(crate) fn charges(w: &ThreadWaits, name: impl Fn(&Culprit) -> Key) -> BTreeM
     by
 }
 
-/// The trace can miss a switch-in from the idle task (seen on this
-/// kernel): the thread then looks queued, charged to `idle`, while
-/// schedstat says it ran. schedstat's wait over the same interval
-/// (`bound`, ns) bounds the sum: excess goes from `idle` first, then every
-/// row in proportion. True when it trimmed.
-pub(crate) fn trim_to_schedstat(by: &mut BTreeMap<Key, u64>, bound: u64) -> bool {
-    let sum: u64 = by.values().sum();
-    if sum <= bound + bound / 20 + 2_000_000 {
-        return false;
-    }
-    let mut excess = sum - bound;
-    let idle = ("unknown", "idle".to_string(), None, None);
-    if let Some(v) = by.get_mut(&idle) {
-        let cut = excess.min(*v);
-        *v -= cut;
-        excess -= cut;
-    }
-    let rest: u64 = by.values().sum();
-    if excess > 0 && rest > 0 {
-        let keep = bound as f64 / rest as f64;
-        for v in by.values_mut() {
-            *v = (*v as f64 * keep) as u64;
-        }
-    }
-    by.retain(|_, v| *v > 0);
-    true
-}
-
 /// Charges as rows, most seconds first, each with its share of the total.
 pub(crate) fn wait_by_rows(by: &BTreeMap<Key, u64>) -> Vec<WaitBy> {
     let total = by.values().sum::<u64>().max(1) as f64;
@@ -220,6 +192,27 @@ fn episodes(w: &ThreadWaits) -> WaitEpisodes {
         over_1ms: h.over_1ms,
         over_10ms: h.over_10ms,
     }
+}
+
+/// A thread's schedstat wait between the two collector readings (read
+/// right after each), else between the two sides' thread times.
+fn schedstat_wait(t0: &HostObservation, t1: &HostObservation, tid: u32) -> Option<u64> {
+    let at_reading = |o: &HostObservation| match o.sched.as_ref()? {
+        StoredSched::Sample(x) => x.threads.iter().find(|t| t.tid == tid)?.schedstat,
+        StoredSched::Unavailable { .. } => None,
+    };
+    if let (Some(a), Some(b)) = (at_reading(t0), at_reading(t1)) {
+        return Some(b[1].saturating_sub(a[1]));
+    }
+    let side = |o: &HostObservation| {
+        o.vms
+            .iter()
+            .flat_map(|v| &v.vcpus)
+            .find(|(_, x)| x.tid == tid)
+            .and_then(|(_, x)| x.sched)
+            .map(|s| s.wait_ns)
+    };
+    Some(side(t1)?.saturating_sub(side(t0)?))
 }
 
 fn sample(s: Option<&StoredSched>, side: &str) -> Result<SchedSample, String> {
@@ -262,7 +255,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     // Culprits that exited during the interval are named from t0.
     let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();
     let mut host: BTreeMap<Key, (u64, BTreeMap<String, u64>)> = BTreeMap::new();
-    let mut trimmed = 0;
+    let mut disagree: Vec<String> = Vec::new();
     for vm in &t1.vms {
         for (_, t) in &vm.vcpus {
             let Some(w1) = s1.threads.get(&t.tid) else {
@@ -272,17 +265,19 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
                 Some(w0) => w1.since(w0),
                 None => w1.clone(),
             };
-            let mut by = charges(&w, |c| classify(c, &vms));
-            let wait0 = t0
-                .vms
-                .iter()
-                .flat_map(|v| &v.vcpus)
-                .find(|(_, x)| x.tid == t.tid)
-                .and_then(|(_, x)| x.sched)
-                .map(|s| s.wait_ns);
-            if let (Some(w0), Some(w1)) = (wait0, t.sched.map(|s| s.wait_ns)) {
-                if trim_to_schedstat(&mut by, w1.saturating_sub(w0)) {
-                    trimmed += 1;
+            let by = charges(&w, |c| classify(c, &vms));
+            // A check, never a rewrite: schedstat's wait over the same
+            // interval is an independent account of the sum.
+            if let Some(wait) = schedstat_wait(t0, t1, t.tid) {
+                let sum: u64 = by.values().sum();
+                if sum.abs_diff(wait) > wait / 50 + 1_000_000 {
+                    disagree.push(format!(
+                        "{} tid {}: {:.3} s vs {:.3} s",
+                        vm.name,
+                        t.tid,
+                        sum as f64 / 1e9,
+                        wait as f64 / 1e9
+                    ));
                 }
             }
             let rows = wait_by_rows(&by);
@@ -294,11 +289,13 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
             out.by_tid.insert(t.tid, (rows, episodes(&w)));
         }
     }
-    if trimmed > 0 {
+    if !disagree.is_empty() {
         out.status.reason = format!(
-            "{}; {trimmed} vCPU(s) charged more wait than schedstat measured (missed \
-             switch-ins): trimmed to schedstat, idle first",
-            out.status.reason
+            "{}; attributed wait differs from schedstat's by more than 2% for {} vCPU(s) \
+             ({})",
+            out.status.reason,
+            disagree.len(),
+            disagree.join(", ")
         );
     }
     let all = host.values().map(|v| v.0).sum::<u64>().max(1) as f64;

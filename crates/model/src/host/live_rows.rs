@@ -5,7 +5,7 @@
 //! the scheduler-event collector taken with the scans
 //! ([`vcpu_wait_by`]). Pure: the caller reads the system.
 
-use super::attribution::{charges, classify_with, trim_to_schedstat, wait_by_rows, Key, WaitBy};
+use super::attribution::{charges, classify_with, wait_by_rows, Key, WaitBy};
 use super::discovery::ThreadRole;
 use super::vcpu_times::{vm_labels, ScannedVmId, ThreadSample};
 use std::collections::{BTreeMap, VecDeque};
@@ -53,16 +53,14 @@ pub struct VmLive {
 }
 
 /// Each watched thread's wait between two collector readings, ns by
-/// culprit, named with the VMs and threads of a host scan. `bound` gives a
-/// thread's schedstat wait over the same interval, ns, when known: charges
-/// above it are trimmed as in host attribution. For live views and
-/// exporters alike.
+/// culprit, named with the VMs and threads of a host scan. Never trimmed
+/// to schedstat: the aggregator handles switches the trace missed. For
+/// live views and exporters alike.
 pub fn vcpu_wait_by<V: ScannedVmId>(
     before: &SchedSample,
     now: &SchedSample,
     vms: &[V],
     threads: &[ThreadSample],
-    bound: impl Fn(u32) -> Option<u64>,
 ) -> BTreeMap<u32, BTreeMap<Key, u64>> {
     let vm_of = |tgid: u32, tid: u32| {
         vms.iter().find(|v| v.pid() == tgid).map(|v| {
@@ -78,10 +76,7 @@ pub fn vcpu_wait_by<V: ScannedVmId>(
             continue;
         };
         let w = w1.since(w0);
-        let mut by = charges(&w, |c| classify_with(c, vm_of(c.tgid, c.tid)));
-        if let Some(b) = bound(*tid) {
-            trim_to_schedstat(&mut by, b);
-        }
+        let by = charges(&w, |c| classify_with(c, vm_of(c.tgid, c.tid)));
         out.insert(*tid, by);
     }
     out
@@ -156,7 +151,7 @@ impl LiveHost {
                 .then(|| (n.wait_ns - p.wait_ns, n.run_ns - p.run_ns))
         };
         let blame = match (prev.and_then(|p| p.collector.as_ref()), collector) {
-            (Some(a), Some(b)) => Some(vcpu_wait_by(a, b, vms, samples, |t| delta(t).map(|d| d.0))),
+            (Some(a), Some(b)) => Some(vcpu_wait_by(a, b, vms, samples)),
             _ => None,
         };
         let labels = vm_labels(vms);

@@ -138,20 +138,3 @@ fn culprits_per_vcpu_and_per_vm_named_by_the_scan() {
         ("vmm", "b", 1.0)
     );
 }
-
-#[test]
-fn charges_above_schedstat_are_trimmed_idle_first() {
-    let vms = [vm(10, "a")];
-    // schedstat: 100 ms of wait between the scans; the trace charged 100 ms
-    // to a hog and 500 ms to idle (missed switch-ins).
-    let t = |k: u64| [th(10, 11, ThreadRole::Vcpu(0), k * S, k * 100 * MS)];
-    let hog = culprit(99, 99, "hog");
-    let r0 = reading(&[(11, &[], 0)]);
-    let r1 = reading(&[(11, &[(hog, 100 * MS)], 500 * MS)]);
-    let mut h = LiveHost::new(10);
-    h.push(S, &vms, &t(1), place, Some(&r0));
-    h.push(2 * S, &vms, &t(2), place, Some(&r1));
-    let c = h.rows()[0].culprits.clone().unwrap();
-    assert_eq!(c.len(), 1, "{c:?}");
-    assert_eq!((c[0].name.as_str(), c[0].share), ("hog", 1.0));
-}

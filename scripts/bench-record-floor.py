@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""`stealscope record --rate 100` side by side with its floor, the C loop of
+the same reads (scripts/sample_floor.c), both started together for SECS
+seconds; CPU of each from wait4's rusage (utime + stime). Validity per run:
+the machine's busy share and steal over the run (/proc/stat), printed beside
+each pair; a run with the machine over --max-busy is marked rejected.
+
+  scripts/bench-record-floor.py BIN FLOOR [--secs 30] [--runs 3] [--max-busy 60]
+
+BIN is a release `stealscope`, FLOOR the `cc -O2` build of sample_floor.c.
+Prints one Markdown row per run on stdout."""
+import argparse, os, subprocess, tempfile, time
+
+
+def stat():
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    return sum(v) - v[3] - v[4], sum(v), v[7]
+
+
+def cpu_s(ru):
+    return ru.ru_utime + ru.ru_stime
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("bin")
+    p.add_argument("floor")
+    p.add_argument("--secs", type=int, default=30)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--max-busy", type=float, default=60.0)
+    a = p.parse_args()
+    print("| run | record | floor | ratio | machine busy, steal | valid |")
+    print("|---|---|---|---|---|---|")
+    for i in range(a.runs):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "rec.ssr")
+            b0, t0, s0 = stat()
+            w0 = time.monotonic()
+            rec = subprocess.Popen(
+                [a.bin, "record", "-o", out, "--rate", "100", "--duration", f"{a.secs}s"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            flo = subprocess.Popen([a.floor, str(a.secs), "100", "1"],
+                                   stdout=subprocess.DEVNULL)
+            got = {}
+            while len(got) < 2:
+                pid, status, ru = os.wait4(-1, 0)
+                got[pid] = (status, ru)
+            wall = time.monotonic() - w0
+            b1, t1, s1 = stat()
+        rs, rru = got[rec.pid]
+        fs, fru = got[flo.pid]
+        r, f = 100 * cpu_s(rru) / a.secs, 100 * cpu_s(fru) / a.secs
+        busy = 100 * (b1 - b0) / max(t1 - t0, 1)
+        steal = 100 * (s1 - s0) / max(t1 - t0, 1)
+        ok = rs == 0 and fs == 0 and busy <= a.max_busy
+        why = "yes" if ok else ("no: exit status" if rs or fs else f"no: busy over {a.max_busy:.0f} %")
+        print(f"| {a.secs} s #{i + 1} | {r:.3f} % | {f:.3f} % | {r / f:.2f} | "
+              f"{busy:.0f} %, {steal:.2f} % | {why} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
