@@ -113,21 +113,100 @@ pub fn kthread_class(comm: &str) -> String {
 }
 
 /// What a culprit thread is, as (kind, name, vm, pid).
-type Key = (&'static str, String, Option<String>, Option<u32>);
+pub type Key = (&'static str, String, Option<String>, Option<u32>);
 
-fn classify(c: &Culprit, vms: &[&VmObs]) -> Key {
-    if let Some(vm) = vms.iter().find(|v| v.pid == c.tgid) {
-        let kind = if vm.vcpus.iter().any(|(_, t)| t.tid == c.tid) {
-            "vcpu"
-        } else {
-            "vmm"
-        };
-        return (kind, vm.name.clone(), Some(vm.name.clone()), Some(vm.pid));
+/// A culprit's VM as naming needs it: name, pid, and whether the culprit
+/// thread is one of its vCPUs.
+pub(crate) type VmOf<'a> = Option<(&'a str, u32, bool)>;
+
+/// Names a culprit: a thread of a VM (`vcpu` or `vmm`), else a kernel
+/// thread class, else a host process.
+pub(crate) fn classify_with(c: &Culprit, vm: VmOf) -> Key {
+    if let Some((name, pid, vcpu)) = vm {
+        let kind = if vcpu { "vcpu" } else { "vmm" };
+        return (kind, name.to_string(), Some(name.to_string()), Some(pid));
     }
     if c.kthread {
         return ("host-kthread", kthread_class(&c.comm), None, None);
     }
     ("host-process", c.comm.clone(), None, Some(c.tgid))
+}
+
+fn classify(c: &Culprit, vms: &[&VmObs]) -> Key {
+    let vm = vms.iter().find(|v| v.pid == c.tgid).map(|vm| {
+        let vcpu = vm.vcpus.iter().any(|(_, t)| t.tid == c.tid);
+        (vm.name.as_str(), vm.pid, vcpu)
+    });
+    classify_with(c, vm)
+}
+
+/// One vCPU's wait over an interval (`w`, already a difference of two
+/// readings) by culprit, interrupt, idle and untraced time included.
+pub(crate) fn charges(w: &ThreadWaits, name: impl Fn(&Culprit) -> Key) -> BTreeMap<Key, u64> {
+    let mut by: BTreeMap<Key, u64> = BTreeMap::new();
+    for (c, &ns) in &w.by_thread {
+        *by.entry(name(c)).or_default() += ns;
+    }
+    let extra = [
+        (("irq", "irq".to_string(), None, None), w.irq_ns),
+        (("unknown", "idle".to_string(), None, None), w.idle_ns),
+        (
+            ("unknown", "untraced".to_string(), None, None),
+            w.unknown_ns,
+        ),
+    ];
+    for (k, ns) in extra {
+        if ns > 0 {
+            *by.entry(k).or_default() += ns;
+        }
+    }
+    by
+}
+
+/// The trace can miss a switch-in from the idle task (seen on this
+/// kernel): the thread then looks queued, charged to `idle`, while
+/// schedstat says it ran. schedstat's wait over the same interval
+/// (`bound`, ns) bounds the sum: excess goes from `idle` first, then every
+/// row in proportion. True when it trimmed.
+pub(crate) fn trim_to_schedstat(by: &mut BTreeMap<Key, u64>, bound: u64) -> bool {
+    let sum: u64 = by.values().sum();
+    if sum <= bound + bound / 20 + 2_000_000 {
+        return false;
+    }
+    let mut excess = sum - bound;
+    let idle = ("unknown", "idle".to_string(), None, None);
+    if let Some(v) = by.get_mut(&idle) {
+        let cut = excess.min(*v);
+        *v -= cut;
+        excess -= cut;
+    }
+    let rest: u64 = by.values().sum();
+    if excess > 0 && rest > 0 {
+        let keep = bound as f64 / rest as f64;
+        for v in by.values_mut() {
+            *v = (*v as f64 * keep) as u64;
+        }
+    }
+    by.retain(|_, v| *v > 0);
+    true
+}
+
+/// Charges as rows, most seconds first, each with its share of the total.
+pub(crate) fn wait_by_rows(by: &BTreeMap<Key, u64>) -> Vec<WaitBy> {
+    let total = by.values().sum::<u64>().max(1) as f64;
+    let mut rows: Vec<WaitBy> = by
+        .iter()
+        .map(|(k, &ns)| WaitBy {
+            kind: k.0,
+            name: k.1.clone(),
+            vm: k.2.clone(),
+            pid: k.3,
+            seconds: ns as f64 / 1e9,
+            share: ns as f64 / total,
+        })
+        .collect();
+    rows.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    rows
 }
 
 fn episodes(w: &ThreadWaits) -> WaitEpisodes {
@@ -193,28 +272,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
                 Some(w0) => w1.since(w0),
                 None => w1.clone(),
             };
-            let mut by: BTreeMap<Key, u64> = BTreeMap::new();
-            for (c, &ns) in &w.by_thread {
-                *by.entry(classify(c, &vms)).or_default() += ns;
-            }
-            let extra = [
-                (("irq", "irq".to_string(), None, None), w.irq_ns),
-                (("unknown", "idle".to_string(), None, None), w.idle_ns),
-                (
-                    ("unknown", "untraced".to_string(), None, None),
-                    w.unknown_ns,
-                ),
-            ];
-            for (k, ns) in extra {
-                if ns > 0 {
-                    *by.entry(k).or_default() += ns;
-                }
-            }
-            // The trace can miss a switch-in from the idle task (seen on
-            // this kernel): the thread then looks queued, charged to
-            // `idle`, while schedstat says it ran. schedstat's wait over the
-            // same interval bounds the sum: excess goes from `idle` first,
-            // then every row in proportion, and the status says so.
+            let mut by = charges(&w, |c| classify(c, &vms));
             let wait0 = t0
                 .vms
                 .iter()
@@ -223,40 +281,11 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
                 .and_then(|(_, x)| x.sched)
                 .map(|s| s.wait_ns);
             if let (Some(w0), Some(w1)) = (wait0, t.sched.map(|s| s.wait_ns)) {
-                let bound = w1.saturating_sub(w0);
-                let sum: u64 = by.values().sum();
-                if sum > bound + bound / 20 + 2_000_000 {
+                if trim_to_schedstat(&mut by, w1.saturating_sub(w0)) {
                     trimmed += 1;
-                    let mut excess = sum - bound;
-                    let idle = ("unknown", "idle".to_string(), None, None);
-                    if let Some(v) = by.get_mut(&idle) {
-                        let cut = excess.min(*v);
-                        *v -= cut;
-                        excess -= cut;
-                    }
-                    let rest: u64 = by.values().sum();
-                    if excess > 0 && rest > 0 {
-                        let keep = bound as f64 / rest as f64;
-                        for v in by.values_mut() {
-                            *v = (*v as f64 * keep) as u64;
-                        }
-                    }
-                    by.retain(|_, v| *v > 0);
                 }
             }
-            let total = by.values().sum::<u64>().max(1) as f64;
-            let mut rows: Vec<WaitBy> = by
-                .iter()
-                .map(|(k, &ns)| WaitBy {
-                    kind: k.0,
-                    name: k.1.clone(),
-                    vm: k.2.clone(),
-                    pid: k.3,
-                    seconds: ns as f64 / 1e9,
-                    share: ns as f64 / total,
-                })
-                .collect();
-            rows.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            let rows = wait_by_rows(&by);
             for (k, ns) in by {
                 let e = host.entry(k).or_default();
                 e.0 += ns;

@@ -6,6 +6,7 @@ pub mod discovery;
 pub mod host_work;
 pub mod kvm;
 pub mod live;
+pub mod live_rows;
 pub mod live_sched;
 pub mod observation;
 pub mod scanner;
@@ -17,6 +18,7 @@ pub mod watch;
 
 pub use derived::{host_model, HostModel, HypervisorSplit, VcpuSteal, VmSteal};
 pub use discovery::{ThreadRole, VmKind};
+pub use live_rows::{LiveHost, Placement, VcpuLive, VmLive};
 pub use observation::{
     collect_host, collect_host_with, thread_times, HostObservation, ThreadTimes, VcpuSource, VmObs,
 };
