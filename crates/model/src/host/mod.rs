@@ -9,6 +9,7 @@ pub mod live;
 pub mod live_rows;
 pub mod live_sched;
 pub mod observation;
+pub mod running_wait_by;
 pub mod scanner;
 pub mod sched_store;
 pub mod tracker;
