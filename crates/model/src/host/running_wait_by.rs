@@ -131,6 +131,12 @@ impl Default for RunningWaitBy {
 }
 
 impl RunningWaitBy {
+    /// Charges `ns` of `vm`'s wait to a culprit.
+    pub fn add(&mut self, vm: &str, label: CulpritLabel, ns: u64) {
+        let top = self.top;
+        self.vms.entry(vm.to_string()).or_default().add(label, ns, top);
+    }
+
     /// Adds what accrued between two readings, named with a host scan;
     /// VMs the scan no longer lists are dropped (their series vanish).
     pub fn push(
@@ -151,11 +157,11 @@ impl RunningWaitBy {
             else {
                 continue;
             };
-            let entry = self.vms.entry(vm.clone()).or_default();
             for (key, ns) in by {
                 let (kind, name, _, _): Key = key;
-                entry.add((kind, name), ns, self.top);
+                self.add(vm, (kind, name), ns);
             }
+            let entry = self.vms.entry(vm.clone()).or_default();
             if let (Some(a), Some(b)) = (before.threads.get(&tid), now.threads.get(&tid)) {
                 add_hist(&mut entry.episodes, &b.episodes.since(&a.episodes));
             }
