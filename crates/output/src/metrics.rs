@@ -432,8 +432,14 @@ mod tests {
             run_s: 9.0,
         });
         s.findings.push(("steal.bursty".into(), Severity::Warning));
-        s.wait_by.add("web \"1\"", ("host-process", "burn".into()), 1_500_000_000);
-        s.wait_by.vms.get_mut("web \"1\"").unwrap().episodes.record(3_000_000);
+        s.wait_by
+            .add("web \"1\"", ("host-process", "burn".into()), 1_500_000_000);
+        s.wait_by
+            .vms
+            .get_mut("web \"1\"")
+            .unwrap()
+            .episodes
+            .record(3_000_000);
         s.sched = Some(SchedStatus {
             route: "tracefs".into(),
             reason: String::new(),
@@ -507,10 +513,17 @@ mod tests {
         assert!(text.contains("stealscope_build_info{version=\"9.9.9\"} 1\n"));
         assert!(text.contains("stealscope_vm_wait_by_seconds_total{vm=\"web \\\"1\\\"\",culprit_kind=\"host-process\",culprit=\"burn\"} 1.5\n"));
         assert!(text.contains("culprit_kind=\"other\",culprit=\"other\"} 0.0\n"));
-        assert!(text.contains("stealscope_vcpu_wait_episode_seconds_bucket{le=\"0.002\",vm=\"web \\\"1\\\"\"} 0\n"));
-        assert!(text.contains("stealscope_vcpu_wait_episode_seconds_bucket{le=\"0.005\",vm=\"web \\\"1\\\"\"} 1\n"));
+        assert!(text.contains(
+            "stealscope_vcpu_wait_episode_seconds_bucket{le=\"0.002\",vm=\"web \\\"1\\\"\"} 0\n"
+        ));
+        assert!(text.contains(
+            "stealscope_vcpu_wait_episode_seconds_bucket{le=\"0.005\",vm=\"web \\\"1\\\"\"} 1\n"
+        ));
         assert!(text.contains("stealscope_sched_route_info{route=\"tracefs\",reason=\"\"} 1\n"));
-        assert!(text.contains("stealscope_sched_events_lost_total 2\n"), "{text}");
+        assert!(
+            text.contains("stealscope_sched_events_lost_total 2\n"),
+            "{text}"
+        );
         assert!(text.contains("stealscope_cpu_hw_events_total{cpu=\"0\",event=\"tsc\"} 250.0\n"));
         assert!(text.contains(
             "stealscope_hw_event_unavailable{event=\"cycles\",reason=\"perf_event_open: No such file or directory\"} 1\n"

@@ -115,7 +115,10 @@ impl Subscriber for Feed {
         };
         let said = self.shared.state.lock().ok().and_then(|s| s.sched.clone());
         if said.is_none() && status.route != "none" {
-            log(&format!("who stole it: scheduler events by the {} route", status.route));
+            log(&format!(
+                "who stole it: scheduler events by the {} route",
+                status.route
+            ));
         }
         self.shared.update(|s| s.sched = Some(status));
         Ok(())

@@ -90,7 +90,9 @@ fn dashboard_and_rules_use_only_exported_metrics() {
                     || n.contains("wait_episode")
             })
             .flat_map(|(n, ty)| match *ty {
-                "histogram" => ["_bucket", "_sum", "_count"].map(|x| format!("{n}{x}")).to_vec(),
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .map(|x| format!("{n}{x}"))
+                    .to_vec(),
                 _ => vec![n.to_string()],
             }),
     );

@@ -212,7 +212,7 @@ fn dashboard_panels(d: &Value) -> Vec<&Value> {
 }
 
 /// Whether a value this machine serves is sensible on an axis of `unit`:
-/// ratios within 0-1, frequencies (the TSC) between 1 MHz and 100 GHz,
+/// ratios within 0-1, durations within a minute, frequencies (the TSC) between 1 MHz and 100 GHz,
 /// CPU counts within the CPUs of a large host, and unitless figures (IPC,
 /// counts of machines or findings) small. Tables show labels, not values.
 fn unit_fits(kind: &str, unit: &str, v: f64) -> bool {
@@ -222,6 +222,8 @@ fn unit_fits(kind: &str, unit: &str, v: f64) -> bool {
         (_, "hertz") => (1e6..=1e11).contains(&v),
         (_, "short") => (0.0..=4096.0).contains(&v),
         (_, "none") => (0.0..=20.0).contains(&v),
+        // Durations (wait-episode quantiles): up to the longest bucket.
+        (_, "s") => (0.0..=60.0).contains(&v),
         _ => false,
     }
 }

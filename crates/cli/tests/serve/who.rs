@@ -1,6 +1,6 @@
 //! Who stole it, as serve exports it: a busy 1-vCPU QEMU (TCG) VM pinned to
 //! one CPU beside a host busy loop of a known name, scraped by the test and
-//! by a real Prometheus. The loop is the VM's largest culprit; the culprit
+//! by a real Prometheus. The loop is named as a culprit of the VM; the culprit
 //! counters add up to the vCPU's schedstat wait over the same span (serve's
 //! own schedstat series, read at the same host scan, checked against the
 //! test's reading of /proc); no counter ever goes backwards (Prometheus's
@@ -57,9 +57,22 @@ fn pin(vm: &str, pid: u64) -> u64 {
     tid
 }
 
-fn wait_s(tid: u64) -> f64 {
+/// Field `i` of a thread's schedstat (0 run, 1 wait), seconds.
+fn schedstat_s(tid: u64, i: usize) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).unwrap();
-    s.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() / 1e9
+    s.split_whitespace().nth(i).unwrap().parse::<f64>().unwrap() / 1e9
+}
+
+/// Serve's metrics right after a host scan updated them (polled until the
+/// vCPU's wait series moves), with `tid`'s run time read at once: the two
+/// are then a few tens of ms apart rather than up to a scan period.
+fn fresh(s: &Serve, key: &str, tid: u64) -> (Exposition, f64) {
+    let v0 = s.metrics().get(key);
+    wait_for("a host scan", Duration::from_secs(5), || {
+        std::thread::sleep(Duration::from_millis(20));
+        let m = s.metrics();
+        (m.get(key) != v0).then(|| (m, schedstat_s(tid, 0)))
+    })
 }
 
 /// The VM's culprit series: (kind, culprit) -> seconds.
@@ -89,7 +102,10 @@ fn start_prometheus(dir: &std::path::Path, target: SocketAddr) -> (Reaped, Socke
             "--config.file={}",
             dir.join("prometheus.yml").display()
         ))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
         .arg(format!("--web.listen-address={prom}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -112,7 +128,7 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         .parse()
         .unwrap();
     let tid = pin("swV", pid);
-    let _hog = Hog::start("whoburn", "1");
+    let hog = Hog::start("whoburn", "1");
     let s = Serve::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let (_prom, prom) = start_prometheus(dir.path(), s.addr);
@@ -127,8 +143,9 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         "{}",
         s.stderr.lock().unwrap()
     );
-    let own0 = wait_s(tid);
-    let m0 = s.metrics();
+    let key = "stealscope_vcpu_wait_seconds_total{vm=\"swV\",vcpu=\"0\"}";
+    let own0 = schedstat_s(tid, 1);
+    let (m0, burn_run0) = fresh(&s, key, hog.0.id() as u64);
     let mut last = culprits(&m0, "swV");
     for _ in 0..20 {
         std::thread::sleep(Duration::from_secs(1));
@@ -140,30 +157,26 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         }
         last.extend(now);
     }
-    let m1 = s.metrics();
-    let own1 = wait_s(tid);
+    let (m1, burn_run1) = fresh(&s, key, hog.0.id() as u64);
+    let own1 = schedstat_s(tid, 1);
 
-    // The loop is the largest culprit.
+    // The loop is named in a series of its own (not folded into `other`),
+    // charged what it ran: pinned beside an always-runnable vCPU, each of
+    // its run stretches on that CPU is a stretch the vCPU waited. Its own
+    // schedstat is the ground truth whatever else shares the CPU.
     let (c0, c1) = (culprits(&m0, "swV"), culprits(&m1, "swV"));
     let delta: BTreeMap<_, f64> = c1
         .iter()
         .map(|(k, v)| (k.clone(), v - c0.get(k).copied().unwrap_or(0.0)))
         .collect();
-    let top = delta
-        .iter()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(k, _)| k.clone())
-        .unwrap();
-    assert_eq!(
-        top,
-        ("host-process".to_string(), "whoburn".to_string()),
-        "{delta:?}"
-    );
+    let burn = delta
+        .get(&("host-process".to_string(), "whoburn".to_string()))
+        .copied()
+        .unwrap_or_else(|| panic!("whoburn not named: {delta:?}"));
     // The culprits add up to schedstat's wait of the same scans.
-    let key = "stealscope_vcpu_wait_seconds_total{vm=\"swV\",vcpu=\"0\"}";
     let (w0, w1) = (m0.get(key).unwrap(), m1.get(key).unwrap());
     assert!(
-        own0 - 1.5 <= w0 && w0 <= own0 && own1 - 1.5 <= w1 && w1 <= own1,
+        own0 <= w0 && w0 <= own0 + 5.0 && own1 - 1.5 <= w1 && w1 <= own1,
         "serve's schedstat {w0}..{w1} vs the test's {own0}..{own1}"
     );
     let sum: f64 = delta.values().sum();
@@ -174,26 +187,29 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         (sum - wait).abs() <= 0.02 * wait,
         "culprits {sum} s vs schedstat {wait} s"
     );
+    let ran = burn_run1 - burn_run0;
+    eprintln!("whoburn charged {burn:.4} s, ran {ran:.4} s");
+    assert!(
+        (burn - ran).abs() <= 0.05 * ran + 0.05,
+        "whoburn charged {burn} s but ran {ran} s: {delta:?}"
+    );
 
-    // Prometheus saw the same: no resets, bounded, the loop on top.
+    // Prometheus saw the same: no resets, bounded, the loop named.
     wait_for("prometheus samples", Duration::from_secs(30), || {
         let r = query(prom, "count(stealscope_vm_wait_by_seconds_total)");
         (!r.is_empty()).then_some(())
     });
-    let resets = query(
-        prom,
-        "sum(resets(stealscope_vm_wait_by_seconds_total[5m]))",
-    );
+    let resets = query(prom, "sum(resets(stealscope_vm_wait_by_seconds_total[5m]))");
     assert_eq!(value(&resets[0]), 0.0, "{resets:?}");
     let series = query(prom, "count by (vm) (stealscope_vm_wait_by_seconds_total)");
     for v in &series {
         assert!(value(v) as usize <= BOUND, "{v}");
     }
-    let topk = query(
+    let burn = query(
         prom,
-        "topk(1, increase(stealscope_vm_wait_by_seconds_total{vm=\"swV\"}[30s]))",
+        "increase(stealscope_vm_wait_by_seconds_total{vm=\"swV\",culprit=\"whoburn\"}[30s])",
     );
-    assert_eq!(topk[0]["metric"]["culprit"], "whoburn", "{topk:?}");
+    assert!(value(&burn[0]) > 1.0, "{burn:?}");
     let p99 = query(
         prom,
         "histogram_quantile(0.99, rate(stealscope_vcpu_wait_episode_seconds_bucket{vm=\"swV\"}[30s]))",
@@ -222,13 +238,16 @@ fn unprivileged_serve_says_why_once_and_serves_the_rest() {
     });
     let info = m.starting("stealscope_sched_route_info{");
     assert!(
-        info[0].0.starts_with("stealscope_sched_route_info{route=\"none\",reason=\"no scheduler events: tracefs: "),
+        info[0].0.starts_with(
+            "stealscope_sched_route_info{route=\"none\",reason=\"no scheduler events: tracefs: "
+        ),
         "{info:?}"
     );
     assert!(m.starting("stealscope_vm_wait_by_seconds_total").is_empty());
     // Everything else is served: the VM's schedstat series among them.
     assert_eq!(
-        m.starting("stealscope_vcpu_wait_seconds_total{vm=\"swU\"").len(),
+        m.starting("stealscope_vcpu_wait_seconds_total{vm=\"swU\"")
+            .len(),
         1
     );
     assert!(!m.starting("stealscope_cpu_seconds_total{").is_empty());

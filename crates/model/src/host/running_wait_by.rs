@@ -54,11 +54,7 @@ impl VmWaitBy {
             return;
         }
         let total = self.totals[&label];
-        let smallest = self
-            .shown
-            .iter()
-            .map(|l| (self.totals[l], l.clone()))
-            .min();
+        let smallest = self.shown.iter().map(|l| (self.totals[l], l.clone())).min();
         if let Some((least, out)) = smallest {
             if total > least {
                 self.shown.remove(&out);
@@ -134,7 +130,10 @@ impl RunningWaitBy {
     /// Charges `ns` of `vm`'s wait to a culprit.
     pub fn add(&mut self, vm: &str, label: CulpritLabel, ns: u64) {
         let top = self.top;
-        self.vms.entry(vm.to_string()).or_default().add(label, ns, top);
+        self.vms
+            .entry(vm.to_string())
+            .or_default()
+            .add(label, ns, top);
     }
 
     /// Adds what accrued between two readings, named with a host scan;
