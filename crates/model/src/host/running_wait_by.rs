@@ -168,6 +168,49 @@ impl RunningWaitBy {
     }
 }
 
+/// Each VM's vCPU wait between two readings by culprit, for one host
+/// scan of a recording: (VM label, [(kind, name, ns)]) with its `top`
+/// largest culprits, most first, then `other` when the rest waited.
+pub fn scan_culprits(
+    before: &SchedSample,
+    now: &SchedSample,
+    vms: &[ScannedVm],
+    threads: &[ThreadSample],
+    top: usize,
+) -> Vec<(String, Vec<(String, String, u64)>)> {
+    let labels = vm_labels(vms);
+    let mut per_vm: BTreeMap<String, BTreeMap<CulpritLabel, u64>> = BTreeMap::new();
+    for (tid, by) in vcpu_wait_by(before, now, vms, threads, |_| None) {
+        let Some(vm) = threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .and_then(|t| labels.get(&t.pid))
+        else {
+            continue;
+        };
+        let e = per_vm.entry(vm.clone()).or_default();
+        for ((kind, name, _, _), ns) in by {
+            *e.entry((kind, name)).or_default() += ns;
+        }
+    }
+    per_vm
+        .into_iter()
+        .map(|(vm, by)| {
+            let mut rows: Vec<(String, String, u64)> = by
+                .into_iter()
+                .map(|((k, n), ns)| (k.to_string(), n, ns))
+                .collect();
+            rows.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+            let rest: u64 = rows.iter().skip(top).map(|r| r.2).sum();
+            rows.truncate(top);
+            if rest > 0 {
+                rows.push(("other".into(), "other".into(), rest));
+            }
+            (vm, rows)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
