@@ -677,3 +677,20 @@ fn recorded_culprits_reach_the_report() {
     assert!(section.contains("<svg"), "the stacked plot");
     assert!(section.contains("recburn (host process)"), "in the legend");
 }
+
+/// A recording written before the culprits frame existed (by the build of
+/// commit 42161da, tests/data/recording-42161da.ssr) still reports: the
+/// page is written, and the over-time section says there are no culprits.
+#[test]
+fn a_recording_from_before_culprits_still_reports() {
+    let old = repo().join("crates/cli/tests/data/recording-42161da.ssr");
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("old.html");
+    assert_ok(&report(&old, &html));
+    let page = std::fs::read_to_string(&html).unwrap();
+    let at = page.find("id=\"who-stole-over-time\"").unwrap();
+    assert!(page[at..].contains("the recording carries no culprits"));
+    assert!(page.contains("id=\"plot-steal-heatmap\""));
+    let doctor = run(&["doctor", "--snapshot", old.to_str().unwrap(), "--json"]);
+    assert_ok(&doctor);
+}
