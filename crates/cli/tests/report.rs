@@ -634,7 +634,12 @@ fn recorded_culprits_reach_the_report() {
         match rec {
             Record::Culprits(c) => scans.extend(c),
             Record::Vcpu(v) => waits.extend(v.into_iter().filter_map(|s| {
-                let w = s.threads.iter().find(|(e, _)| e.tid as u64 == tid)?.1.wait_ns;
+                let w = s
+                    .threads
+                    .iter()
+                    .find(|(e, _)| e.tid as u64 == tid)?
+                    .1
+                    .wait_ns;
                 Some((s.t_ns, w))
             })),
             _ => {}
@@ -661,7 +666,10 @@ fn recorded_culprits_reach_the_report() {
     eprintln!("recorded culprits {sum:.4} s vs schedstat {wait:.4} s: {by:?}");
     assert!(wait > 1.0, "the pinned vCPU hardly waited: {wait} s");
     assert!((sum - wait).abs() <= 0.02 * wait, "{sum} vs {wait}: {by:?}");
-    assert!(by.get("recburn").copied().unwrap_or(0.0) > 0.2 * sum, "{by:?}");
+    assert!(
+        by.get("recburn").copied().unwrap_or(0.0) > 0.2 * sum,
+        "{by:?}"
+    );
 
     // The page: a real table in the section, naming the loop.
     let html = dir.path().join("who.html");

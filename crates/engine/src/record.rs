@@ -17,17 +17,16 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::live::{self as host_live, HostLiveOptions};
+use stealscope_model::host::running_wait_by::{scan_culprits, TOP_CULPRITS};
 use stealscope_model::host::{vm_labels, HostTracker};
 use stealscope_model::observation::Side;
 use stealscope_readers::kvm_exits::ExitSample;
 use stealscope_readers::pread::PreadFile;
-use stealscope_model::host::running_wait_by::{scan_culprits, TOP_CULPRITS};
 use stealscope_readers::recording::{
-    CounterInfo, CulpritScan, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes,
-    VcpuEntry,
+    CounterInfo, CulpritScan, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry,
 };
-use stealscope_sched::SchedSample;
 use stealscope_readers::{cpuid, interrupts, MemFs, ReadError, Source};
+use stealscope_sched::SchedSample;
 
 /// Batches are written this often: what SIGKILL can lose at most.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -218,9 +217,10 @@ impl Subscriber for Feed<'_> {
     fn sched(&mut self, r: Result<&SchedSample, String>) -> Result<(), ReadError> {
         match r {
             Ok(s) => self.sched_now = Some(s.clone()),
-            Err(why) => self
-                .w
-                .note(monotonic_ns(), &format!("who stole it: not recorded: {why}"))?,
+            Err(why) => self.w.note(
+                monotonic_ns(),
+                &format!("who stole it: not recorded: {why}"),
+            )?,
         }
         Ok(())
     }

@@ -17,6 +17,8 @@ const COLORS: [&str; STACKED] = [
     "#c0392b", "#4a78b0", "#e69b00", "#27ae60", "#8e44ad", "#16a085", "#d35400",
 ];
 const REST: &str = "#bbbbbb";
+/// Culprits listed per VM in the table before `other`.
+const TABLE_ROWS: usize = 5;
 
 type Key = (String, String, String); // vm, kind, name
 
@@ -60,9 +62,15 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
     }
     let mut ranked: Vec<(Key, f64)> = totals.into_iter().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let mut vms: BTreeMap<&str, Vec<(&Key, f64)>> = BTreeMap::new();
+    // Per VM: its largest culprits, then everything else as `other`.
+    let mut vms: BTreeMap<&str, (Vec<(&str, &str, f64)>, f64)> = BTreeMap::new();
     for (k, s) in &ranked {
-        vms.entry(k.0.as_str()).or_default().push((k, *s));
+        let e = vms.entry(k.0.as_str()).or_default();
+        if k.1 == "other" || e.0.len() == TABLE_ROWS {
+            e.1 += s;
+        } else {
+            e.0.push((k.1.as_str(), k.2.as_str(), *s));
+        }
     }
     let stacked: Vec<&Key> = ranked
         .iter()
@@ -73,15 +81,24 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
     let table = html! {
         table class="cpus who-over-time" {
             tr { th { "VM" } th { "culprit" } th { "kind" } th { "wait s" } th { "share" } }
-            @for (vm, rows) in &vms {
-                @let all: f64 = rows.iter().map(|r| r.1).sum::<f64>().max(1e-12);
-                @for (i, (k, s)) in rows.iter().take(6).enumerate() {
+            @for (vm, (rows, other)) in &vms {
+                @let all: f64 = (rows.iter().map(|r| r.2).sum::<f64>() + other).max(1e-12);
+                @for (i, (kind, name, s)) in rows.iter().enumerate() {
                     tr {
                         td { @if i == 0 { (vm) } }
-                        td { (k.2) }
-                        td { (k.1) }
+                        td { (name) }
+                        td { (kind) }
                         td { (format!("{s:.2}")) }
                         td { (format!("{:.0}%", 100.0 * s / all)) }
+                    }
+                }
+                @if *other > 0.0 {
+                    tr {
+                        td {}
+                        td { "other" }
+                        td { "" }
+                        td { (format!("{other:.2}")) }
+                        td { (format!("{:.0}%", 100.0 * other / all)) }
                     }
                 }
             }
@@ -119,9 +136,9 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
     let y = |v: f64| base - HEIGHT * (v / top).clamp(0.0, 1.0);
     let color = |b: usize| COLORS.get(b).copied().unwrap_or(REST);
     let name = |b: usize| {
-        stacked
-            .get(b)
-            .map_or("the rest".to_string(), |k| format!("{} ← {}", k.0, label(&k.1, &k.2)))
+        stacked.get(b).map_or("the rest".to_string(), |k| {
+            format!("{} ← {}", k.0, label(&k.1, &k.2))
+        })
     };
     let body = html! {
         g class="axis y-axis" {
