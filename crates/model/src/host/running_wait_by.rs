@@ -17,6 +17,7 @@ use super::live_rows::vcpu_wait_by;
 use super::scanner::{ScannedVm, ThreadSample};
 use super::vcpu_times::vm_labels;
 use std::collections::{BTreeMap, BTreeSet};
+use stealscope_readers::recording::CulpritNs;
 use stealscope_sched::{EpisodeHist, SchedSample};
 
 /// Culprits shown per VM before the rest go to `other`.
@@ -177,7 +178,7 @@ pub fn scan_culprits(
     vms: &[ScannedVm],
     threads: &[ThreadSample],
     top: usize,
-) -> Vec<(String, Vec<(String, String, u64)>)> {
+) -> Vec<(String, Vec<CulpritNs>)> {
     let labels = vm_labels(vms);
     let mut per_vm: BTreeMap<String, BTreeMap<CulpritLabel, u64>> = BTreeMap::new();
     for (tid, by) in vcpu_wait_by(before, now, vms, threads, |_| None) {
@@ -196,7 +197,7 @@ pub fn scan_culprits(
     per_vm
         .into_iter()
         .map(|(vm, by)| {
-            let mut rows: Vec<(String, String, u64)> = by
+            let mut rows: Vec<CulpritNs> = by
                 .into_iter()
                 .map(|((k, n), ns)| (k.to_string(), n, ns))
                 .collect();

@@ -21,6 +21,8 @@ const REST: &str = "#bbbbbb";
 const TABLE_ROWS: usize = 5;
 
 type Key = (String, String, String); // vm, kind, name
+/// A VM's table: (kind, name, seconds) rows, then the rest's seconds.
+type VmRows<'a> = (Vec<(&'a str, &'a str, f64)>, f64);
 
 fn label(kind: &str, name: &str) -> String {
     match kind {
@@ -63,7 +65,7 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
     let mut ranked: Vec<(Key, f64)> = totals.into_iter().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
     // Per VM: its largest culprits, then everything else as `other`.
-    let mut vms: BTreeMap<&str, (Vec<(&str, &str, f64)>, f64)> = BTreeMap::new();
+    let mut vms: BTreeMap<&str, VmRows> = BTreeMap::new();
     for (k, s) in &ranked {
         let e = vms.entry(k.0.as_str()).or_default();
         if k.1 == "other" || e.0.len() == TABLE_ROWS {

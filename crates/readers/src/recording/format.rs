@@ -215,13 +215,16 @@ pub struct VcpuSample {
     pub threads: Vec<(VcpuEntry, ThreadTimes)>,
 }
 
+/// One culprit of a VM's vCPU wait: (kind, name, ns).
+pub type CulpritNs = (String, String, u64);
+
 /// Who stole each VM's vCPU time between two host scans (scheduler
 /// events): per VM its largest culprits and `other`, ns of vCPU wait.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CulpritScan {
     pub t_ns: u64,
     /// (VM name, [(kind, name, ns)]), most wait first.
-    pub vms: Vec<(String, Vec<(String, String, u64)>)>,
+    pub vms: Vec<(String, Vec<CulpritNs>)>,
 }
 
 /// What a reader hands out, one per frame (table frames are folded into
