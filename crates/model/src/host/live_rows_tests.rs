@@ -34,8 +34,11 @@ fn culprit(tid: u32, tgid: u32, comm: &str) -> Culprit {
     }
 }
 
-/// A collector reading: per watched tid, (culprit, ns) and idle ns.
-fn reading(threads: &[(u32, &[(Culprit, u64)], u64)]) -> SchedSample {
+/// One watched thread in a reading: tid, (culprit, ns) charges, idle ns.
+type Watched<'a> = (u32, &'a [(Culprit, u64)], u64);
+
+/// A collector reading of watched threads.
+fn reading(threads: &[Watched]) -> SchedSample {
     SchedSample {
         route: Route::Tracefs,
         monotonic_ns: 0,
