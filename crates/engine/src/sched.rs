@@ -1,7 +1,7 @@
 //! The engine's place for the scheduler-event collector (stealscope-sched,
 //! issue 17): started at the first host scan that finds vCPU threads (so a
 //! guest, or a host without VMs, pays nothing for it), told the vCPU
-//! threads of every later scan, read at each window. When it cannot run,
+//! threads of every later scan, read right before each scan. When it cannot run,
 //! the reason reaches the subscriber once and the slot stays quiet.
 
 use stealscope_model::host::discovery::ThreadRole;
