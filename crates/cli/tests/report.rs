@@ -621,8 +621,14 @@ fn recorded_culprits_reach_the_report() {
         .args(["-c", "while :; do :; done"])
         .spawn()
         .unwrap();
+    let hog_run = |pid: u32| -> f64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+        s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
+    };
     let rec = dir.path().join("who.ssr");
+    let ran0 = hog_run(hog.id());
     let out = run(&["record", "-o", rec.to_str().unwrap(), "--duration", "8s"]);
+    let ran = hog_run(hog.id()) - ran0;
     let _ = hog.kill();
     let _ = hog.wait();
     assert_ok(&out);
@@ -666,10 +672,13 @@ fn recorded_culprits_reach_the_report() {
     eprintln!("recorded culprits {sum:.4} s vs schedstat {wait:.4} s: {by:?}");
     assert!(wait > 1.0, "the pinned vCPU hardly waited: {wait} s");
     assert!((sum - wait).abs() <= 0.02 * wait, "{sum} vs {wait}: {by:?}");
-    assert!(
-        by.get("recburn").copied().unwrap_or(0.0) > 0.2 * sum,
-        "{by:?}"
-    );
+    // The loop is named; it cannot be charged more than it ran over the
+    // whole recording (other tests' work on the same CPU can take much of
+    // the wait, so no lower bound beyond being named).
+    let burn = by.get("recburn").copied().unwrap_or(0.0);
+    eprintln!("recburn charged {burn:.4} s, ran {ran:.4} s during the recording");
+    assert!(burn > 0.05 * sum, "{by:?}");
+    assert!(burn <= ran * 1.02 + 0.01, "charged {burn} s, ran {ran} s");
 
     // The page: a real table in the section, naming the loop.
     let html = dir.path().join("who.html");
