@@ -10,6 +10,7 @@ use stealscope_actuators::apply::{self, Applier};
 use stealscope_actuators::journal::{self, BatchKind};
 use stealscope_actuators::memory::MoveLimits;
 use stealscope_model::host::collect_host;
+use stealscope_model::host::live_sched::SchedHook;
 use stealscope_model::observation::Side;
 use stealscope_placement::history::{DemandHistory, VmHistory};
 use stealscope_placement::input::CpuController;
@@ -40,10 +41,19 @@ pub fn observe(
     // Timed from just before each side: collect_host reads the thread times
     // first, and the rest of a side can take seconds on a busy host.
     let start = Instant::now();
-    let t0 = collect_host(&src, Side::Start)?;
+    let mut t0 = collect_host(&src, Side::Start)?;
+    // Who stole the VMs' time, as evidence in the plan's reasons (root
+    // only; without it the plan is the same and cites nothing).
+    let mut hook = (!t0.vms.is_empty()).then(|| {
+        let (hook, first) = SchedHook::begin(&t0.vms);
+        t0.sched = Some(first);
+        hook
+    });
     sleep_until(start + interval, stop);
     let end = Instant::now();
-    let t1 = collect_host(&src, Side::End)?;
+    let last = hook.as_mut().map(SchedHook::read);
+    let mut t1 = collect_host(&src, Side::End)?;
+    t1.sched = last;
     let mut host = live::host_input(&src, &t0, &t1, (end - start).as_secs_f64())?;
     host.shared_group_weight = host
         .cpu_controller

@@ -18,14 +18,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use stealscope_model::host::discovery::ThreadRole;
+use stealscope_model::host::running_wait_by::{scan_culprits, TOP_CULPRITS};
 use stealscope_model::host::vm_labels;
 use stealscope_model::observation::Side;
 use stealscope_readers::kvm_exits::ExitSample;
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::recording::{
-    CounterInfo, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry,
+    CounterInfo, CulpritScan, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry,
 };
 use stealscope_readers::{cpuid, interrupts, MemFs, ReadError, Source};
+use stealscope_sched::SchedSample;
 
 /// Batches are written this often: what SIGKILL can lose at most.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -140,6 +142,9 @@ struct Feed<'a> {
     probes: Option<&'a mut dyn ProbeSource>,
     windows: Vec<ProbeRecord>,
     probe_notes: Vec<String>,
+    /// The collector's latest reading and the one of the previous scan.
+    sched_now: Option<SchedSample>,
+    sched_prev: Option<SchedSample>,
 }
 
 impl Feed<'_> {
@@ -201,6 +206,23 @@ impl Subscriber for Feed<'_> {
         self.notes.report(&mut self.w, "host scan", r)?;
         self.w.vcpu(t, &self.threads)?;
         self.sum.host_scans += 1;
+        let (before, now) = (self.sched_prev.take(), self.sched_now.take());
+        if let (Some(b), Some(n)) = (&before, &now) {
+            let vms = scan_culprits(b, n, h.vms(), h.samples(), TOP_CULPRITS);
+            self.w.culprits(CulpritScan { t_ns: t, vms });
+        }
+        self.sched_prev = now.or(before);
+        Ok(())
+    }
+
+    fn sched(&mut self, r: Result<&SchedSample, String>) -> Result<(), ReadError> {
+        match r {
+            Ok(s) => self.sched_now = Some(s.clone()),
+            Err(why) => self.w.note(
+                monotonic_ns(),
+                &format!("who stole it: not recorded: {why}"),
+            )?,
+        }
         Ok(())
     }
 
@@ -281,6 +303,9 @@ pub fn record(
             host_every: opts.host_scan,
             watch_every: Some(VMM_WATCH_EVERY),
             duration: opts.duration,
+            // Who stole the vCPUs' time, on a live host (the collector
+            // starts with the first scan that finds vCPU threads).
+            sched: is_live_root(root),
             ..SamplerOptions::new(root)
         },
         Some(&side0),
@@ -339,6 +364,8 @@ pub fn record(
         probes,
         windows: Vec::new(),
         probe_notes: Vec::new(),
+        sched_now: None,
+        sched_prev: None,
     };
     let ended = sampler.run(&Rate::new(opts.rate_hz), &mut feed, stop)?;
     let Feed {

@@ -3,7 +3,7 @@
 //! hardware counter groups read right after it (so their windows are the
 //! steal windows), every vCPU thread's schedstat once per host scan
 //! (rediscovering VMs when a VMM process starts), and the scheduler-event
-//! collector read with each window ([`crate::sched`]). What each command
+//! collector read right before each host scan ([`crate::sched`]). What each command
 //! does with a reading is its [`Subscriber`]'s business: serve updates its
 //! metrics, top its view, record writes the file.
 
@@ -49,7 +49,7 @@ pub struct SamplerOptions {
     pub duration: Option<Duration>,
     /// Keep the raw series for a rule runner ([`crate::live`]).
     pub series: Option<Arc<Series>>,
-    /// Read the scheduler-event collector with every window.
+    /// Read the scheduler-event collector before every host scan.
     pub sched: bool,
 }
 
@@ -100,8 +100,8 @@ pub trait Subscriber {
     ) -> Result<(), ReadError> {
         Ok(())
     }
-    /// The collector's cumulative counters, or why there are none (said
-    /// once).
+    /// The collector's cumulative counters, read right before a host scan
+    /// (the `host` call that follows), or why there are none (said once).
     fn sched(&mut self, _r: Result<&SchedSample, String>) -> Result<(), ReadError> {
         Ok(())
     }
@@ -220,9 +220,6 @@ impl Sampler {
                         stat: &self.parsed,
                         counters: counters.as_ref(),
                     })?;
-                    if let Some(r) = sched.read() {
-                        sub.sched(r.as_ref().map_err(String::clone))?;
-                    }
                 }
                 Err(e) => sub.sample_error(e)?,
             }
@@ -237,6 +234,12 @@ impl Sampler {
                     }
                     Some(_) => false,
                 };
+                // The collector is read right before each scan, so its
+                // intervals are the scans' (schedstat bounds them) and a
+                // 100 Hz recording does not pay for 100 reads a second.
+                if let Some(r) = sched.read() {
+                    sub.sched(r.as_ref().map_err(String::clone))?;
+                }
                 let r = host.scan(&root, watch);
                 sched.watch(&host);
                 sub.host(t, &host, r)?;

@@ -49,11 +49,24 @@ pub struct ProbeWindow {
     pub buckets: Vec<(f64, u64)>,
 }
 
+/// One VM's vCPU wait by culprit over the host scan that ended at `t_s`:
+/// its largest culprits and `other`, (kind, name, seconds), most first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CulpritWindow {
+    pub t_s: f64,
+    pub vm: String,
+    pub culprits: Vec<(String, String, f64)>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Timeline {
     pub irq: Vec<IrqWindow>,
     pub vcpu: Vec<VcpuWindow>,
     pub probes: Vec<ProbeWindow>,
+    /// Who stole each VM's vCPU time, per host scan (recordings on a host
+    /// with the scheduler-event collector; empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub culprits: Vec<CulpritWindow>,
     /// What the source said about itself (e.g. "recording cut off after
     /// 1234 records; read up to the last complete one").
     pub notes: Vec<String>,

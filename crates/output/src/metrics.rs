@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use stealscope_analysis::Severity;
 use stealscope_model::cputime::MODES;
+use stealscope_model::host::running_wait_by::{episode_buckets, RunningWaitBy};
 use stealscope_model::host::VcpuTimes;
 use stealscope_model::running::RunningCpuTimes;
 use stealscope_model::running_hw::RunningHw;
@@ -32,13 +33,29 @@ pub struct MetricsState {
     pub hw: RunningHw,
     /// Counters that could not be opened, and why.
     pub hw_missing: Vec<Missing>,
+    /// Each VM's vCPU wait by culprit (scheduler-event collector).
+    pub wait_by: RunningWaitBy,
+    /// The collector's route and health; None until it was tried (on a
+    /// host, at the first scan that finds vCPU threads).
+    pub sched: Option<SchedStatus>,
+}
+
+/// Which scheduler-event route runs, or why none does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchedStatus {
+    /// "bpf", "tracefs" or "none".
+    pub route: String,
+    /// Why none runs (empty when one does).
+    pub reason: String,
+    pub events: u64,
+    pub lost_events: u64,
 }
 
 pub type SharedState = Arc<Mutex<MetricsState>>;
 
 /// Metric family names as they appear on the wire (with the suffixes the
 /// classic format adds), for tests of the shipped rules and dashboard.
-pub const FAMILIES: [(&str, &str); 9] = [
+pub const FAMILIES: [(&str, &str); 14] = [
     ("stealscope_cpu_seconds_total", "counter"),
     ("stealscope_stat_anomalies_total", "counter"),
     ("stealscope_steal_window_ratio", "histogram"),
@@ -48,6 +65,11 @@ pub const FAMILIES: [(&str, &str); 9] = [
     ("stealscope_cpu_hw_events_total", "counter"),
     ("stealscope_hw_event_unavailable", "gauge"),
     ("stealscope_build_info", "gauge"),
+    ("stealscope_vm_wait_by_seconds_total", "counter"),
+    ("stealscope_vcpu_wait_episode_seconds", "histogram"),
+    ("stealscope_sched_route_info", "gauge"),
+    ("stealscope_sched_events_total", "counter"),
+    ("stealscope_sched_events_lost_total", "counter"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -210,6 +232,7 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
             .iter()
             .map(|v| (vcpu_labels(v), ConstCounter::new(secs(v.run_s)))),
     )?;
+    encode_wait_by(s, enc)?;
     family(
         enc,
         "stealscope_cpu_hw_events",
@@ -257,6 +280,76 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
             ConstGauge::new(1i64),
         )],
     )
+}
+
+/// Who stole it: culprit counters, episode histograms, collector health.
+fn encode_wait_by(s: &MetricsState, enc: &mut DescriptorEncoder) -> fmt::Result {
+    family(
+        enc,
+        "stealscope_vm_wait_by_seconds",
+        "Run-queue wait of each VM's vCPUs by what ran on their CPU meanwhile (scheduler events): its 5 largest culprits so far, the rest as culprit=\"other\".",
+        s.wait_by.vms.iter().flat_map(|(vm, v)| {
+            v.series().into_iter().map(move |(kind, name, secs_)| {
+                (
+                    vec![
+                        ("vm", vm.clone()),
+                        ("culprit_kind", kind.to_string()),
+                        ("culprit", name),
+                    ],
+                    ConstCounter::new(secs(secs_)),
+                )
+            })
+        }),
+    )?;
+    let with_episodes = s.wait_by.vms.iter().filter(|(_, v)| v.episodes.count > 0);
+    if with_episodes.clone().next().is_some() {
+        let mut m = enc.encode_descriptor(
+            "stealscope_vcpu_wait_episode_seconds",
+            "Length of each run-queue wait episode (queued to running) of each VM's vCPUs (scheduler events).",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (vm, v) in with_episodes {
+            let labels = [("vm", vm.clone())];
+            m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                secs(v.episodes.sum_ns as f64 / 1e9),
+                v.episodes.count,
+                &episode_buckets(&v.episodes),
+                None,
+            )?;
+        }
+    }
+    let Some(st) = &s.sched else {
+        return Ok(());
+    };
+    family(
+        enc,
+        "stealscope_sched_route_info",
+        "1, labelled with the scheduler-event route that runs (bpf, tracefs) or none with the reason.",
+        [(
+            vec![("route", st.route.clone()), ("reason", st.reason.clone())],
+            ConstGauge::new(1i64),
+        )],
+    )?;
+    if st.route == "none" {
+        return Ok(());
+    }
+    for (name, help, v) in [
+        (
+            "stealscope_sched_events",
+            "Scheduler events the collector handled.",
+            st.events,
+        ),
+        (
+            "stealscope_sched_events_lost",
+            "Scheduler events lost (kernel buffer overrun or full map): their wait is charged as unknown.",
+            st.lost_events,
+        ),
+    ] {
+        let c = ConstCounter::new(v);
+        c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
+    }
+    Ok(())
 }
 
 /// Label value of a counter: perf's name without the PMU and in snake case.
@@ -339,6 +432,20 @@ mod tests {
             run_s: 9.0,
         });
         s.findings.push(("steal.bursty".into(), Severity::Warning));
+        s.wait_by
+            .add("web \"1\"", ("host-process", "burn".into()), 1_500_000_000);
+        s.wait_by
+            .vms
+            .get_mut("web \"1\"")
+            .unwrap()
+            .episodes
+            .record(3_000_000);
+        s.sched = Some(SchedStatus {
+            route: "tracefs".into(),
+            reason: String::new(),
+            events: 10,
+            lost_events: 2,
+        });
         let tsc = |t_ns, count| stealscope_readers::perf::CounterSample {
             t_ns,
             cpus: vec![stealscope_readers::perf::CpuRead {
@@ -404,6 +511,19 @@ mod tests {
             .contains("stealscope_vcpu_wait_seconds_total{vm=\"web \\\"1\\\"\",vcpu=\"0\"} 1.5\n"));
         assert!(text.contains("stealscope_finding{id=\"steal.bursty\",severity=\"warning\"} 1\n"));
         assert!(text.contains("stealscope_build_info{version=\"9.9.9\"} 1\n"));
+        assert!(text.contains("stealscope_vm_wait_by_seconds_total{vm=\"web \\\"1\\\"\",culprit_kind=\"host-process\",culprit=\"burn\"} 1.5\n"));
+        assert!(text.contains("culprit_kind=\"other\",culprit=\"other\"} 0.0\n"));
+        assert!(text.contains(
+            "stealscope_vcpu_wait_episode_seconds_bucket{le=\"0.002\",vm=\"web \\\"1\\\"\"} 0\n"
+        ));
+        assert!(text.contains(
+            "stealscope_vcpu_wait_episode_seconds_bucket{le=\"0.005\",vm=\"web \\\"1\\\"\"} 1\n"
+        ));
+        assert!(text.contains("stealscope_sched_route_info{route=\"tracefs\",reason=\"\"} 1\n"));
+        assert!(
+            text.contains("stealscope_sched_events_lost_total 2\n"),
+            "{text}"
+        );
         assert!(text.contains("stealscope_cpu_hw_events_total{cpu=\"0\",event=\"tsc\"} 250.0\n"));
         assert!(text.contains(
             "stealscope_hw_event_unavailable{event=\"cycles\",reason=\"perf_event_open: No such file or directory\"} 1\n"

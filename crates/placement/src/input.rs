@@ -106,6 +106,69 @@ pub struct VmInput {
     pub cpu_group: Option<CgroupRef>,
     /// Its current weight there, in the group's own units.
     pub cpu_weight: Option<u64>,
+    /// How much its vCPUs waited and who ran meanwhile (scheduler events),
+    /// when attribution ran: plan reasons cite it as evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitEvidence>,
+}
+
+/// A VM's vCPU run-queue wait over the observed interval, by culprit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitEvidence {
+    /// Mean share of wall time its vCPUs waited (0..1).
+    pub wait_share: f64,
+    /// The largest culprits, most wait first (at most three).
+    pub culprits: Vec<CulpritEvidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CulpritEvidence {
+    /// As in `host --json`'s `wait_by`: vcpu, vmm, host-kthread,
+    /// host-process, irq, unknown.
+    pub kind: String,
+    pub name: String,
+    pub pid: Option<u32>,
+    /// Of the VM's vCPU wait (0..1).
+    pub share: f64,
+}
+
+impl WaitEvidence {
+    /// "its vCPUs waited 48% of the time, 97% of it behind host process
+    /// `burn` (pid 812)"; None when it hardly waited (under 5%) or no
+    /// culprit holds a tenth of the wait.
+    pub fn reason(&self) -> Option<String> {
+        if self.wait_share < 0.05 {
+            return None;
+        }
+        let who: Vec<String> = self
+            .culprits
+            .iter()
+            .filter(|c| c.share >= 0.1)
+            .take(2)
+            .map(|c| format!("{:.0}% of it behind {}", 100.0 * c.share, c.describe()))
+            .collect();
+        (!who.is_empty()).then(|| {
+            format!(
+                "its vCPUs waited {:.0}% of the time, {}",
+                100.0 * self.wait_share,
+                who.join(", ")
+            )
+        })
+    }
+}
+
+impl CulpritEvidence {
+    fn describe(&self) -> String {
+        let pid = self.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        match self.kind.as_str() {
+            "vcpu" => format!("VM {}'s vCPUs", self.name),
+            "vmm" => format!("VM {}'s emulator threads", self.name),
+            "host-kthread" => format!("kernel threads `{}`", self.name),
+            "host-process" => format!("host process `{}`{pid}", self.name),
+            "irq" => "interrupts".to_string(),
+            _ => format!("{} ({})", self.name, self.kind),
+        }
+    }
 }
 
 impl Topology {

@@ -21,6 +21,8 @@ mod target;
 pub use action::{Action, CgroupRef, Knob};
 pub use config::{Config, ConfigError, Fairness, VcpuMapping};
 pub use history::History;
-pub use input::{HostInput, NodeInput, ThreadInput, Topology, VmInput};
+pub use input::{
+    CulpritEvidence, HostInput, NodeInput, ThreadInput, Topology, VmInput, WaitEvidence,
+};
 pub use plan::{plan, Plan};
 pub use target::VmPlan;

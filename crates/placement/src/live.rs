@@ -4,10 +4,15 @@
 //! run on fixtures.
 
 use crate::action::Knob;
-use crate::input::{CpuController, HostInput, NodeInput, ThreadInput, Topology, VmInput};
+use crate::input::{
+    CpuController, CulpritEvidence, HostInput, NodeInput, ThreadInput, Topology, VmInput,
+    WaitEvidence,
+};
 use std::collections::BTreeMap;
+use stealscope_model::host::attribution::{attribute, Attribution};
 use stealscope_model::host::discovery::weight_group_path;
 use stealscope_model::host::observation::ThreadObs;
+use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::HostObservation;
 use stealscope_readers::cgroupfs::{CgroupMounts, CpuWeight};
 use stealscope_readers::{cpu_topology, kernel, process, ReadError, Source};
@@ -102,6 +107,7 @@ pub fn host_input(
                 .map(move |t| ((v.pid, t.tid), t))
         })
         .collect();
+    let att = attribute(t0, t1);
     let vms = t1
         .vms
         .iter()
@@ -129,6 +135,7 @@ pub fn host_input(
                 cpu_weight: v.cpu_weight.as_ref().map(|(_, w)| match *w {
                     CpuWeight::Shares(x) | CpuWeight::Weight(x) => x,
                 }),
+                wait: evidence(&att, v, wall_s),
             }
         })
         .collect();
@@ -141,6 +148,45 @@ pub fn host_input(
         cpu_controller: ctl,
         vms,
         shared_group_weight: None,
+    })
+}
+
+/// A VM's vCPU wait by culprit from the interval's attribution; None when
+/// attribution did not run (no collector, not root) or saw none of its
+/// vCPUs.
+fn evidence(att: &Attribution, v: &VmObs, wall_s: f64) -> Option<WaitEvidence> {
+    if !att.status.available() || wall_s <= 0.0 {
+        return None;
+    }
+    let mut by: BTreeMap<(&str, &str, Option<u32>), f64> = BTreeMap::new();
+    let mut seen = 0;
+    for (_, t) in &v.vcpus {
+        let Some((rows, _)) = att.by_tid.get(&t.tid) else {
+            continue;
+        };
+        seen += 1;
+        for r in rows {
+            *by.entry((r.kind, r.name.as_str(), r.pid)).or_default() += r.seconds;
+        }
+    }
+    if seen == 0 {
+        return None;
+    }
+    let total: f64 = by.values().sum();
+    let mut culprits: Vec<CulpritEvidence> = by
+        .into_iter()
+        .map(|((kind, name, pid), s)| CulpritEvidence {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            pid,
+            share: if total > 0.0 { s / total } else { 0.0 },
+        })
+        .collect();
+    culprits.sort_by(|a, b| b.share.total_cmp(&a.share));
+    culprits.truncate(3);
+    Some(WaitEvidence {
+        wait_share: total / wall_s / seen as f64,
+        culprits,
     })
 }
 

@@ -117,6 +117,13 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
         let p = place_shared(vm, &mut nodes, &ctx);
         out.vms.push(p);
     }
+    // Who stole the VM's time, when attribution ran: evidence, not input.
+    for p in &mut out.vms {
+        let why = host.vms.iter().find(|v| v.pid == p.pid);
+        if let Some(r) = why.and_then(|v| v.wait.as_ref()).and_then(|w| w.reason()) {
+            p.reasons.push(r);
+        }
+    }
     for n in &nodes {
         let p = n.pressure_with(0.0);
         out.node_pressure

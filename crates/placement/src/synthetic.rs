@@ -107,6 +107,7 @@ pub fn vm(pid: u32, vcpus: u32, util: f64, mem: u64, mem_node: u32, allowed: &[u
             dir: format!("/sys/fs/cgroup/cpu/machine/vm{pid}"),
         }),
         cpu_weight: Some(1024),
+        wait: None,
     }
 }
 

@@ -10,7 +10,9 @@ use stealscope_engine::host::HostTracker;
 use stealscope_engine::rules::Findings;
 use stealscope_engine::{Sample, Subscriber};
 use stealscope_model::host::vcpu_times;
+use stealscope_output::metrics::SchedStatus;
 use stealscope_readers::ReadError;
+use stealscope_sched::SchedSample;
 
 pub(crate) struct Feed {
     pub shared: Arc<Shared>,
@@ -18,6 +20,10 @@ pub(crate) struct Feed {
     last_error: Option<String>,
     /// The same for the host scan.
     last_host_error: Option<String>,
+    /// The collector's latest reading, and the one the counters last
+    /// advanced to (at the previous host scan, which names the culprits).
+    sched_now: Option<SchedSample>,
+    sched_counted: Option<SchedSample>,
 }
 
 impl Feed {
@@ -26,6 +32,8 @@ impl Feed {
             shared,
             last_error: None,
             last_host_error: None,
+            sched_now: None,
+            sched_counted: None,
         }
     }
 
@@ -72,7 +80,48 @@ impl Subscriber for Feed {
     ) -> Result<(), ReadError> {
         self.note_host(r);
         let vcpus = vcpu_times(h.vms(), h.samples());
-        self.shared.update(|s| s.vcpus = vcpus);
+        let (before, now) = (self.sched_counted.take(), self.sched_now.take());
+        self.shared.update(|s| {
+            s.vcpus = vcpus;
+            if let (Some(b), Some(n)) = (&before, &now) {
+                s.wait_by.push(b, n, h.vms(), h.samples());
+            }
+        });
+        self.sched_counted = now.or(before);
+        Ok(())
+    }
+
+    fn sched(&mut self, r: Result<&SchedSample, String>) -> Result<(), ReadError> {
+        let status = match r {
+            Ok(s) => {
+                self.sched_now = Some(s.clone());
+                SchedStatus {
+                    route: s.route.as_str().into(),
+                    reason: String::new(),
+                    events: s.stats.events,
+                    lost_events: s.stats.lost_events,
+                }
+            }
+            Err(why) => {
+                // Said once by the engine: the log and the info series.
+                log(&format!(
+                    "who stole it (stealscope_vm_wait_by_seconds_total) is off: {why}"
+                ));
+                SchedStatus {
+                    route: "none".into(),
+                    reason: why,
+                    ..SchedStatus::default()
+                }
+            }
+        };
+        let said = self.shared.state.lock().ok().and_then(|s| s.sched.clone());
+        if said.is_none() && status.route != "none" {
+            log(&format!(
+                "who stole it: scheduler events by the {} route",
+                status.route
+            ));
+        }
+        self.shared.update(|s| s.sched = Some(status));
         Ok(())
     }
 }

@@ -72,6 +72,9 @@ pub fn run(opts: Options) -> Result<(), ServeError> {
     let opened = stealscope_engine::Opened::open(
         stealscope_engine::SamplerOptions {
             counters: stealscope_engine::CounterReads::EverySample,
+            // Scheduler events only from the live kernel, and only once a
+            // host scan finds vCPU threads.
+            sched: opts.root == std::path::Path::new("/"),
             ..stealscope_engine::SamplerOptions::new(&opts.root)
         },
         None,

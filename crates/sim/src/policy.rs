@@ -276,6 +276,7 @@ pub fn host_input(h: &Host, util: impl Fn(usize) -> Option<f64>) -> HostInput {
                     Some(g) => (h.groups[g].shares * 1024.0).round() as u64,
                     None => 1024,
                 }),
+                wait: None,
             }
         })
         .collect();

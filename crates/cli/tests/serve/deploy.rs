@@ -76,14 +76,25 @@ fn dashboard_and_rules_use_only_exported_metrics() {
         m.names().contains("stealscope_finding").then_some(m)
     });
     let mut exported = m.names();
-    // Hardware counter families exist only on the live root (perf), never
-    // under --root: take them from the declared families (whose encoding the
-    // output crate's tests and the live serve test check).
+    // Hardware counter and scheduler-event families exist only on the live
+    // root (perf, tracefs/BPF), never under --root: take them from the
+    // declared families (whose encoding the output crate's tests and the
+    // live serve tests check).
     exported.extend(
         stealscope_output::metrics::FAMILIES
             .iter()
-            .filter(|(n, _)| n.contains("_hw_"))
-            .map(|(n, _)| n.to_string()),
+            .filter(|(n, _)| {
+                n.contains("_hw_")
+                    || n.contains("_sched_")
+                    || n.contains("wait_by")
+                    || n.contains("wait_episode")
+            })
+            .flat_map(|(n, ty)| match *ty {
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .map(|x| format!("{n}{x}"))
+                    .to_vec(),
+                _ => vec![n.to_string()],
+            }),
     );
     let rules = std::fs::read_to_string(repo().join("deploy/prometheus/rules.yml")).unwrap();
     let recorded: BTreeSet<String> = rules

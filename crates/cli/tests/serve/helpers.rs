@@ -320,3 +320,10 @@ pub fn dashboard_exprs(v: &Value, out: &mut Vec<String>) {
         _ => {}
     }
 }
+
+/// The serve tests that start VMs share one testenv run dir, and each
+/// stops every VM of it when done: they take turns.
+pub fn vm_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -28,6 +28,7 @@ fn vcpu_series_follow_real_qemu_vms() {
     if !require(have_qemu, "root, qemu-system-x86_64 and promtool") {
         return;
     }
+    let _turn = vm_turn();
     let _vms = testenv::Vms;
     let pid_a: u64 = testenv("start-vm.sh", &["svA", "2", "--busy", "1"])
         .parse()

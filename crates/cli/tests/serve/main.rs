@@ -4,6 +4,7 @@
 //! loris, idle keep-alive, oversized headers), a real Prometheus scraping it
 //! with the shipped rules, node_exporter reading the textfile, an
 //! unprivileged run, vCPU series of real QEMU VMs appearing and vanishing,
+//! who stole their vCPUs' time (a host loop beside a pinned VM),
 //! and the deploy/ files (promtool rule tests, dashboard, systemd units).
 
 #[path = "../common/mod.rs"]
@@ -16,3 +17,4 @@ mod helpers;
 mod host;
 mod http_limits;
 mod prometheus;
+mod who;

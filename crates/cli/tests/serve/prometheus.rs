@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn urlencode(s: &str) -> String {
+pub(super) fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -20,7 +20,7 @@ fn urlencode(s: &str) -> String {
         .collect()
 }
 
-fn api(addr: SocketAddr, path: &str) -> Value {
+pub(super) fn api(addr: SocketAddr, path: &str) -> Value {
     let r = get(addr, path, None);
     let v: Value = serde_json::from_str(&r.body)
         .unwrap_or_else(|e| panic!("{path}: {e}: {} {}", r.status, r.body));
@@ -28,14 +28,14 @@ fn api(addr: SocketAddr, path: &str) -> Value {
     v["data"].clone()
 }
 
-fn query(addr: SocketAddr, q: &str) -> Vec<Value> {
+pub(super) fn query(addr: SocketAddr, q: &str) -> Vec<Value> {
     api(addr, &format!("/api/v1/query?query={}", urlencode(q)))["result"]
         .as_array()
         .unwrap()
         .clone()
 }
 
-fn value(sample: &Value) -> f64 {
+pub(super) fn value(sample: &Value) -> f64 {
     sample["value"][1].as_str().unwrap().parse().unwrap()
 }
 
@@ -212,7 +212,7 @@ fn dashboard_panels(d: &Value) -> Vec<&Value> {
 }
 
 /// Whether a value this machine serves is sensible on an axis of `unit`:
-/// ratios within 0-1, frequencies (the TSC) between 1 MHz and 100 GHz,
+/// ratios within 0-1, durations within a minute, frequencies (the TSC) between 1 MHz and 100 GHz,
 /// CPU counts within the CPUs of a large host, and unitless figures (IPC,
 /// counts of machines or findings) small. Tables show labels, not values.
 fn unit_fits(kind: &str, unit: &str, v: f64) -> bool {
@@ -222,6 +222,8 @@ fn unit_fits(kind: &str, unit: &str, v: f64) -> bool {
         (_, "hertz") => (1e6..=1e11).contains(&v),
         (_, "short") => (0.0..=4096.0).contains(&v),
         (_, "none") => (0.0..=20.0).contains(&v),
+        // Durations (wait-episode quantiles): up to the longest bucket.
+        (_, "s") => (0.0..=60.0).contains(&v),
         _ => false,
     }
 }

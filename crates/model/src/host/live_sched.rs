@@ -23,6 +23,14 @@ impl SchedHook {
     /// Starts the collector on the vCPU threads of `vms` and stores its
     /// first reading (or why it could not start) in the t0 side.
     pub fn start(vms: &[VmObs], t0: &mut MemFs) -> SchedHook {
+        let (hook, first) = SchedHook::begin(vms);
+        put(t0, &first);
+        hook
+    }
+
+    /// Starts the collector on the vCPU threads of `vms`; its first
+    /// reading (or why it could not start), for a side kept in memory.
+    pub fn begin(vms: &[VmObs]) -> (SchedHook, StoredSched) {
         let tids: Vec<u32> = vms
             .iter()
             .flat_map(|v| v.vcpus.iter().map(|(_, t)| t.tid))
@@ -44,8 +52,7 @@ impl SchedHook {
             }
         }
         let first = hook.read();
-        put(t0, &first);
-        hook
+        (hook, first)
     }
 
     /// The collector's cumulative reading now (call right before reading

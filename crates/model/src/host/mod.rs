@@ -10,6 +10,7 @@ pub mod kvm;
 pub mod live_rows;
 pub mod live_sched;
 pub mod observation;
+pub mod running_wait_by;
 pub mod sched_store;
 pub mod stored;
 pub mod vcpu_times;

@@ -5,12 +5,12 @@
 //! series a snapshot does not hold (interrupts, vCPU waits, probe windows).
 
 use crate::irq_rates::rates;
-use crate::timeline::{IrqWindow, ProbeWindow, Timeline, VcpuWindow};
+use crate::timeline::{CulpritWindow, IrqWindow, ProbeWindow, Timeline, VcpuWindow};
 use std::collections::BTreeMap;
 use std::path::Path;
 use stealscope_readers::perf::{CounterCapture, CounterSample};
 use stealscope_readers::recording::{
-    Header, IrqSample, ProbeRecord, Record, RecordingReader, StatSample, VcpuSample,
+    CulpritScan, Header, IrqSample, ProbeRecord, Record, RecordingReader, StatSample, VcpuSample,
 };
 use stealscope_readers::snapshot::{self, Hardware, Meta, RawSample, Snapshot};
 use stealscope_readers::{stat, MemFs, ReadError};
@@ -43,6 +43,7 @@ struct Raw {
     prev_vcpu: Option<VcpuSample>,
     counters: Vec<CounterSample>,
     probes: Vec<ProbeRecord>,
+    culprits: Vec<CulpritScan>,
     notes: Vec<(u64, String)>,
     unknown: usize,
     complete: bool,
@@ -89,6 +90,7 @@ impl Raw {
             }
             Record::Counters(c) => self.counters.extend(c),
             Record::Probes(p) => self.probes.extend(p),
+            Record::Culprits(c) => self.culprits.extend(c),
             Record::Note { t_ns, text } => self.notes.push((t_ns, text)),
             Record::End(_) => self.complete = true,
             Record::Unknown { .. } => self.unknown += 1,
@@ -280,6 +282,22 @@ fn build(
                     .into_iter()
                     .map(|(le, n)| (le as f64 / 1e3, n))
                     .collect(),
+            })
+            .collect(),
+        culprits: raw
+            .culprits
+            .into_iter()
+            .filter(|c| inside(c.t_ns))
+            .flat_map(|c| {
+                let t_s = rel(c.t_ns);
+                c.vms.into_iter().map(move |(vm, rows)| CulpritWindow {
+                    t_s,
+                    vm,
+                    culprits: rows
+                        .into_iter()
+                        .map(|(kind, name, ns)| (kind, name, ns as f64 / 1e9))
+                        .collect(),
+                })
             })
             .collect(),
         notes: Vec::new(),

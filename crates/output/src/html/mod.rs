@@ -19,6 +19,7 @@ pub mod steal;
 pub mod svg;
 pub mod vcpu;
 pub mod who;
+pub mod who_time;
 
 #[cfg(test)]
 mod tests;
@@ -135,7 +136,7 @@ pub fn render(input: &HtmlInput) -> String {
     all_notes.extend(input.timeline.notes.iter().cloned());
     let brief = stealscope_analysis::notes::brief(&all_notes, Some(&r.hardware));
     let host_first = r.roles.iter().any(|x| x == "host");
-    let plots: [(&str, &str, Markup); 8] = [
+    let plots: [(&str, &str, Markup); 9] = [
         (steal::ID, "steal", steal::render(&series)),
         (stacked::ID, "busy/idle/steal", stacked::render(&series)),
         (bursts::ID, "bursts", bursts::render(&series)),
@@ -143,6 +144,11 @@ pub fn render(input: &HtmlInput) -> String {
         (irq::ID, "interrupts", irq::render(&input.timeline.irq)),
         (vcpu::ID, "vCPU wait", vcpu::render(&input.timeline.vcpu)),
         (who::ID, "who stole it", who::render(r.host.as_ref())),
+        (
+            who_time::ID,
+            "who, over time",
+            who_time::render(&input.timeline.culprits),
+        ),
         (probes::ID, "probes", probes::render(&input.timeline.probes)),
     ];
     let page: Markup = html! {

@@ -6,7 +6,7 @@ use super::*;
 use std::collections::BTreeMap;
 use stealscope_analysis::{Finding, ReportInput, Severity};
 use stealscope_model::irq_rates::{CpuIrqRates, SourceRate};
-use stealscope_model::timeline::{IrqWindow, ProbeWindow, VcpuWindow};
+use stealscope_model::timeline::{CulpritWindow, IrqWindow, ProbeWindow, VcpuWindow};
 use stealscope_readers::snapshot::{self, Snapshot};
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -451,6 +451,7 @@ proptest::proptest! {
         irq in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u32..4, proptest::num::f64::ANY), 0..20),
         vcpu in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u32..3, proptest::num::f64::ANY), 0..20),
         probes in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u64..1000), 0..20),
+        culprits in proptest::collection::vec((proptest::num::f64::ANY, 0usize..3, 0usize..9, proptest::num::f64::ANY), 0..30),
     ) {
         let l = load("6.x-healthy");
         let t = Timeline {
@@ -466,10 +467,15 @@ proptest::proptest! {
                 start_s: 0.0, wall_s: 1.0, probe: "wakeup".into(), cpu: None, samples: n,
                 p50_us: upper, p99_us: upper, max_us: max, buckets: vec![(upper, n)],
             }).collect(),
+            culprits: culprits.into_iter().map(|(t_s, vm, who, secs)| CulpritWindow {
+                t_s,
+                vm: format!("vm{vm}"),
+                culprits: vec![("host-process".into(), format!("p{who}"), secs)],
+            }).collect(),
             notes: vec![],
         };
         let html = page(&l, &t);
-        for id in [steal::ID, stacked::ID, bursts::ID, hw::ID, irq::ID, vcpu::ID, probes::ID] {
+        for id in [steal::ID, stacked::ID, bursts::ID, hw::ID, irq::ID, vcpu::ID, who_time::ID, probes::ID] {
             proptest::prop_assert!(html.contains(&format!("id=\"{id}\"")), "{}", id);
         }
     }

@@ -1,6 +1,6 @@
 //! "Who stole it" on the report page: a victim x culprit table of vCPU wait
 //! (seconds) from the host section, or why there is no attribution. Over
-//! time is not drawn yet: recordings do not carry culprits.
+//! time: [`super::who_time`], from a recording's culprits.
 
 use super::svg;
 use maud::{html, Markup};

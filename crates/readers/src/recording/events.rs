@@ -1,8 +1,8 @@
-//! Payloads of the frames that are not series: probe latency windows and
-//! notes.
+//! Payloads of the frames that are not series: probe latency windows,
+//! culprits per host scan and notes.
 
 use super::codec::{err, pack, put_str, put_u64, unpack, DResult, Dec};
-use super::format::ProbeRecord;
+use super::format::{CulpritScan, ProbeRecord};
 
 pub fn encode_probes(windows: &[ProbeRecord]) -> Vec<u8> {
     let mut b = Vec::new();
@@ -73,4 +73,74 @@ pub fn decode_note(payload: &[u8]) -> DResult<(u64, String)> {
     let t = d.u64()?;
     let text = std::str::from_utf8(d.rest()).or_else(|_| err("note is not UTF-8"))?;
     Ok((t, text.to_string()))
+}
+
+pub fn encode_culprits(scans: &[CulpritScan]) -> Vec<u8> {
+    let mut b = Vec::new();
+    put_u64(&mut b, scans.len() as u64);
+    for s in scans {
+        put_u64(&mut b, s.t_ns);
+        put_u64(&mut b, s.vms.len() as u64);
+        for (vm, rows) in &s.vms {
+            put_str(&mut b, vm);
+            put_u64(&mut b, rows.len() as u64);
+            for (kind, name, ns) in rows {
+                put_str(&mut b, kind);
+                put_str(&mut b, name);
+                put_u64(&mut b, *ns);
+            }
+        }
+    }
+    pack(&b)
+}
+
+pub fn decode_culprits(payload: &[u8]) -> DResult<Vec<CulpritScan>> {
+    let body = unpack(payload)?;
+    let mut d = Dec::new(&body);
+    let n = d.count(2, "scan")?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t_ns = d.u64()?;
+        let nv = d.count(2, "VM")?;
+        let mut vms = Vec::with_capacity(nv);
+        for _ in 0..nv {
+            let vm = d.str()?.to_string();
+            let nr = d.count(3, "culprit")?;
+            let mut rows = Vec::with_capacity(nr);
+            for _ in 0..nr {
+                rows.push((d.str()?.to_string(), d.str()?.to_string(), d.u64()?));
+            }
+            vms.push((vm, rows));
+        }
+        out.push(CulpritScan { t_ns, vms });
+    }
+    d.finish()?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn culprit_scans_round_trip() {
+        let scans = vec![
+            CulpritScan {
+                t_ns: 5,
+                vms: vec![(
+                    "web".into(),
+                    vec![
+                        ("host-process".into(), "burn".into(), 900),
+                        ("other".into(), "other".into(), 7),
+                    ],
+                )],
+            },
+            CulpritScan {
+                t_ns: 1 << 40,
+                vms: vec![],
+            },
+        ];
+        assert_eq!(decode_culprits(&encode_culprits(&scans)).unwrap(), scans);
+        assert!(decode_culprits(&[0, 3, 1]).is_err(), "a cut-off payload");
+    }
 }

@@ -40,6 +40,7 @@ pub enum Kind {
     Probe = 9,
     Note = 10,
     End = 11,
+    Culprits = 12,
 }
 
 impl Kind {
@@ -57,6 +58,7 @@ impl Kind {
             9 => Probe,
             10 => Note,
             11 => End,
+            12 => Culprits,
             _ => return None,
         })
     }
@@ -75,6 +77,7 @@ impl Kind {
             Probe => "probe",
             Note => "note",
             End => "end",
+            Culprits => "culprits",
         }
     }
 }
@@ -212,6 +215,18 @@ pub struct VcpuSample {
     pub threads: Vec<(VcpuEntry, ThreadTimes)>,
 }
 
+/// One culprit of a VM's vCPU wait: (kind, name, ns).
+pub type CulpritNs = (String, String, u64);
+
+/// Who stole each VM's vCPU time between two host scans (scheduler
+/// events): per VM its largest culprits and `other`, ns of vCPU wait.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CulpritScan {
+    pub t_ns: u64,
+    /// (VM name, [(kind, name, ns)]), most wait first.
+    pub vms: Vec<(String, Vec<CulpritNs>)>,
+}
+
 /// What a reader hands out, one per frame (table frames are folded into
 /// the samples that follow them).
 #[derive(Debug, Clone, PartialEq)]
@@ -226,6 +241,7 @@ pub enum Record {
     Vcpu(Vec<VcpuSample>),
     Counters(Vec<CounterSample>),
     Probes(Vec<ProbeRecord>),
+    Culprits(Vec<CulpritScan>),
     Note {
         t_ns: u64,
         text: String,

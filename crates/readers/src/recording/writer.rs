@@ -5,8 +5,10 @@
 //! Each frame reaches the file in one write.
 
 use super::checkpoint::{CheckpointEncoder, Files};
-use super::events::{encode_note, encode_probes};
-use super::format::{EndInfo, Header, Kind, ProbeRecord, ThreadTimes, VcpuEntry, MAGIC};
+use super::events::{encode_culprits, encode_note, encode_probes};
+use super::format::{
+    CulpritScan, EndInfo, Header, Kind, ProbeRecord, ThreadTimes, VcpuEntry, MAGIC,
+};
 use super::series::{CounterEncoder, Frames, IrqEncoder, StatEncoder, VcpuEncoder};
 use crate::error::{ReadError, Result};
 use crate::interrupts::Interrupts;
@@ -26,6 +28,7 @@ pub struct RecordingWriter {
     vcpu: VcpuEncoder,
     counters: CounterEncoder,
     probes: Vec<ProbeRecord>,
+    culprits: Vec<CulpritScan>,
     checkpoints: CheckpointEncoder,
     frames: Frames,
     bytes: u64,
@@ -43,6 +46,7 @@ impl RecordingWriter {
             vcpu: VcpuEncoder::new(start),
             counters: CounterEncoder::new(start),
             probes: Vec::new(),
+            culprits: Vec::new(),
             checkpoints: CheckpointEncoder::default(),
             frames: Vec::new(),
             bytes: 0,
@@ -110,6 +114,11 @@ impl RecordingWriter {
         self.probes.push(w);
     }
 
+    /// Culprits of one host scan, written with the next flush.
+    pub fn culprits(&mut self, s: CulpritScan) {
+        self.culprits.push(s);
+    }
+
     /// A note (what went wrong while recording) goes out at once.
     pub fn note(&mut self, t_ns: u64, text: &str) -> Result<()> {
         self.frame(Kind::Note, &encode_note(t_ns, text))
@@ -132,6 +141,11 @@ impl RecordingWriter {
             let p = encode_probes(&self.probes);
             self.probes.clear();
             self.frame(Kind::Probe, &p)?;
+        }
+        if !self.culprits.is_empty() {
+            let p = encode_culprits(&self.culprits);
+            self.culprits.clear();
+            self.frame(Kind::Culprits, &p)?;
         }
         Ok(())
     }

@@ -1,0 +1,262 @@
+//! Who stole it, as serve exports it: a busy 1-vCPU QEMU (TCG) VM pinned to
+//! one CPU beside a host busy loop of a known name, scraped by the test and
+//! by a real Prometheus. The loop is named as a culprit of the VM; the culprit
+//! counters add up to the vCPU's schedstat wait over the same span (serve's
+//! own schedstat series, read at the same host scan, checked against the
+//! test's reading of /proc); no counter ever goes backwards (Prometheus's
+//! `resets()`); the series stay under the stated bound. Without privileges
+//! the collector cannot run: serve says why once and serves the rest.
+
+use super::helpers::*;
+use super::prometheus::{api, query, value};
+use crate::common::testenv::{self, testenv};
+use crate::common::*;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Culprit series per VM: the 5 largest plus `other` (docs/metrics.md).
+const BOUND: usize = 6;
+
+/// A busy shell loop under a known name, on one CPU; killed on drop.
+struct Hog(Child, #[allow(dead_code)] tempfile::TempDir);
+
+impl Hog {
+    fn start(name: &str, cpu: &str) -> Hog {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join(name);
+        std::fs::copy("/bin/sh", &exe).unwrap();
+        let child = Command::new("taskset")
+            .args(["-c", cpu])
+            .arg(&exe)
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        Hog(child, dir)
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Pins a VM's threads to CPU 0 and its vCPU 0 to CPU 1; its tid.
+fn pin(vm: &str, pid: u64) -> u64 {
+    let tid = testenv::qmp_tids(vm)[0];
+    for args in [
+        vec!["-a", "-p", "-c", "0", &pid.to_string()],
+        vec!["-p", "-c", "1", &tid.to_string()],
+    ] {
+        let st = Command::new("taskset").args(&args).output().unwrap();
+        assert!(st.status.success(), "taskset {args:?}");
+    }
+    tid
+}
+
+/// Field `i` of a thread's schedstat (0 run, 1 wait), seconds.
+fn schedstat_s(tid: u64, i: usize) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).unwrap();
+    s.split_whitespace().nth(i).unwrap().parse::<f64>().unwrap() / 1e9
+}
+
+/// Serve's metrics right after a host scan updated them (polled until the
+/// vCPU's wait series moves), with `tid`'s run time read at once: the two
+/// are then a few tens of ms apart rather than up to a scan period.
+fn fresh(s: &Serve, key: &str, tid: u64) -> (Exposition, f64) {
+    let v0 = s.metrics().get(key);
+    wait_for("a host scan", Duration::from_secs(5), || {
+        std::thread::sleep(Duration::from_millis(20));
+        let m = s.metrics();
+        (m.get(key) != v0).then(|| (m, schedstat_s(tid, 0)))
+    })
+}
+
+/// The VM's culprit series: (kind, culprit) -> seconds.
+fn culprits(m: &Exposition, vm: &str) -> BTreeMap<(String, String), f64> {
+    let prefix = format!("stealscope_vm_wait_by_seconds_total{{vm=\"{vm}\",");
+    m.starting(&prefix)
+        .into_iter()
+        .map(|(k, v)| {
+            let label = |l: &str| {
+                let at = k.find(&format!("{l}=\"")).unwrap() + l.len() + 2;
+                k[at..].split('"').next().unwrap().to_string()
+            };
+            ((label("culprit_kind"), label("culprit")), v)
+        })
+        .collect()
+}
+
+fn start_prometheus(dir: &std::path::Path, target: SocketAddr) -> (Reaped, SocketAddr) {
+    let config = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: stealscope\n    \
+         static_configs:\n      - targets: ['{target}']\n"
+    );
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={prom}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus");
+    (Reaped(child), prom)
+}
+
+#[test]
+fn host_loop_is_named_and_counters_add_up_in_prometheus() {
+    if !require(
+        testenv::have_qemu() && have("prometheus"),
+        "root, qemu (testenv/setup.sh) and prometheus",
+    ) {
+        return;
+    }
+    let _turn = vm_turn();
+    let _vms = testenv::Vms;
+    let pid: u64 = testenv("start-vm.sh", &["swV", "1", "--busy", "1"])
+        .parse()
+        .unwrap();
+    let tid = pin("swV", pid);
+    let hog = Hog::start("whoburn", "1");
+    let s = Serve::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (_prom, prom) = start_prometheus(dir.path(), s.addr);
+    wait_for("culprit series", Duration::from_secs(15), || {
+        (!culprits(&s.metrics(), "swV").is_empty()).then_some(())
+    });
+    assert!(
+        s.stderr
+            .lock()
+            .unwrap()
+            .contains("who stole it: scheduler events by the tracefs route"),
+        "{}",
+        s.stderr.lock().unwrap()
+    );
+    let key = "stealscope_vcpu_wait_seconds_total{vm=\"swV\",vcpu=\"0\"}";
+    let own0 = schedstat_s(tid, 1);
+    let (m0, burn_run0) = fresh(&s, key, hog.0.id() as u64);
+    let mut last = culprits(&m0, "swV");
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = culprits(&s.metrics(), "swV");
+        assert!(now.len() <= BOUND, "{now:?}");
+        for (k, v) in &now {
+            let before = last.get(k).copied().unwrap_or(0.0);
+            assert!(*v >= before, "{k:?} went from {before} to {v}");
+        }
+        last.extend(now);
+    }
+    let (m1, burn_run1) = fresh(&s, key, hog.0.id() as u64);
+    let own1 = schedstat_s(tid, 1);
+
+    // The loop is named in a series of its own (not folded into `other`),
+    // charged what it ran: pinned beside an always-runnable vCPU, each of
+    // its run stretches on that CPU is a stretch the vCPU waited. Its own
+    // schedstat is the ground truth whatever else shares the CPU.
+    let (c0, c1) = (culprits(&m0, "swV"), culprits(&m1, "swV"));
+    let delta: BTreeMap<_, f64> = c1
+        .iter()
+        .map(|(k, v)| (k.clone(), v - c0.get(k).copied().unwrap_or(0.0)))
+        .collect();
+    let burn = delta
+        .get(&("host-process".to_string(), "whoburn".to_string()))
+        .copied()
+        .unwrap_or_else(|| panic!("whoburn not named: {delta:?}"));
+    // The culprits add up to schedstat's wait of the same scans.
+    let (w0, w1) = (m0.get(key).unwrap(), m1.get(key).unwrap());
+    assert!(
+        own0 <= w0 && w0 <= own0 + 5.0 && own1 - 1.5 <= w1 && w1 <= own1,
+        "serve's schedstat {w0}..{w1} vs the test's {own0}..{own1}"
+    );
+    let sum: f64 = delta.values().sum();
+    let wait = w1 - w0;
+    eprintln!("culprits {sum:.4} s vs schedstat {wait:.4} s; {delta:?}");
+    assert!(wait > 2.0, "the pinned vCPU hardly waited: {wait} s");
+    assert!(
+        (sum - wait).abs() <= 0.02 * wait,
+        "culprits {sum} s vs schedstat {wait} s"
+    );
+    let ran = burn_run1 - burn_run0;
+    eprintln!("whoburn charged {burn:.4} s, ran {ran:.4} s");
+    assert!(
+        (burn - ran).abs() <= 0.05 * ran + 0.05,
+        "whoburn charged {burn} s but ran {ran} s: {delta:?}"
+    );
+
+    // Prometheus saw the same: no resets, bounded, the loop named.
+    wait_for("prometheus samples", Duration::from_secs(30), || {
+        let r = query(prom, "count(stealscope_vm_wait_by_seconds_total)");
+        (!r.is_empty()).then_some(())
+    });
+    // This VM's series: VMs of other tests on this host come and go, and a
+    // new VM under a gone one's name starts its series anew.
+    let resets = query(
+        prom,
+        "sum(resets(stealscope_vm_wait_by_seconds_total{vm=\"swV\"}[5m]))",
+    );
+    assert_eq!(value(&resets[0]), 0.0, "{resets:?}");
+    let series = query(prom, "count by (vm) (stealscope_vm_wait_by_seconds_total)");
+    for v in &series {
+        assert!(value(v) as usize <= BOUND, "{v}");
+    }
+    let burn = query(
+        prom,
+        "increase(stealscope_vm_wait_by_seconds_total{vm=\"swV\",culprit=\"whoburn\"}[30s])",
+    );
+    assert!(value(&burn[0]) > 1.0, "{burn:?}");
+    let p99 = query(
+        prom,
+        "histogram_quantile(0.99, rate(stealscope_vcpu_wait_episode_seconds_bucket{vm=\"swV\"}[30s]))",
+    );
+    assert!(value(&p99[0]) > 0.0, "{p99:?}");
+    let route = query(prom, "stealscope_sched_route_info");
+    assert_eq!(route[0]["metric"]["route"], "tracefs", "{route:?}");
+    let lost = query(prom, "stealscope_sched_events_lost_total");
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    let _ = api(prom, "/api/v1/targets");
+}
+
+#[test]
+fn unprivileged_serve_says_why_once_and_serves_the_rest() {
+    if !require(testenv::have_qemu(), "root and qemu (testenv/setup.sh)") {
+        return;
+    }
+    let _turn = vm_turn();
+    let _vms = testenv::Vms;
+    testenv("start-vm.sh", &["swU", "1"]);
+    let (_dir, binary) = world_runnable_binary();
+    let s = Serve::spawn(nobody_command(&binary, &[]), &["--rate", "20"]);
+    let m = wait_for("the route series", Duration::from_secs(15), || {
+        let m = s.metrics();
+        (!m.starting("stealscope_sched_route_info{").is_empty()).then_some(m)
+    });
+    let info = m.starting("stealscope_sched_route_info{");
+    assert!(
+        info[0].0.starts_with(
+            "stealscope_sched_route_info{route=\"none\",reason=\"no scheduler events: tracefs: "
+        ),
+        "{info:?}"
+    );
+    assert!(m.starting("stealscope_vm_wait_by_seconds_total").is_empty());
+    // Everything else is served: the VM's schedstat series among them.
+    assert_eq!(
+        m.starting("stealscope_vcpu_wait_seconds_total{vm=\"swU\"")
+            .len(),
+        1
+    );
+    assert!(!m.starting("stealscope_cpu_seconds_total{").is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+    let log = s.stderr.lock().unwrap().clone();
+    assert_eq!(log.matches("who stole it").count(), 1, "{log}");
+}

@@ -1,0 +1,270 @@
+//! Running per-VM "who stole it" counters for an exporter (`serve`): each
+//! VM's vCPU wait by culprit, summed over successive pairs of
+//! scheduler-event readings, and its vCPUs' wait episodes. Pure.
+//!
+//! Bounded cardinality without counters going backwards: every culprit's
+//! all-time total is kept, but only the [`TOP_CULPRITS`] largest are shown
+//! as their own series, the rest as one `other` series. The shown set is
+//! sticky: a culprit enters only when its total passes the smallest shown
+//! one, which then leaves. `other` (all wait minus the shown totals) cannot
+//! fall at such a swap, since the culprit that leaves has at least the
+//! total the one entering had while it was still inside `other`; and a
+//! culprit that comes back resumes at its all-time total. So a VM has at
+//! most `TOP_CULPRITS + 1` series, and each only ever grows.
+
+use super::attribution::Key;
+use super::live_rows::vcpu_wait_by;
+use super::vcpu_times::vm_labels;
+use super::vcpu_times::{ScannedVmId, ThreadSample};
+use std::collections::{BTreeMap, BTreeSet};
+use stealscope_readers::recording::CulpritNs;
+use stealscope_sched::{EpisodeHist, SchedSample};
+
+/// Culprits shown per VM before the rest go to `other`.
+pub const TOP_CULPRITS: usize = 5;
+
+/// Upper bounds (seconds) of the exported wait-episode buckets. Episodes
+/// are kept in log buckets 12.5 % wide; each counts under the first bound
+/// at or above its bucket's upper end, so an episode up to 12.5 % below a
+/// bound may count under the next one.
+pub const EPISODE_BOUNDS_S: [f64; 12] = [
+    10e-6, 50e-6, 100e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 100e-3, 1.0,
+];
+
+/// A culprit as a series shows it: kind and name (the pid is left out to
+/// bound cardinality; the `host` report has it).
+pub type CulpritLabel = (&'static str, String);
+
+/// One VM's running counters.
+#[derive(Debug, Clone, Default)]
+pub struct VmWaitBy {
+    totals: BTreeMap<CulpritLabel, u64>,
+    shown: BTreeSet<CulpritLabel>,
+    /// Every wait episode of its vCPUs.
+    pub episodes: EpisodeHist,
+}
+
+impl VmWaitBy {
+    fn add(&mut self, label: CulpritLabel, ns: u64, top: usize) {
+        *self.totals.entry(label.clone()).or_default() += ns;
+        if self.shown.contains(&label) {
+            return;
+        }
+        if self.shown.len() < top {
+            self.shown.insert(label);
+            return;
+        }
+        let total = self.totals[&label];
+        let smallest = self.shown.iter().map(|l| (self.totals[l], l.clone())).min();
+        if let Some((least, out)) = smallest {
+            if total > least {
+                self.shown.remove(&out);
+                self.shown.insert(label);
+            }
+        }
+    }
+
+    /// (kind, name, seconds): the shown culprits, then ("other", "other").
+    pub fn series(&self) -> Vec<(&'static str, String, f64)> {
+        let mut out: Vec<(&'static str, String, f64)> = self
+            .shown
+            .iter()
+            .map(|l| (l.0, l.1.clone(), self.totals[l] as f64 / 1e9))
+            .collect();
+        let all: u64 = self.totals.values().sum();
+        let shown: u64 = self.shown.iter().map(|l| self.totals[l]).sum();
+        out.push(("other", "other".into(), (all - shown) as f64 / 1e9));
+        out
+    }
+
+    /// All wait charged so far, seconds.
+    pub fn total_s(&self) -> f64 {
+        self.totals.values().sum::<u64>() as f64 / 1e9
+    }
+}
+
+/// Episodes of `h` per exported bucket ([`EPISODE_BOUNDS_S`], then +Inf),
+/// each counted once (the encoder makes them cumulative).
+pub fn episode_buckets(h: &EpisodeHist) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = EPISODE_BOUNDS_S
+        .iter()
+        .chain([f64::INFINITY].iter())
+        .map(|&b| (b, 0))
+        .collect();
+    for (i, &c) in h.counts.iter().enumerate() {
+        let upper_s = stealscope_sched::hist::upper(i) as f64 / 1e9;
+        if let Some(b) = out.iter_mut().find(|b| b.0 >= upper_s) {
+            b.1 += c;
+        }
+    }
+    out
+}
+
+fn add_hist(into: &mut EpisodeHist, d: &EpisodeHist) {
+    for (a, b) in into.counts.iter_mut().zip(&d.counts) {
+        *a += b;
+    }
+    into.count += d.count;
+    into.sum_ns += d.sum_ns;
+    into.max_ns = into.max_ns.max(d.max_ns);
+    into.over_1ms += d.over_1ms;
+    into.over_10ms += d.over_10ms;
+}
+
+/// Every VM's counters, by its label ([`vm_labels`]).
+#[derive(Debug, Clone)]
+pub struct RunningWaitBy {
+    pub top: usize,
+    pub vms: BTreeMap<String, VmWaitBy>,
+}
+
+impl Default for RunningWaitBy {
+    fn default() -> Self {
+        RunningWaitBy {
+            top: TOP_CULPRITS,
+            vms: BTreeMap::new(),
+        }
+    }
+}
+
+impl RunningWaitBy {
+    /// Charges `ns` of `vm`'s wait to a culprit.
+    pub fn add(&mut self, vm: &str, label: CulpritLabel, ns: u64) {
+        let top = self.top;
+        self.vms
+            .entry(vm.to_string())
+            .or_default()
+            .add(label, ns, top);
+    }
+
+    /// Adds what accrued between two readings, named with a host scan;
+    /// VMs the scan no longer lists are dropped (their series vanish).
+    pub fn push<V: ScannedVmId>(
+        &mut self,
+        before: &SchedSample,
+        now: &SchedSample,
+        vms: &[V],
+        threads: &[ThreadSample],
+    ) {
+        let labels = vm_labels(vms);
+        self.vms.retain(|l, _| labels.values().any(|x| x == l));
+        let by_tid = vcpu_wait_by(before, now, vms, threads);
+        for (tid, by) in by_tid {
+            let Some(vm) = threads
+                .iter()
+                .find(|t| t.tid == tid)
+                .and_then(|t| labels.get(&t.pid))
+            else {
+                continue;
+            };
+            for (key, ns) in by {
+                let (kind, name, _, _): Key = key;
+                self.add(vm, (kind, name), ns);
+            }
+            let entry = self.vms.entry(vm.clone()).or_default();
+            if let (Some(a), Some(b)) = (before.threads.get(&tid), now.threads.get(&tid)) {
+                add_hist(&mut entry.episodes, &b.episodes.since(&a.episodes));
+            }
+        }
+    }
+}
+
+/// Each VM's vCPU wait between two readings by culprit, for one host
+/// scan of a recording: (VM label, [(kind, name, ns)]) with its `top`
+/// largest culprits, most first, then `other` when the rest waited.
+pub fn scan_culprits<V: ScannedVmId>(
+    before: &SchedSample,
+    now: &SchedSample,
+    vms: &[V],
+    threads: &[ThreadSample],
+    top: usize,
+) -> Vec<(String, Vec<CulpritNs>)> {
+    let labels = vm_labels(vms);
+    let mut per_vm: BTreeMap<String, BTreeMap<CulpritLabel, u64>> = BTreeMap::new();
+    for (tid, by) in vcpu_wait_by(before, now, vms, threads) {
+        let Some(vm) = threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .and_then(|t| labels.get(&t.pid))
+        else {
+            continue;
+        };
+        let e = per_vm.entry(vm.clone()).or_default();
+        for ((kind, name, _, _), ns) in by {
+            *e.entry((kind, name)).or_default() += ns;
+        }
+    }
+    per_vm
+        .into_iter()
+        .map(|(vm, by)| {
+            let mut rows: Vec<CulpritNs> = by
+                .into_iter()
+                .map(|((k, n), ns)| (k.to_string(), n, ns))
+                .collect();
+            rows.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+            let rest: u64 = rows.iter().skip(top).map(|r| r.2).sum();
+            rows.truncate(top);
+            if rest > 0 {
+                rows.push(("other".into(), "other".into(), rest));
+            }
+            (vm, rows)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l(name: &str) -> CulpritLabel {
+        ("host-process", name.to_string())
+    }
+
+    #[test]
+    fn series_stay_bounded_and_never_decrease() {
+        let mut v = VmWaitBy::default();
+        let mut last: BTreeMap<(&str, String), f64> = BTreeMap::new();
+        // A rotating cast of 12 culprits with growing, uneven waits.
+        for round in 0..200u64 {
+            let who = format!("p{}", (round * 7) % 12);
+            v.add(l(&who), 1_000 + (round % 5) * 3_000_000, 3);
+            let s = v.series();
+            assert!(s.len() <= 4, "{s:?}");
+            for (kind, name, secs) in s {
+                let prev = last.insert((kind, name.clone()), secs).unwrap_or(0.0);
+                assert!(secs >= prev, "{name} went from {prev} to {secs}");
+            }
+            let sum: f64 = v.series().iter().map(|x| x.2).sum();
+            assert!((sum - v.total_s()).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn a_big_late_culprit_displaces_the_smallest() {
+        let mut v = VmWaitBy::default();
+        v.add(l("a"), 10, 2);
+        v.add(l("b"), 20, 2);
+        v.add(l("burn"), 5, 2);
+        assert!(v.series().iter().any(|x| x.1 == "a"), "5 < 10: not yet");
+        v.add(l("burn"), 1_000, 2);
+        let names: Vec<String> = v.series().into_iter().map(|x| x.1).collect();
+        assert_eq!(names, ["b", "burn", "other"]);
+        assert_eq!(v.series()[2].2, 10e-9, "a's 10 ns went to other");
+    }
+
+    #[test]
+    fn episode_buckets_split_at_the_bounds() {
+        let mut h = EpisodeHist::default();
+        for ns in [5_000, 200_000, 3_000_000, 3_000_000, 2_000_000_000] {
+            h.record(ns);
+        }
+        let b = episode_buckets(&h);
+        let at = |s: f64| b.iter().find(|x| x.0 == s).unwrap().1;
+        assert_eq!(at(10e-6), 1);
+        assert_eq!(at(500e-6), 1);
+        assert_eq!(at(5e-3), 2);
+        assert_eq!(at(1.0), 0);
+        assert_eq!(b.last().unwrap(), &(f64::INFINITY, 1));
+        assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), h.count);
+    }
+}

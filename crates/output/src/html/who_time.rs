@@ -1,0 +1,187 @@
+//! "Who stole it" over time, from a recording's culprits per host scan: a
+//! per-VM table of its largest culprits over the whole recording, and the
+//! vCPU wait stacked by (VM, culprit) over time, in vCPUs waiting.
+
+use super::bins::{TimeBins, MAX_BINS};
+use super::svg::{self, fmt_num, fmt_secs, n1, LEFT, TOP};
+use maud::{html, Markup};
+use std::collections::BTreeMap;
+use stealscope_model::timeline::CulpritWindow;
+
+pub const ID: &str = "who-stole-over-time";
+const TITLE: &str = "Who stole it over time: vCPU wait by culprit";
+const HEIGHT: f64 = 200.0;
+/// Stacked (VM, culprit) pairs drawn; the rest is one grey band.
+const STACKED: usize = 7;
+const COLORS: [&str; STACKED] = [
+    "#c0392b", "#4a78b0", "#e69b00", "#27ae60", "#8e44ad", "#16a085", "#d35400",
+];
+const REST: &str = "#bbbbbb";
+/// Culprits listed per VM in the table before `other`.
+const TABLE_ROWS: usize = 5;
+
+type Key = (String, String, String); // vm, kind, name
+/// A VM's table: (kind, name, seconds) rows, then the rest's seconds.
+type VmRows<'a> = (Vec<(&'a str, &'a str, f64)>, f64);
+
+fn label(kind: &str, name: &str) -> String {
+    match kind {
+        "vcpu" => format!("VM {name}'s vCPUs"),
+        "vmm" => format!("VM {name}'s VMM threads"),
+        "host-kthread" => format!("{name} (kernel)"),
+        "host-process" => format!("{name} (host process)"),
+        _ => name.to_string(),
+    }
+}
+
+/// Each window with its span: from the VM's previous scan (or one second
+/// before, for its first).
+fn spans(w: &[CulpritWindow]) -> Vec<(f64, f64, &CulpritWindow)> {
+    let mut last: BTreeMap<&str, f64> = BTreeMap::new();
+    w.iter()
+        .map(|c| {
+            let start = last.insert(&c.vm, c.t_s).unwrap_or(c.t_s - 1.0);
+            (start, (c.t_s - start).max(1e-3), c)
+        })
+        .collect()
+}
+
+pub fn render(w: &[CulpritWindow]) -> Markup {
+    if w.is_empty() {
+        return svg::no_data(
+            ID,
+            TITLE,
+            "the recording carries no culprits (a guest, no VMs, or the scheduler-event collector could not run: see the notes)",
+        );
+    }
+    let mut totals: BTreeMap<Key, f64> = BTreeMap::new();
+    for c in w {
+        for (kind, name, s) in &c.culprits {
+            *totals
+                .entry((c.vm.clone(), kind.clone(), name.clone()))
+                .or_default() += s;
+        }
+    }
+    let mut ranked: Vec<(Key, f64)> = totals.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // Per VM: its largest culprits, then everything else as `other`.
+    let mut vms: BTreeMap<&str, VmRows> = BTreeMap::new();
+    for (k, s) in &ranked {
+        let e = vms.entry(k.0.as_str()).or_default();
+        if k.1 == "other" || e.0.len() == TABLE_ROWS {
+            e.1 += s;
+        } else {
+            e.0.push((k.1.as_str(), k.2.as_str(), *s));
+        }
+    }
+    let stacked: Vec<&Key> = ranked
+        .iter()
+        .filter(|(k, _)| k.1 != "other")
+        .take(STACKED)
+        .map(|(k, _)| k)
+        .collect();
+    let table = html! {
+        table class="cpus who-over-time" {
+            tr { th { "VM" } th { "culprit" } th { "kind" } th { "wait s" } th { "share" } }
+            @for (vm, (rows, other)) in &vms {
+                @let all: f64 = (rows.iter().map(|r| r.2).sum::<f64>() + other).max(1e-12);
+                @for (i, (kind, name, s)) in rows.iter().enumerate() {
+                    tr {
+                        td { @if i == 0 { (vm) } }
+                        td { (name) }
+                        td { (kind) }
+                        td { (format!("{s:.2}")) }
+                        td { (format!("{:.0}%", 100.0 * s / all)) }
+                    }
+                }
+                @if *other > 0.0 {
+                    tr {
+                        td {}
+                        td { "other" }
+                        td { "" }
+                        td { (format!("{other:.2}")) }
+                        td { (format!("{:.0}%", 100.0 * other / all)) }
+                    }
+                }
+            }
+        }
+    };
+    let sp = spans(w);
+    let Some(bins) = TimeBins::over(sp.iter().map(|(a, d, _)| (*a, *d)), MAX_BINS) else {
+        return html! { section class="plot" id=(ID) { h2 { (TITLE) } (table) } };
+    };
+    // Seconds of wait per bin and band (the last band is the rest).
+    let mut cells = vec![vec![0.0f64; stacked.len() + 1]; bins.n];
+    for (start, dur, c) in &sp {
+        for (kind, name, s) in &c.culprits {
+            let band = stacked
+                .iter()
+                .position(|k| k.0 == c.vm && &k.1 == kind && &k.2 == name)
+                .unwrap_or(stacked.len());
+            for (i, share) in bins.spread(*start, *dur) {
+                cells[i][band] += s * share;
+            }
+        }
+    }
+    let rate: Vec<Vec<f64>> = cells
+        .iter()
+        .map(|r| r.iter().map(|s| s / bins.width).collect())
+        .collect();
+    let top = svg::nice_ceil(
+        rate.iter()
+            .map(|r| r.iter().sum::<f64>())
+            .fold(0.0, f64::max)
+            .max(0.1),
+    );
+    let cw = svg::plot_w() / bins.n as f64;
+    let base = TOP + HEIGHT;
+    let y = |v: f64| base - HEIGHT * (v / top).clamp(0.0, 1.0);
+    let color = |b: usize| COLORS.get(b).copied().unwrap_or(REST);
+    let name = |b: usize| {
+        stacked.get(b).map_or("the rest".to_string(), |k| {
+            format!("{} ← {}", k.0, label(&k.1, &k.2))
+        })
+    };
+    let body = html! {
+        g class="axis y-axis" {
+            @for t in [0.0, 0.25, 0.5, 0.75, 1.0] {
+                line x1=(n1(LEFT - 4.0)) x2=(n1(LEFT)) y1=(n1(y(t * top))) y2=(n1(y(t * top)))  {}
+                text x=(n1(LEFT - 6.0)) y=(n1(y(t * top) + 4.0)) text-anchor="end" { (fmt_num(t * top, 2)) }
+            }
+            text class="axis-title" transform=(format!("translate(14 {}) rotate(-90)", n1(TOP + HEIGHT / 2.0))) text-anchor="middle" { "vCPUs waiting" }
+        }
+        g class="stack" shape-rendering="crispEdges" {
+            @for (i, r) in rate.iter().enumerate() {
+                @let t0 = bins.t0 + i as f64 * bins.width;
+                @let tip = format!("+{}–{}: {}", fmt_secs(t0), fmt_secs(t0 + bins.width),
+                    r.iter().enumerate().filter(|(_, v)| **v > 0.0).map(|(b, v)| format!("{} {v:.2}", name(b))).collect::<Vec<_>>().join(", "));
+                @for (b, v) in r.iter().enumerate() {
+                    @let below: f64 = r[..b].iter().sum();
+                    @if *v > 0.0 {
+                        rect x=(n1(LEFT + i as f64 * cw)) y=(n1(y(below + v))) width=(n1(cw + 0.2))
+                            height=(n1(y(below) - y(below + v))) fill=(color(b)) { title { (tip) } }
+                    }
+                }
+            }
+        }
+        (svg::time_axis(&bins, base))
+        g class="legend" {
+            @for b in 0..=stacked.len() {
+                @let lx = LEFT + (b % 3) as f64 * 280.0;
+                @let ly = base + svg::BOTTOM + 4.0 + (b / 3) as f64 * 18.0;
+                rect x=(n1(lx)) y=(n1(ly)) width="14" height="14" fill=(color(b)) stroke="#999" {}
+                text x=(n1(lx + 20.0)) y=(n1(ly + 11.0)) { (name(b)) }
+            }
+        }
+    };
+    let legend_rows = (stacked.len() + 1).div_ceil(3) as f64;
+    html! {
+        section class="plot" id=(ID) {
+            h2 { (TITLE) }
+            p class="caption" { "Seconds each VM's vCPUs waited while the culprit ran on their CPU, over the whole recording (largest culprits per VM; scheduler events):" }
+            (table)
+            p class="caption" { (format!("The same over time, stacked by VM and culprit, in vCPUs waiting (1 = one vCPU's worth of wall time); {} bins of {}.", bins.n, fmt_secs(bins.width))) }
+            (svg::svg("stacked who-stacked", base + svg::BOTTOM + 8.0 + 18.0 * legend_rows, TITLE, body))
+        }
+    }
+}
