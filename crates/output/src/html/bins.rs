@@ -83,7 +83,12 @@ impl TimeBins {
         (first..self.n)
             .map_while(move |i| {
                 let lo = self.start_of(i);
-                (lo < end).then(|| (i, (self.start_of(i + 1).min(end) - lo.max(start)) / wall))
+                // Far from 0, `start + wall - start` is off by an ulp of
+                // `start`: a share just over 1 is rounding, not overlap.
+                (lo < end).then(|| {
+                    let share = (self.start_of(i + 1).min(end) - lo.max(start)) / wall;
+                    (i, share.min(1.0))
+                })
             })
             // Float slivers at bin edges are not overlap.
             .filter(|&(_, share)| share > 1e-9)
