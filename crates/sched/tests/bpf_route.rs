@@ -151,11 +151,12 @@ fn charged_to(w: &ThreadWaits, tid: u32) -> u64 {
 /// The checks every case shares: the split adds up to schedstat's wait and
 /// has no more episodes than the thread was switched in.
 fn check_sums(iv: &Interval) {
-    check_sums_over(iv, 100_000_000);
+    check_sums_over(iv, 100_000_000, 0);
 }
 
-/// As [`check_sums`], for a victim that waited at least `min_wait` ns.
-fn check_sums_over(iv: &Interval, min_wait: u64) {
+/// As [`check_sums`], for a victim that waited at least `min_wait` ns,
+/// allowing `per_episode` ns more per episode than 2 % of the wait.
+fn check_sums_over(iv: &Interval, min_wait: u64, per_episode: u64) {
     let (_, wait, runs) = iv.stat[0];
     let got = iv.waits.wait_ns();
     eprintln!(
@@ -172,8 +173,9 @@ fn check_sums_over(iv: &Interval, min_wait: u64) {
     }
     assert!(wait > min_wait, "the victim barely waited: {wait} ns");
     let err = (got as f64 - wait as f64).abs() / wait as f64;
+    let allowed = 0.02 * wait as f64 + (per_episode * iv.waits.episodes.count) as f64;
     assert!(
-        err <= 0.02,
+        (got as f64 - wait as f64).abs() <= allowed,
         "sum {got} vs schedstat {wait}: {:.2}%",
         err * 100.0
     );
@@ -214,7 +216,9 @@ fn one_culprit_on_a_pinned_cpu_takes_the_wait() {
     // wait not charged to other processes, and the hog's charge against its
     // own schedstat run time (the victim is runnable whenever it runs).
     let hog_ns = charged_to(&iv.waits, hog.tid);
-    let others = foreign(&iv.waits);
+    // Time older than the per-CPU record (a busy machine switches more
+    // than it holds) is `unknown`, counted but blamed on no one.
+    let others = foreign(&iv.waits) + iv.waits.unknown_ns;
     let share = hog_ns as f64 / (iv.waits.wait_ns() - others) as f64;
     assert!(
         share >= 0.95,
@@ -328,7 +332,10 @@ fn migrating_victim_still_adds_up() {
         c0 + c1
     );
     // Queued on both CPUs in turn, so each hog took a fair part.
-    assert!(c0.min(c1) as f64 >= 0.2 * ours as f64, "hog0 {c0}, hog1 {c1}");
+    assert!(
+        c0.min(c1) as f64 >= 0.2 * ours as f64,
+        "hog0 {c0}, hog1 {c1}"
+    );
     for s in [victim, h0, h1] {
         s.handle.join().unwrap();
     }
@@ -361,7 +368,13 @@ fn sleepy_victim_adds_up_and_never_outnumbers_its_runs() {
     stop.store(true, Ordering::Relaxed);
     let (_, wait, runs) = iv.stat[0];
     assert!(runs >= 200, "woken only {runs} times in 3 s");
-    check_sums_over(&iv, 0);
+    // schedstat ends a wait at the rq clock of the switch, which the kernel
+    // does not refresh after a wake-up that preempts the current task
+    // (rq_clock_skip_update in wakeup_preempt): such a wait reads as ending
+    // at the wake-up. The program sees the switch itself, some µs later
+    // (6-9 µs per episode on this VM). Hence 10 µs per episode on top
+    // of the 2 %: the tracefs failure this guards against was 300x.
+    check_sums_over(&iv, 0, 10_000);
     eprintln!(
         "sleepy: {runs} runs, schedstat wait {wait} ns, {} ns per run",
         wait / runs
