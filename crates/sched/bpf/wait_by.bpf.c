@@ -141,6 +141,28 @@ struct {
 	__type(value, struct charge);
 } charges SEC(".maps");
 
+// One bit per tid below 2^22 (the kernel's PID_MAX_LIMIT), set for the
+// watched ones: most switches involve no watched thread, and an array
+// lookup (inlined by the verifier) is far cheaper than a hash lookup.
+#define TID_WORDS (1 << 16)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TID_WORDS);
+	__type(key, u32);
+	__type(value, u64);
+} tidbits SEC(".maps");
+
+static __always_inline struct victim *watched_victim(u32 tid)
+{
+	if (!tid)
+		return 0;
+	u32 w = tid >> 6;
+	u64 *bits = bpf_map_lookup_elem(&tidbits, &w);
+	if (bits && !((*bits >> (tid & 63)) & 1))
+		return 0;
+	return bpf_map_lookup_elem(&watched, &tid); // also past the bitmap
+}
+
 static __always_inline struct cpu_state *this_cpu(void)
 {
 	u32 zero = 0;
@@ -279,7 +301,7 @@ int handle_switch(u64 *ctx)
 	u32 cpu = bpf_get_smp_processor_id();
 	u32 ntid = next->pid, ptid = prev->pid;
 
-	struct victim *v = ntid ? bpf_map_lookup_elem(&watched, &ntid) : 0;
+	struct victim *v = watched_victim(ntid);
 	if (v) {
 		if (v->state == ST_QUEUED) {
 			charge(v, ntid, v->cpu, now, me);
@@ -297,7 +319,7 @@ int handle_switch(u64 *ctx)
 		v->state = ST_RUNNING;
 		v->cpu = cpu;
 	}
-	v = ptid ? bpf_map_lookup_elem(&watched, &ptid) : 0;
+	v = watched_victim(ptid);
 	if (v) {
 		if (preempt || prev_state == 0) {
 			v->state = ST_QUEUED;
@@ -331,7 +353,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	if (gated())
 		return 0;
 	u32 tid = p->pid;
-	struct victim *v = bpf_map_lookup_elem(&watched, &tid);
+	struct victim *v = watched_victim(tid);
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
@@ -365,7 +387,7 @@ int handle_migrate(u64 *ctx)
 	if (gated())
 		return 0;
 	u32 tid = p->pid;
-	struct victim *v = bpf_map_lookup_elem(&watched, &tid);
+	struct victim *v = watched_victim(tid);
 	if (!v || v->state != ST_QUEUED)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
