@@ -7,7 +7,7 @@ use crate::model::{Route, SchedSample};
 /// Which route to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Preference {
-    /// tracefs, then BPF (see `try_routes`).
+    /// BPF, then tracefs (see `try_routes`).
     #[default]
     Auto,
     Bpf,
@@ -25,10 +25,11 @@ pub struct Unavailable {
 /// The routes to try, best first.
 fn try_routes(pref: Preference) -> &'static [Route] {
     match pref {
-        // tracefs first for now: the BPF route over-counts the wait of a
-        // thread migrated while queued (9.6 % over schedstat in
-        // bpf_route::migrating_victim_still_adds_up); exact beats cheap.
-        Preference::Auto => &[Route::Tracefs, Route::Bpf],
+        // BPF first: it aggregates in the kernel and never wakes user
+        // space per event; tracefs is the fallback for kernels without
+        // BTF or BPF (both add up to schedstat, tests/bpf_route.rs and
+        // tests/tracefs_route.rs).
+        Preference::Auto => &[Route::Bpf, Route::Tracefs],
         Preference::Bpf => &[Route::Bpf],
         Preference::Tracefs => &[Route::Tracefs],
     }
