@@ -7,7 +7,7 @@ use crate::model::{Route, SchedSample};
 /// Which route to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Preference {
-    /// BPF, then tracefs (see `try_routes`).
+    /// tracefs, then BPF (see `try_routes`).
     #[default]
     Auto,
     Bpf,
@@ -25,11 +25,12 @@ pub struct Unavailable {
 /// The routes to try, best first.
 fn try_routes(pref: Preference) -> &'static [Route] {
     match pref {
-        // BPF first: it aggregates in the kernel and never wakes user
-        // space per event; tracefs is the fallback for kernels without
-        // BTF or BPF (both add up to schedstat, tests/bpf_route.rs and
-        // tests/tracefs_route.rs).
-        Preference::Auto => &[Route::Bpf, Route::Tracefs],
+        // tracefs first for now: with BPF first, the live QEMU tests
+        // (cli/tests/host_who.rs) under heavy other load charged the named
+        // culprit more than its own schedstat run time (0.560 vs 0.447 of
+        // the wait, 0.891 vs 0.801); not yet explained, and those tests
+        // have only passed on tracefs. The thread tests agree on both.
+        Preference::Auto => &[Route::Tracefs, Route::Bpf],
         Preference::Bpf => &[Route::Bpf],
         Preference::Tracefs => &[Route::Tracefs],
     }
