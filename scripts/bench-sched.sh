@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 17: overhead of the scheduler-event collector at a high switch rate.
 # Runs `perf bench sched pipe` (a ping-pong pair, >= 20k switches/s) alone,
-# with the BPF collector (gate open: one thread watched), and under
+# with the BPF collector (gate closed, then one thread watched), with the
+# tracefs route, with bench/wait_by.bt under bpftrace, and under
 # `perf sched record`; reads the kernel's own per-program cost with
 # kernel.bpf_stats_enabled=1. Prints the other load on the machine from
 # /proc/stat so a run taken while others built can be rejected. Root.
@@ -37,6 +38,21 @@ with_bpf "bpf, gate closed"
 # One sleeping thread watched: every program takes its full common path.
 sleep 1000 & sleeper=$!
 with_bpf "bpf collector" "$sleeper"
+# The tracefs route on the same thread (its reader thread runs in user space).
+HOLD_ROUTE=tracefs $hold 60 "$sleeper" >/tmp/bench-sched-hold.log 2>&1 & holder=$!
+sleep 2
+echo "== tracefs collector: $(pipe)"
+kill "$holder" 2>/dev/null || true
+wait "$holder" 2>/dev/null || true
+# Reference: the same aggregation as a bpftrace script (bench/wait_by.bt).
+if command -v bpftrace >/dev/null; then
+  bpftrace bench/wait_by.bt "$sleeper" >/tmp/bench-sched-bt.log 2>&1 & bt=$!
+  for _ in $(seq 60); do grep -q Attaching /tmp/bench-sched-bt.log && break; sleep 1; done
+  sleep 1
+  echo "== bpftrace wait_by.bt: $(pipe)"
+  kill -INT "$bt" 2>/dev/null || true
+  wait "$bt" 2>/dev/null || true
+fi
 kill "$sleeper" 2>/dev/null || true
 echo "== alone again:    $(pipe)"
 echo "== perf sched record: $(cd /tmp && b0=$(busy); perf sched record -q -o /tmp/bench-sched.data -- perf bench sched pipe -l "$LOOPS" 2>/dev/null | awk '/ops\/sec/{print $1}'; rm -f /tmp/bench-sched.data)"
