@@ -26,10 +26,11 @@ pub struct Unavailable {
 fn try_routes(pref: Preference) -> &'static [Route] {
     match pref {
         // tracefs first for now: with BPF first, the live QEMU tests
-        // (cli/tests/host_who.rs) under heavy other load charged the named
-        // culprit more than its own schedstat run time (0.560 vs 0.447 of
-        // the wait, 0.891 vs 0.801); not yet explained, and those tests
-        // have only passed on tracefs. The thread tests agree on both.
+        // (cli/tests/host_who.rs) under heavy other load gave the named
+        // culprit a larger share than its schedstat run time says (0.560
+        // vs 0.447, 0.891 vs 0.801, 0.786 vs 0.654, 0.883 vs 0.747) in
+        // their non-exact fallback; their one clean BPF run was exact
+        // (0.996 vs 0.996). Not yet explained; the thread tests agree.
         Preference::Auto => &[Route::Tracefs, Route::Bpf],
         Preference::Bpf => &[Route::Bpf],
         Preference::Tracefs => &[Route::Tracefs],
