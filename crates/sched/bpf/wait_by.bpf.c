@@ -25,8 +25,6 @@ static long (*bpf_map_update_elem)(void *map, const void *key,
                                    const void *value, u64 flags) = (void *)2;
 static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
-static long (*bpf_probe_read_kernel)(void *dst, u32 size,
-                                     const void *src) = (void *)113;
 static void *(*bpf_map_lookup_percpu_elem)(void *map, const void *key,
                                            u32 cpu) = (void *)195;
 
@@ -140,6 +138,28 @@ struct {
 	__type(key, struct charge_key);
 	__type(value, struct charge);
 } charges SEC(".maps");
+
+// One bit per tid below 2^22 (the kernel's PID_MAX_LIMIT), set for the
+// watched ones: most switches involve no watched thread, and an array
+// lookup (inlined by the verifier) is far cheaper than a hash lookup.
+#define TID_WORDS (1 << 16)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TID_WORDS);
+	__type(key, u32);
+	__type(value, u64);
+} tidbits SEC(".maps");
+
+static __always_inline struct victim *watched_victim(u32 tid)
+{
+	if (!tid)
+		return 0;
+	u32 w = tid >> 6;
+	u64 *bits = bpf_map_lookup_elem(&tidbits, &w);
+	if (bits && !((*bits >> (tid & 63)) & 1))
+		return 0;
+	return bpf_map_lookup_elem(&watched, &tid); // also past the bitmap
+}
 
 static __always_inline struct cpu_state *this_cpu(void)
 {
@@ -279,7 +299,7 @@ int handle_switch(u64 *ctx)
 	u32 cpu = bpf_get_smp_processor_id();
 	u32 ntid = next->pid, ptid = prev->pid;
 
-	struct victim *v = ntid ? bpf_map_lookup_elem(&watched, &ntid) : 0;
+	struct victim *v = watched_victim(ntid);
 	if (v) {
 		if (v->state == ST_QUEUED) {
 			charge(v, ntid, v->cpu, now, me);
@@ -297,7 +317,7 @@ int handle_switch(u64 *ctx)
 		v->state = ST_RUNNING;
 		v->cpu = cpu;
 	}
-	v = ptid ? bpf_map_lookup_elem(&watched, &ptid) : 0;
+	v = watched_victim(ptid);
 	if (v) {
 		if (preempt || prev_state == 0) {
 			v->state = ST_QUEUED;
@@ -317,7 +337,9 @@ int handle_switch(u64 *ctx)
 	r->tid = ntid;
 	r->tgid = next->tgid;
 	r->kthread = !!(next->flags & PF_KTHREAD);
-	bpf_probe_read_kernel(r->comm, sizeof(r->comm), next->comm);
+	// Direct loads: a tp_btf argument is a trusted BTF pointer, cheaper
+	// to read than through the probe-read helper.
+	__builtin_memcpy(r->comm, next->comm, sizeof(r->comm));
 	me->head = h + 1;
 	return 0;
 }
@@ -331,7 +353,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	if (gated())
 		return 0;
 	u32 tid = p->pid;
-	struct victim *v = bpf_map_lookup_elem(&watched, &tid);
+	struct victim *v = watched_victim(tid);
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
@@ -365,7 +387,7 @@ int handle_migrate(u64 *ctx)
 	if (gated())
 		return 0;
 	u32 tid = p->pid;
-	struct victim *v = bpf_map_lookup_elem(&watched, &tid);
+	struct victim *v = watched_victim(tid);
 	if (!v || v->state != ST_QUEUED)
 		return 0;
 	u64 now = bpf_ktime_get_ns();

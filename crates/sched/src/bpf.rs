@@ -165,6 +165,28 @@ impl BpfRoute {
     }
 }
 
+/// Tids the program's bitmap covers (the kernel's PID_MAX_LIMIT); a tid
+/// past it is still found, by the slower hash lookup alone.
+const TID_BITS: u32 = 1 << 22;
+
+impl BpfRoute {
+    /// Sets or clears the `tidbits` bit of each tid, which lets the
+    /// program skip the hash lookup for threads nobody watches.
+    fn set_tid_bits(&mut self, tids: &[u32], on: bool) -> Result<()> {
+        let map = self.ebpf.map_mut("tidbits").expect("map in object");
+        let mut bits: Array<&mut MapData, u64> =
+            Array::try_from(map).map_err(|e| bpf_err("tidbits", e))?;
+        for &t in tids.iter().filter(|&&t| t < TID_BITS) {
+            let word = bits.get(&(t >> 6), 0).map_err(|e| bpf_err("tidbits", e))?;
+            let bit = 1u64 << (t & 63);
+            let word = if on { word | bit } else { word & !bit };
+            bits.set(t >> 6, word, 0)
+                .map_err(|e| bpf_err("tidbits", e))?;
+        }
+        Ok(())
+    }
+}
+
 /// Adds the privilege hint to permission errors.
 fn explain(msg: &str) -> String {
     if msg.contains("Operation not permitted") || msg.contains("os error 1)") {
@@ -227,6 +249,8 @@ impl RouteImpl for BpfRoute {
                 let _ = charges.remove(&k);
             }
         }
+        self.set_tid_bits(&gone, false)?;
+        self.set_tid_bits(&new, true)?;
         self.watched = want;
         let map = self.ebpf.map_mut("gate").expect("map in object");
         let mut gate: Array<&mut MapData, u64> =

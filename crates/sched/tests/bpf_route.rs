@@ -16,7 +16,10 @@ fn ci() -> bool {
 /// do not stretch another's reads apart.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// True when the test can run; panics in CI when it cannot.
+/// True when the test can run; panics in CI when it cannot. The test's own
+/// thread then runs at nice -20, above its nice -19 spinners: otherwise it
+/// is starved between reading schedstat and the collector, and the two
+/// windows drift apart by whole episodes.
 fn can_run() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -26,6 +29,8 @@ fn can_run() -> bool {
     } else if cpus < 2 {
         "fewer than 2 CPUs"
     } else {
+        // SAFETY: setpriority on the calling thread with valid arguments.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), -20) };
         return true;
     };
     if ci() {
@@ -47,6 +52,35 @@ struct Spinner {
 }
 
 fn spin(name: &str, cpus: &[usize], nice: i32, stop: &Arc<AtomicBool>) -> Spinner {
+    spin_with(name, cpus, nice, stop, |stop| {
+        let mut x = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    })
+}
+
+/// Sets the CPUs `tid` may run on.
+fn pin(tid: u32, cpus: &[usize]) {
+    // SAFETY: a zeroed cpu_set_t is empty; sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in cpus {
+            libc::CPU_SET(*c, &mut set);
+        }
+        let r = libc::sched_setaffinity(tid as i32, std::mem::size_of_val(&set), &set);
+        assert_eq!(r, 0, "sched_setaffinity {tid} {cpus:?}");
+    }
+}
+
+/// A named thread on the given CPUs at a nice value, running `body`.
+fn spin_with(
+    name: &str,
+    cpus: &[usize],
+    nice: i32,
+    stop: &Arc<AtomicBool>,
+    body: fn(&AtomicBool),
+) -> Spinner {
     let (tx, rx) = mpsc::channel();
     let stop = stop.clone();
     let cname = std::ffi::CString::new(name).unwrap();
@@ -55,21 +89,11 @@ fn spin(name: &str, cpus: &[usize], nice: i32, stop: &Arc<AtomicBool>) -> Spinne
         // SAFETY: plain syscalls on the calling thread with valid arguments.
         unsafe {
             libc::prctl(libc::PR_SET_NAME, cname.as_ptr());
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            for c in &cpus {
-                libc::CPU_SET(*c, &mut set);
-            }
-            assert_eq!(
-                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-                0
-            );
             assert_eq!(libc::setpriority(libc::PRIO_PROCESS, 0, nice), 0);
         }
+        pin(gettid(), &cpus);
         tx.send(gettid()).unwrap();
-        let mut x = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
+        body(&stop);
     });
     Spinner {
         tid: rx.recv().unwrap(),
@@ -127,6 +151,12 @@ fn charged_to(w: &ThreadWaits, tid: u32) -> u64 {
 /// The checks every case shares: the split adds up to schedstat's wait and
 /// has no more episodes than the thread was switched in.
 fn check_sums(iv: &Interval) {
+    check_sums_over(iv, 100_000_000, 0);
+}
+
+/// As [`check_sums`], for a victim that waited at least `min_wait` ns,
+/// allowing `per_episode` ns more per episode than 2 % of the wait.
+fn check_sums_over(iv: &Interval, min_wait: u64, per_episode: u64) {
     let (_, wait, runs) = iv.stat[0];
     let got = iv.waits.wait_ns();
     eprintln!(
@@ -141,10 +171,11 @@ fn check_sums(iv: &Interval) {
     for (c, ns) in &iv.waits.by_thread {
         eprintln!("  {:>6} {:<16} {ns}", c.tid, c.comm);
     }
-    assert!(wait > 100_000_000, "the victim barely waited: {wait} ns");
+    assert!(wait > min_wait, "the victim barely waited: {wait} ns");
     let err = (got as f64 - wait as f64).abs() / wait as f64;
+    let allowed = 0.02 * wait as f64 + (per_episode * iv.waits.episodes.count) as f64;
     assert!(
-        err <= 0.02,
+        (got as f64 - wait as f64).abs() <= allowed,
         "sum {got} vs schedstat {wait}: {:.2}%",
         err * 100.0
     );
@@ -185,13 +216,9 @@ fn one_culprit_on_a_pinned_cpu_takes_the_wait() {
     // wait not charged to other processes, and the hog's charge against its
     // own schedstat run time (the victim is runnable whenever it runs).
     let hog_ns = charged_to(&iv.waits, hog.tid);
-    let others: u64 = iv
-        .waits
-        .by_thread
-        .iter()
-        .filter(|(c, _)| c.tgid != std::process::id())
-        .map(|(_, &ns)| ns)
-        .sum();
+    // Time older than the per-CPU record (a busy machine switches more
+    // than it holds) is `unknown`, counted but blamed on no one.
+    let others = foreign(&iv.waits) + iv.waits.unknown_ns;
     let share = hog_ns as f64 / (iv.waits.wait_ns() - others) as f64;
     assert!(
         share >= 0.95,
@@ -252,12 +279,19 @@ fn two_culprits_at_different_nice_split_like_their_run_times() {
     }
 }
 
-// Known gap: a victim migrating between two busy CPUs is over-charged
-// (a run here: sum 9.6 % over schedstat, 418 episodes for 376 runs), so
-// the migration path still double-counts some stretch. Kept as a test to
-// fix, ignored until then so the branch stays green.
+/// Wait charged to threads of other processes (other sessions' work on this
+/// shared machine, in other autogroups that our nice values do not reach).
+fn foreign(w: &ThreadWaits) -> u64 {
+    w.by_thread
+        .iter()
+        .filter(|(c, _)| c.tgid != std::process::id())
+        .map(|(_, &ns)| ns)
+        .sum()
+}
+
+// Each stretch of a victim moved between two busy CPUs is charged on the
+// CPU it was queued on, and the stretches add up to schedstat's wait.
 #[test]
-#[ignore = "BPF route over-counts a migrating victim (see comment)"]
 fn migrating_victim_still_adds_up() {
     if !can_run() {
         return;
@@ -267,16 +301,89 @@ fn migrating_victim_still_adds_up() {
     let victim = spin("stl-victim3", &[0, 1], -19, &stop);
     let h0 = spin("stl-hog0", &[0], -19, &stop);
     let h1 = spin("stl-hog1", &[1], -19, &stop);
+    // Moves the victim every 20 ms, queued or running, besides whatever
+    // the balancer does: both kernel paths (move_queued_task and the
+    // stopper) then run many times in the window.
+    let flip = {
+        let (stop, tid) = (stop.clone(), victim.tid);
+        std::thread::spawn(move || {
+            // SAFETY: setpriority on the calling thread.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), -20) };
+            let mut cpu = 0;
+            while !stop.load(Ordering::Relaxed) {
+                cpu ^= 1;
+                pin(tid, &[cpu]);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
     let mut c = start();
     c.watch(&[victim.tid]).unwrap();
     let iv = measure(&mut c, victim.tid, &[victim.tid, h0.tid, h1.tid], 3.0);
     stop.store(true, Ordering::Relaxed);
+    flip.join().unwrap();
     check_sums(&iv);
-    let hogs = charged_to(&iv.waits, h0.tid) + charged_to(&iv.waits, h1.tid);
-    assert!(hogs as f64 >= 0.8 * iv.waits.wait_ns() as f64);
+    let (c0, c1) = (charged_to(&iv.waits, h0.tid), charged_to(&iv.waits, h1.tid));
+    let ours = iv.waits.wait_ns() - foreign(&iv.waits);
+    eprintln!("hog0 {c0} ns, hog1 {c1} ns, of {ours} ns not charged to other processes");
+    assert!(
+        (c0 + c1) as f64 >= 0.8 * ours as f64,
+        "the hogs have {} of {ours} ns",
+        c0 + c1
+    );
+    // Queued on both CPUs in turn, so each hog took a fair part.
+    assert!(
+        c0.min(c1) as f64 >= 0.2 * ours as f64,
+        "hog0 {c0}, hog1 {c1}"
+    );
     for s in [victim, h0, h1] {
         s.handle.join().unwrap();
     }
+}
+
+// A victim that sleeps most of the time, woken about 100 times a second
+// (10 ms asleep, 1 ms of work):
+// each wait is the short stretch from its wake-up to its switch-in (often
+// from the idle task). The tracefs route once charged an idle VM's vCPU
+// 1.31 s against schedstat's 0.004 s by missing switches out of idle; the
+// sum and the episode count must still match schedstat here.
+#[test]
+fn sleepy_victim_adds_up_and_never_outnumbers_its_runs() {
+    if !can_run() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = Arc::new(AtomicBool::new(false));
+    let victim = spin_with("stl-sleepy", &[1], -19, &stop, |stop| {
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    let mut c = start();
+    c.watch(&[victim.tid]).unwrap();
+    let iv = measure(&mut c, victim.tid, &[victim.tid], 3.0);
+    stop.store(true, Ordering::Relaxed);
+    let (_, wait, runs) = iv.stat[0];
+    assert!(runs >= 200, "woken only {runs} times in 3 s");
+    // schedstat ends a wait at the rq clock of the switch, which the kernel
+    // does not refresh after a wake-up that preempts the current task
+    // (rq_clock_skip_update in wakeup_preempt): such a wait reads as ending
+    // at the wake-up or the last tick. The program sees the switch itself,
+    // later by the preemption latency: 6-9 µs per episode on this VM when
+    // quiet, 12-44 µs while other sessions built. Hence 100 µs per episode
+    // on top of the 2 %. The failure this guards against (a switch-in
+    // missed, so the victim counts as queued while it runs) would add the
+    // 1 ms it runs per wake-up to each episode, 10x the allowance.
+    check_sums_over(&iv, 0, 100_000);
+    eprintln!(
+        "sleepy: {runs} runs, schedstat wait {wait} ns, {} ns per run",
+        wait / runs
+    );
+    victim.handle.join().unwrap();
 }
 
 /// Re-runs this test binary as nobody: the child asserts the refusal.
