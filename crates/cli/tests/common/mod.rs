@@ -7,6 +7,7 @@ pub mod place;
 pub mod probes;
 pub mod testenv;
 pub mod tmux;
+pub mod who;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
