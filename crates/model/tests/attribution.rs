@@ -79,6 +79,7 @@ fn side(vms: Vec<VmObs>, threads: Vec<ThreadWaits>, events: u64) -> HostObservat
             events,
             lost_events: 0,
             overflows: 0,
+            missed_switches: 0,
         },
     };
     HostObservation {

@@ -66,9 +66,14 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
             .filter(|&l| l > 0)
             .map(|l| format!(", {l} events lost"))
             .unwrap_or_default();
+        let missed = a
+            .missed_switches
+            .filter(|&m| m > 0)
+            .map(|m| format!(", {m} switches missed by the trace"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "\n{} attributed by {} from {} scheduler events{lost}",
+            "\n{} attributed by {} from {} scheduler events{lost}{missed}",
             bold("Who stole it:"),
             a.route,
             a.events.unwrap_or(0)

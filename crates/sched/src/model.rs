@@ -92,6 +92,9 @@ pub struct SchedStats {
     pub lost_events: u64,
     /// Wait stretches older than the per-CPU record (charged as unknown).
     pub overflows: u64,
+    /// Switches the trace left out, found when the next switch on a CPU
+    /// names another prev (tracefs route; their stretch goes to unknown).
+    pub missed_switches: u64,
 }
 
 /// One reading of every watched thread.

@@ -314,6 +314,7 @@ impl TracefsRoute {
                 events: agg.events(),
                 lost_events: lost,
                 overflows: 0,
+                missed_switches: agg.missed_switches(),
             },
         })
     }

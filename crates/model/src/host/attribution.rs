@@ -51,6 +51,10 @@ pub struct AttributionStatus {
     pub events: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost_events: Option<u64>,
+    /// Context switches the trace left out (tracefs route), found by the
+    /// next switch on the CPU; the wait they hid is charged as unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed_switches: Option<u64>,
 }
 
 impl Default for AttributionStatus {
@@ -60,6 +64,7 @@ impl Default for AttributionStatus {
             reason: "no VMs".into(),
             events: None,
             lost_events: None,
+            missed_switches: None,
         }
     }
 }
@@ -251,6 +256,11 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
         },
         events: Some(s1.stats.events.saturating_sub(s0.stats.events)),
         lost_events: Some(lost),
+        missed_switches: Some(
+            s1.stats
+                .missed_switches
+                .saturating_sub(s0.stats.missed_switches),
+        ),
     };
     // Culprits that exited during the interval are named from t0.
     let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();

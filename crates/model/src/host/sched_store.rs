@@ -36,6 +36,9 @@ pub struct StoredStats {
     pub events: u64,
     pub lost_events: u64,
     pub overflows: u64,
+    /// Absent in snapshots from before it was counted.
+    #[serde(default)]
+    pub missed_switches: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,6 +123,7 @@ impl From<&SchedSample> for StoredSched {
                 events: s.stats.events,
                 lost_events: s.stats.lost_events,
                 overflows: s.stats.overflows,
+                missed_switches: s.stats.missed_switches,
             },
             threads: s
                 .threads
@@ -195,6 +199,7 @@ impl StoredSample {
                 events: self.stats.events,
                 lost_events: self.stats.lost_events,
                 overflows: self.stats.overflows,
+                missed_switches: self.stats.missed_switches,
             },
         })
     }
@@ -232,6 +237,7 @@ mod tests {
                 events: 10,
                 lost_events: 1,
                 overflows: 0,
+                missed_switches: 2,
             },
         };
         let json = serde_json::to_string(&StoredSched::from(&s)).unwrap();
