@@ -1,15 +1,14 @@
 //! `stealscope place plan|apply|daemon|undo|move-memory`: the placement
 //! daemon. Everything that changes the host is a dry run unless `--yes`.
+//! Arguments and printing only: what each verb does is in
+//! crates/engine (`place_ops`, and `place` for the daemon).
 
 use clap::{Args, Subcommand};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
-use stealscope_actuators::apply::{self, ApplyReport};
-use stealscope_actuators::journal::{self, BatchKind};
-use stealscope_actuators::memory;
-use stealscope_engine::place::{self, applier, history_from_journal, limits, observe, recover};
-use stealscope_placement::{live, plan, Config, Plan};
-use stealscope_readers::RootFs;
+use stealscope_actuators::apply::ApplyReport;
+use stealscope_engine::place;
+use stealscope_engine::place_ops::{self, Applied, Setup};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -131,25 +130,8 @@ pub struct MoveMemoryArgs {
     pub yes: bool,
 }
 
-fn config(c: &PlaceCommon) -> Result<Config, Error> {
-    let explicit = c.config.as_os_str() != stealscope_placement::config::DEFAULT_PATH;
-    let mut cfg = Config::load(&c.config, explicit)?;
-    cfg.override_conflicts |= c.override_conflicts;
-    Ok(cfg)
-}
-
-fn journal_path(c: &PlaceCommon, cfg: &Config) -> PathBuf {
-    c.journal
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(&cfg.journal))
-}
-
-fn print_plan(p: &Plan, json: bool) -> Result<(), Error> {
-    crate::write_stdout(&if json {
-        stealscope_output::json::render(p)
-    } else {
-        stealscope_output::place::plan(p)
-    })
+fn setup(c: &PlaceCommon) -> Result<Setup, Error> {
+    Setup::load(&c.config, c.journal.as_deref(), c.override_conflicts)
 }
 
 fn print_report(r: &ApplyReport, json: bool) -> Result<(), Error> {
@@ -161,36 +143,9 @@ fn print_report(r: &ApplyReport, json: bool) -> Result<(), Error> {
 }
 
 fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
-    let cfg = config(&a.plan.common)?;
-    let jpath = journal_path(&a.plan.common, &cfg);
-    let ctl = live::cpu_controller(&RootFs::new(Path::new("/")))?;
-    if a.yes {
-        recover(&jpath, ctl.as_ref())?;
-    }
-    let p = match &a.plan_file {
-        Some(f) => {
-            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
-            serde_json::from_str::<Plan>(&text).map_err(|e| {
-                format!("{}: not a plan from `place plan --json` ({e})", f.display())
-            })?
-        }
-        None => {
-            let host = observe(&cfg, a.plan.interval, None)?;
-            let state = journal::read(&jpath)?;
-            plan(
-                &host,
-                &cfg,
-                &history_from_journal(&state, &host),
-                journal::now(),
-            )
-        }
-    };
-    if let Some(why) = &p.refused {
-        return Err(format!("refused: {why}").into());
-    }
-    let mut log = |l: &str| eprintln!("stealscope place: {l}");
-    let mut ap = applier(&cfg, jpath, !a.yes, ctl.as_ref(), &mut log);
-    let r = ap.apply(&p.actions, BatchKind::Apply, None)?;
+    let s = setup(&a.plan.common)?;
+    let Applied { plan: p, report: r } =
+        place_ops::apply(&s, a.plan_file.as_deref(), a.plan.interval, a.yes)?;
     if a.yes {
         print_report(&r, a.plan.common.json)?;
     } else {
@@ -215,27 +170,7 @@ fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
 }
 
 fn undo_cmd(a: &UndoArgs) -> Result<(), Error> {
-    let cfg = config(&a.common)?;
-    let jpath = journal_path(&a.common, &cfg);
-    let ctl = live::cpu_controller(&RootFs::new(Path::new("/")))?;
-    if a.yes {
-        recover(&jpath, ctl.as_ref())?;
-    }
-    let state = journal::read(&jpath)?;
-    let Some(batch) = state.last_undoable() else {
-        return Err(format!(
-            "{}: nothing to undo (no applied batch that is not undone yet)",
-            jpath.display()
-        )
-        .into());
-    };
-    let (actions, notes) = apply::reverse(batch);
-    for n in notes {
-        eprintln!("stealscope place: {n}");
-    }
-    let mut log = |l: &str| eprintln!("stealscope place: {l}");
-    let mut ap = applier(&cfg, jpath.clone(), !a.yes, ctl.as_ref(), &mut log);
-    let r = ap.apply(&actions, BatchKind::Undo, Some(batch.id))?;
+    let r = place_ops::undo(&setup(&a.common)?, a.yes)?;
     print_report(&r, a.common.json)?;
     match &r.error {
         Some(e) => Err(format!("undo failed: {e}").into()),
@@ -244,8 +179,7 @@ fn undo_cmd(a: &UndoArgs) -> Result<(), Error> {
 }
 
 fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
-    let cfg = config(&a.common)?;
-    let journal = journal_path(&a.common, &cfg);
+    let Setup { cfg, journal } = setup(&a.common)?;
     let interval = a.interval.unwrap_or_else(|| cfg.interval());
     place::daemon(&place::DaemonOptions {
         cfg,
@@ -259,32 +193,18 @@ fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
 pub fn run(a: &PlaceArgs) -> Result<(), Error> {
     match &a.cmd {
         PlaceCmd::Plan(p) => {
-            let cfg = config(&p.common)?;
-            let host = observe(&cfg, p.interval, None)?;
-            let state = journal::read(&journal_path(&p.common, &cfg))?;
-            print_plan(
-                &plan(
-                    &host,
-                    &cfg,
-                    &history_from_journal(&state, &host),
-                    journal::now(),
-                ),
-                p.common.json,
-            )
+            let plan = place_ops::plan_now(&setup(&p.common)?, p.interval)?;
+            crate::write_stdout(&if p.common.json {
+                stealscope_output::json::render(&plan)
+            } else {
+                stealscope_output::place::plan(&plan)
+            })
         }
         PlaceCmd::Apply(x) => apply_cmd(x),
         PlaceCmd::Undo(x) => undo_cmd(x),
         PlaceCmd::Daemon(x) => daemon_cmd(x),
         PlaceCmd::MoveMemory(m) => {
-            let cfg = config(&m.common)?;
-            let r = memory::move_memory(
-                std::path::Path::new("/"),
-                m.pid,
-                m.node,
-                &limits(&cfg),
-                !m.yes,
-                &mut |line| eprintln!("{line}"),
-            )?;
+            let r = place_ops::move_memory(&setup(&m.common)?, m.pid, m.node, m.yes)?;
             crate::write_stdout(&if m.common.json {
                 stealscope_output::json::render(&r)
             } else {
