@@ -190,3 +190,22 @@ impl Findings for SharedView {
         v.findings_at = Some(Instant::now());
     }
 }
+
+/// Whether to run the scheduler-event collector (who ran while each vCPU
+/// waited), and what the VM panel says until it reports: only on the live
+/// root (the events are this kernel's) and only when VMs run, since the
+/// trace costs every context switch of the machine. Unprivileged, it is
+/// still tried, so that the panel says why it could not start.
+pub fn attribution(root: &std::path::Path) -> (bool, String) {
+    if root != std::path::Path::new("/") {
+        return (
+            false,
+            "culprits n/a: scheduler events only on --root /".into(),
+        );
+    }
+    let (host, _) = HostTracker::start(root);
+    if host.vms().is_empty() {
+        return (false, "culprits n/a: no VMs when top started".into());
+    }
+    (true, "culprits: starting".into())
+}
