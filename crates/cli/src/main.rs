@@ -1,5 +1,6 @@
-//! The `stealscope` binary: parses arguments and wires readers, model,
-//! analysis and output together. Errors are one line on stderr, exit 2.
+//! The `stealscope` binary: parses arguments, calls the engine (what a
+//! command does) and output (how it reads). Errors are one line on
+//! stderr, exit 2.
 
 mod args;
 mod host_args;
@@ -18,7 +19,7 @@ use clap::{CommandFactory, Parser};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use stealscope_engine::capture::CaptureOptions;
-use stealscope_readers::snapshot::{self, Snapshot};
+use stealscope_readers::snapshot;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -28,13 +29,6 @@ fn capture_opts(a: &SampleArgs) -> CaptureOptions {
         interval: a.interval,
         sample_hz: a.rate,
     }
-}
-
-fn check_root(a: &SampleArgs) -> Result<(), Error> {
-    if !a.root.join("proc").is_dir() {
-        return Err(format!("{}: no proc/ under this root", a.root.display()).into());
-    }
-    Ok(())
 }
 
 /// Columns the text report is laid out in: $COLUMNS when set, else the
@@ -71,29 +65,19 @@ fn color(c: ColorChoice) -> bool {
     }
 }
 
-/// Captures (or opens) a snapshot and builds the full report from it.
+/// Opens a snapshot or captures one (showing progress) and builds the
+/// full report from it.
 fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
-    let mut source_notes = Vec::new();
-    let snap: Snapshot = match &a.snapshot {
-        Some(p) => {
-            let (s, notes) = stealscope_model::recording::open_snapshot(p)?;
-            source_notes = notes;
-            s
-        }
-        None => {
-            check_root(&a.sample)?;
-            let show = progress::wanted(a.json);
-            let c = progress::capture(&capture_opts(&a.sample), &a.host.live(), show)?;
-            source_notes.extend(c.note(a.sample.interval));
-            if let Some(p) = &a.save_snapshot {
-                snapshot::write(&c.snapshot, p)?;
-            }
-            c.snapshot
-        }
-    };
-    let mut r = stealscope_engine::report::of(&snap)?;
-    r.notes.extend(source_notes);
-    Ok(r)
+    let show = a.snapshot.is_none() && progress::wanted(a.json);
+    progress::shown(show, a.sample.interval, |tick| {
+        stealscope_engine::report::doctor(
+            a.snapshot.as_deref(),
+            &capture_opts(&a.sample),
+            &a.host.live(),
+            a.save_snapshot.as_deref(),
+            tick,
+        )
+    })
 }
 
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
@@ -139,12 +123,13 @@ fn snapshot_cmd(a: &args::SnapshotArgs) -> Result<(), Error> {
     let s = match &a.from {
         Some(p) => stealscope_model::recording::open_snapshot(p)?.0,
         None => {
-            check_root(&a.sample)?;
-            let c = progress::capture(
-                &capture_opts(&a.sample),
-                &Default::default(),
-                progress::wanted(false),
-            )?;
+            let c = progress::shown(progress::wanted(false), a.sample.interval, |tick| {
+                stealscope_engine::report::capture(
+                    &capture_opts(&a.sample),
+                    &Default::default(),
+                    tick,
+                )
+            })?;
             if let Some(n) = c.note(a.sample.interval) {
                 eprintln!("{n}");
             }
