@@ -100,3 +100,42 @@ pub fn doctor(
     r.notes.extend(notes);
     Ok(r)
 }
+
+/// Everything `report` draws from one snapshot or recording: the snapshot,
+/// the doctor's model and report of it, and the series (a recording's; a
+/// snapshot's interrupts are one window, t0 to t1).
+pub struct Page {
+    pub snap: Snapshot,
+    pub model: MachineModel,
+    pub report: DoctorReport,
+    pub timeline: stealscope_model::timeline::Timeline,
+}
+
+/// Opens a snapshot or a recording for `report`. The one place a new
+/// input kind is added.
+pub fn page(path: &std::path::Path) -> Result<Page, Box<dyn std::error::Error>> {
+    let (snap, mut timeline) = if stealscope_readers::recording::is_recording(path) {
+        let r = stealscope_model::recording::open(path)?;
+        (r.snapshot, r.timeline)
+    } else {
+        (
+            stealscope_readers::snapshot::open(path)?,
+            Default::default(),
+        )
+    };
+    let model = MachineModel::build(&snap)?;
+    let report = doctor_report(&snap, &model);
+    if timeline.irq.is_empty() && !model.irq.is_empty() {
+        timeline.irq.push(stealscope_model::timeline::IrqWindow {
+            start_s: 0.0,
+            wall_s: model.wall_s,
+            cpus: model.irq.clone(),
+        });
+    }
+    Ok(Page {
+        snap,
+        model,
+        report,
+        timeline,
+    })
+}
