@@ -16,7 +16,7 @@ mod top_cmd;
 
 use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use stealscope_engine::capture::CaptureOptions;
 use stealscope_readers::snapshot;
@@ -31,38 +31,13 @@ fn capture_opts(a: &SampleArgs) -> CaptureOptions {
     }
 }
 
-/// Columns the text report is laid out in: $COLUMNS when set, else the
-/// terminal's width, else 80 (a file or a pipe).
-pub(crate) fn text_width() -> usize {
-    let env = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.trim().parse().ok());
-    let term = || {
-        std::io::stdout()
-            .is_terminal()
-            .then(terminal_size::terminal_size)
-            .flatten()
-            .map(|(w, _)| w.0 as usize)
-    };
-    env.or_else(term).unwrap_or(80).clamp(40, 1000)
-}
-
 fn text_opts(a: &DoctorArgs) -> stealscope_output::text::TextOpts {
-    stealscope_output::text::TextOpts {
-        color: color(a.color),
-        width: text_width(),
-        verbose: a.verbose,
-    }
-}
-
-fn color(c: ColorChoice) -> bool {
-    match c {
-        ColorChoice::Always => true,
-        ColorChoice::Never => false,
-        ColorChoice::Auto => {
-            std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
-        }
-    }
+    let color = match a.color {
+        ColorChoice::Always => Some(true),
+        ColorChoice::Never => Some(false),
+        ColorChoice::Auto => None,
+    };
+    stealscope_output::text::TextOpts::for_stdout(color, a.verbose)
 }
 
 /// Opens a snapshot or captures one (showing progress) and builds the

@@ -149,19 +149,11 @@ fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
     if a.yes {
         print_report(&r, a.plan.common.json)?;
     } else {
-        // A dry run shows the plan it would apply, then what each action
-        // would replace.
-        crate::write_stdout(&if a.plan.common.json {
-            let mut v = serde_json::to_value(&r)?;
-            v["plan"] = serde_json::to_value(&p)?;
-            stealscope_output::json::render(&v)
-        } else {
-            format!(
-                "{}\n{}",
-                stealscope_output::place::plan(&p),
-                stealscope_output::place::apply_report(&r)
-            )
-        })?;
+        crate::write_stdout(&stealscope_output::place::dry_run(
+            &p,
+            &r,
+            a.plan.common.json,
+        ))?;
     }
     match &r.error {
         Some(e) => Err(format!("apply failed: {e}").into()),
@@ -208,22 +200,7 @@ pub fn run(a: &PlaceArgs) -> Result<(), Error> {
             crate::write_stdout(&if m.common.json {
                 stealscope_output::json::render(&r)
             } else {
-                format!(
-                    "{} pid {}: {} MiB to node {} in {} step(s){}",
-                    if m.yes {
-                        "moved"
-                    } else {
-                        "would move (dry run)"
-                    },
-                    r.pid,
-                    r.moved_bytes >> 20,
-                    r.to_node,
-                    r.steps,
-                    r.stopped
-                        .as_deref()
-                        .map(|s| format!("; stopped: {s}"))
-                        .unwrap_or_default()
-                )
+                stealscope_output::place::move_report(&r, !m.yes)
             })
         }
     }
