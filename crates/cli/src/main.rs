@@ -19,6 +19,7 @@ use clap::{CommandFactory, Parser};
 use std::io::Write;
 use std::process::ExitCode;
 use stealscope_engine::capture::CaptureOptions;
+use stealscope_output::json::or_text;
 use stealscope_readers::snapshot;
 
 type Error = Box<dyn std::error::Error>;
@@ -66,21 +67,17 @@ fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
     if cmd.probe && !cut_short {
         stealscope_engine::doctor_probe::add_to(&mut r, cmd.probe_duration)?;
     }
-    let text = if a.json {
-        stealscope_output::json::render(&r)
-    } else {
+    let text = or_text(a.json, &r, || {
         stealscope_output::text::doctor(&r, &text_opts(a))
-    };
+    });
     write_stdout(&text)
 }
 
 fn host(a: &DoctorArgs) -> Result<(), Error> {
     let r = stealscope_analysis::host_report(report(a)?);
-    let text = if a.json {
-        stealscope_output::json::render(&r)
-    } else {
+    let text = or_text(a.json, &r, || {
         stealscope_output::text::host(&r, &text_opts(a))
-    };
+    });
     write_stdout(&text)
 }
 

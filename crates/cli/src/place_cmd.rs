@@ -9,6 +9,7 @@ use std::time::Duration;
 use stealscope_actuators::apply::ApplyReport;
 use stealscope_engine::place;
 use stealscope_engine::place_ops::{self, Applied, Setup};
+use stealscope_output::json::or_text;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -135,11 +136,9 @@ fn setup(c: &PlaceCommon) -> Result<Setup, Error> {
 }
 
 fn print_report(r: &ApplyReport, json: bool) -> Result<(), Error> {
-    crate::write_stdout(&if json {
-        stealscope_output::json::render(r)
-    } else {
+    crate::write_stdout(&or_text(json, r, || {
         stealscope_output::place::apply_report(r)
-    })
+    }))
 }
 
 fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
@@ -186,22 +185,18 @@ pub fn run(a: &PlaceArgs) -> Result<(), Error> {
     match &a.cmd {
         PlaceCmd::Plan(p) => {
             let plan = place_ops::plan_now(&setup(&p.common)?, p.interval)?;
-            crate::write_stdout(&if p.common.json {
-                stealscope_output::json::render(&plan)
-            } else {
+            crate::write_stdout(&or_text(p.common.json, &plan, || {
                 stealscope_output::place::plan(&plan)
-            })
+            }))
         }
         PlaceCmd::Apply(x) => apply_cmd(x),
         PlaceCmd::Undo(x) => undo_cmd(x),
         PlaceCmd::Daemon(x) => daemon_cmd(x),
         PlaceCmd::MoveMemory(m) => {
             let r = place_ops::move_memory(&setup(&m.common)?, m.pid, m.node, m.yes)?;
-            crate::write_stdout(&if m.common.json {
-                stealscope_output::json::render(&r)
-            } else {
+            crate::write_stdout(&or_text(m.common.json, &r, || {
                 stealscope_output::place::move_report(&r, !m.yes)
-            })
+            }))
         }
     }
 }

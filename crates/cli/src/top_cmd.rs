@@ -9,15 +9,11 @@ use clap::Args;
 use ratatui::Frame;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_actuators::apply::FAILPOINT_ENV;
-use stealscope_engine::capture::clk_tck;
-use stealscope_engine::view::{attribution, SharedView, View, ViewFeed};
-use stealscope_engine::{Live, Opened, SamplerOptions};
-use stealscope_model::machine::DEFAULT_CLK_TCK;
+use stealscope_engine::view::{self, SharedView, View};
+use stealscope_engine::Live;
 use stealscope_output::tui::{self, run, FindingsInput, TopInput, UiState};
-use stealscope_readers::{cpuinfo, RootFs, Source};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -53,47 +49,21 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
     if !a.root.join("proc").is_dir() {
         return Err(format!("{}: no proc/ under this root", a.root.display()).into());
     }
-    // Opened before the terminal is taken over, so errors print plainly.
-    // No hardware counters: the IPC rule needs them read with every
-    // sample, and a live view need not hold perf groups open.
-    let (sched, culprits) = attribution(&a.root);
-    let opened = Opened::open(
-        SamplerOptions {
-            sched,
-            ..SamplerOptions::new(&a.root)
-        },
-        None,
-    )?;
-    let src = RootFs::new(&a.root);
-    let hostname = src.read_value("/proc/sys/kernel/hostname").ok().flatten();
-    // Guest steal means something only in a guest (the hypervisor flag;
-    // the panel also shows once any steal is counted).
-    let guest = cpuinfo::read(&src)
-        .ok()
-        .flatten()
-        .is_some_and(|c| c.has("hypervisor"));
+    // Started before the terminal is taken over, so errors print plainly.
+    let started = view::start(&a.root, a.rate, a.findings_interval)?;
     run::end_on_signals()?;
-    let clk = clk_tck().unwrap_or(DEFAULT_CLK_TCK) as f64;
-    let view = Arc::new(SharedView::new(clk));
-    let engine = Live::start(
-        opened,
-        a.rate,
-        a.findings_interval,
-        ViewFeed::new(view.clone(), a.root.clone(), culprits),
-        view.clone(),
-    )?;
     let mut terminal = ratatui::try_init()?;
     let mut screen = Screen {
-        view: &view,
-        engine: &engine,
-        hostname: hostname.as_deref(),
+        view: &started.view,
+        engine: &started.live,
+        hostname: started.hostname.as_deref(),
         every: a.findings_interval,
-        guest,
+        guest: started.guest,
         frozen: None,
     };
     let fail = std::env::var(FAILPOINT_ENV).is_ok_and(|v| v == PANIC_FAILPOINT);
     let ui = UiState {
-        rate_hz: engine.rate_hz(),
+        rate_hz: started.live.rate_hz(),
         ..Default::default()
     };
     let result = run::run(
@@ -103,7 +73,7 @@ pub fn run(a: &TopArgs) -> Result<(), Error> {
         fail.then_some(PANIC_FAILPOINT),
     );
     ratatui::restore();
-    engine.stop();
+    started.live.stop();
     Ok(result?)
 }
 
