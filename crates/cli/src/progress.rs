@@ -12,7 +12,7 @@ pub fn wanted(json: bool) -> bool {
 }
 
 /// Runs `f` with a tick that shows the seconds elapsed of `total` (when
-/// `show`), and clears the line after it.
+/// `show`), and clears the line after it if it was drawn.
 pub fn shown<T>(show: bool, total: Duration, f: impl FnOnce(&mut dyn FnMut(Duration)) -> T) -> T {
     let total = total.as_secs_f64();
     let mut shown: Option<u64> = None;
@@ -28,7 +28,7 @@ pub fn shown<T>(show: bool, total: Duration, f: impl FnOnce(&mut dyn FnMut(Durat
             let _ = err.flush();
         }
     });
-    if show {
+    if shown.is_some() {
         eprint!("\r\x1b[K");
     }
     out
