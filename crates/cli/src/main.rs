@@ -1,5 +1,6 @@
-//! The `stealscope` binary: parses arguments and wires readers, model,
-//! analysis and output together. Errors are one line on stderr, exit 2.
+//! The `stealscope` binary: parses arguments, calls the engine (what a
+//! command does) and output (how it reads). Errors are one line on
+//! stderr, exit 2.
 
 mod args;
 mod host_args;
@@ -15,10 +16,11 @@ mod top_cmd;
 
 use args::{Cli, ColorChoice, Command, DoctorArgs, DoctorCmd, SampleArgs};
 use clap::{CommandFactory, Parser};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::process::ExitCode;
 use stealscope_engine::capture::CaptureOptions;
-use stealscope_readers::snapshot::{self, Snapshot};
+use stealscope_output::json::or_text;
+use stealscope_readers::snapshot;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -30,70 +32,28 @@ fn capture_opts(a: &SampleArgs) -> CaptureOptions {
     }
 }
 
-fn check_root(a: &SampleArgs) -> Result<(), Error> {
-    if !a.root.join("proc").is_dir() {
-        return Err(format!("{}: no proc/ under this root", a.root.display()).into());
-    }
-    Ok(())
-}
-
-/// Columns the text report is laid out in: $COLUMNS when set, else the
-/// terminal's width, else 80 (a file or a pipe).
-pub(crate) fn text_width() -> usize {
-    let env = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.trim().parse().ok());
-    let term = || {
-        std::io::stdout()
-            .is_terminal()
-            .then(terminal_size::terminal_size)
-            .flatten()
-            .map(|(w, _)| w.0 as usize)
-    };
-    env.or_else(term).unwrap_or(80).clamp(40, 1000)
-}
-
 fn text_opts(a: &DoctorArgs) -> stealscope_output::text::TextOpts {
-    stealscope_output::text::TextOpts {
-        color: color(a.color),
-        width: text_width(),
-        verbose: a.verbose,
-    }
-}
-
-fn color(c: ColorChoice) -> bool {
-    match c {
-        ColorChoice::Always => true,
-        ColorChoice::Never => false,
-        ColorChoice::Auto => {
-            std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
-        }
-    }
-}
-
-/// Captures (or opens) a snapshot and builds the full report from it.
-fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
-    let mut source_notes = Vec::new();
-    let snap: Snapshot = match &a.snapshot {
-        Some(p) => {
-            let (s, notes) = stealscope_model::recording::open_snapshot(p)?;
-            source_notes = notes;
-            s
-        }
-        None => {
-            check_root(&a.sample)?;
-            let show = progress::wanted(a.json);
-            let c = progress::capture(&capture_opts(&a.sample), &a.host.live(), show)?;
-            source_notes.extend(c.note(a.sample.interval));
-            if let Some(p) = &a.save_snapshot {
-                snapshot::write(&c.snapshot, p)?;
-            }
-            c.snapshot
-        }
+    let color = match a.color {
+        ColorChoice::Always => Some(true),
+        ColorChoice::Never => Some(false),
+        ColorChoice::Auto => None,
     };
-    let mut r = stealscope_engine::report::of(&snap)?;
-    r.notes.extend(source_notes);
-    Ok(r)
+    stealscope_output::text::TextOpts::for_stdout(color, a.verbose)
+}
+
+/// Opens a snapshot or captures one (showing progress) and builds the
+/// full report from it.
+fn report(a: &DoctorArgs) -> Result<stealscope_analysis::DoctorReport, Error> {
+    let show = a.snapshot.is_none() && progress::wanted(a.json);
+    progress::shown(show, a.sample.interval, |tick| {
+        stealscope_engine::report::doctor(
+            a.snapshot.as_deref(),
+            &capture_opts(&a.sample),
+            &a.host.live(),
+            a.save_snapshot.as_deref(),
+            tick,
+        )
+    })
 }
 
 fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
@@ -107,21 +67,17 @@ fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
     if cmd.probe && !cut_short {
         stealscope_engine::doctor_probe::add_to(&mut r, cmd.probe_duration)?;
     }
-    let text = if a.json {
-        stealscope_output::json::render(&r)
-    } else {
+    let text = or_text(a.json, &r, || {
         stealscope_output::text::doctor(&r, &text_opts(a))
-    };
+    });
     write_stdout(&text)
 }
 
 fn host(a: &DoctorArgs) -> Result<(), Error> {
     let r = stealscope_analysis::host_report(report(a)?);
-    let text = if a.json {
-        stealscope_output::json::render(&r)
-    } else {
+    let text = or_text(a.json, &r, || {
         stealscope_output::text::host(&r, &text_opts(a))
-    };
+    });
     write_stdout(&text)
 }
 
@@ -139,12 +95,13 @@ fn snapshot_cmd(a: &args::SnapshotArgs) -> Result<(), Error> {
     let s = match &a.from {
         Some(p) => stealscope_model::recording::open_snapshot(p)?.0,
         None => {
-            check_root(&a.sample)?;
-            let c = progress::capture(
-                &capture_opts(&a.sample),
-                &Default::default(),
-                progress::wanted(false),
-            )?;
+            let c = progress::shown(progress::wanted(false), a.sample.interval, |tick| {
+                stealscope_engine::report::capture(
+                    &capture_opts(&a.sample),
+                    &Default::default(),
+                    tick,
+                )
+            })?;
             if let Some(n) = c.note(a.sample.interval) {
                 eprintln!("{n}");
             }

@@ -1,15 +1,15 @@
 //! `stealscope place plan|apply|daemon|undo|move-memory`: the placement
 //! daemon. Everything that changes the host is a dry run unless `--yes`.
+//! Arguments and printing only: what each verb does is in
+//! crates/engine (`place_ops`, and `place` for the daemon).
 
 use clap::{Args, Subcommand};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
-use stealscope_actuators::apply::{self, ApplyReport};
-use stealscope_actuators::journal::{self, BatchKind};
-use stealscope_actuators::memory;
-use stealscope_engine::place::{self, applier, history_from_journal, limits, observe, recover};
-use stealscope_placement::{live, plan, Config, Plan};
-use stealscope_readers::RootFs;
+use stealscope_actuators::apply::ApplyReport;
+use stealscope_engine::place;
+use stealscope_engine::place_ops::{self, Applied, Setup};
+use stealscope_output::json::or_text;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -131,82 +131,28 @@ pub struct MoveMemoryArgs {
     pub yes: bool,
 }
 
-fn config(c: &PlaceCommon) -> Result<Config, Error> {
-    let explicit = c.config.as_os_str() != stealscope_placement::config::DEFAULT_PATH;
-    let mut cfg = Config::load(&c.config, explicit)?;
-    cfg.override_conflicts |= c.override_conflicts;
-    Ok(cfg)
-}
-
-fn journal_path(c: &PlaceCommon, cfg: &Config) -> PathBuf {
-    c.journal
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(&cfg.journal))
-}
-
-fn print_plan(p: &Plan, json: bool) -> Result<(), Error> {
-    crate::write_stdout(&if json {
-        stealscope_output::json::render(p)
-    } else {
-        stealscope_output::place::plan(p)
-    })
+fn setup(c: &PlaceCommon) -> Result<Setup, Error> {
+    Setup::load(&c.config, c.journal.as_deref(), c.override_conflicts)
 }
 
 fn print_report(r: &ApplyReport, json: bool) -> Result<(), Error> {
-    crate::write_stdout(&if json {
-        stealscope_output::json::render(r)
-    } else {
+    crate::write_stdout(&or_text(json, r, || {
         stealscope_output::place::apply_report(r)
-    })
+    }))
 }
 
 fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
-    let cfg = config(&a.plan.common)?;
-    let jpath = journal_path(&a.plan.common, &cfg);
-    let ctl = live::cpu_controller(&RootFs::new(Path::new("/")))?;
-    if a.yes {
-        recover(&jpath, ctl.as_ref())?;
-    }
-    let p = match &a.plan_file {
-        Some(f) => {
-            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
-            serde_json::from_str::<Plan>(&text).map_err(|e| {
-                format!("{}: not a plan from `place plan --json` ({e})", f.display())
-            })?
-        }
-        None => {
-            let host = observe(&cfg, a.plan.interval, None)?;
-            let state = journal::read(&jpath)?;
-            plan(
-                &host,
-                &cfg,
-                &history_from_journal(&state, &host),
-                journal::now(),
-            )
-        }
-    };
-    if let Some(why) = &p.refused {
-        return Err(format!("refused: {why}").into());
-    }
-    let mut log = |l: &str| eprintln!("stealscope place: {l}");
-    let mut ap = applier(&cfg, jpath, !a.yes, ctl.as_ref(), &mut log);
-    let r = ap.apply(&p.actions, BatchKind::Apply, None)?;
+    let s = setup(&a.plan.common)?;
+    let Applied { plan: p, report: r } =
+        place_ops::apply(&s, a.plan_file.as_deref(), a.plan.interval, a.yes)?;
     if a.yes {
         print_report(&r, a.plan.common.json)?;
     } else {
-        // A dry run shows the plan it would apply, then what each action
-        // would replace.
-        crate::write_stdout(&if a.plan.common.json {
-            let mut v = serde_json::to_value(&r)?;
-            v["plan"] = serde_json::to_value(&p)?;
-            stealscope_output::json::render(&v)
-        } else {
-            format!(
-                "{}\n{}",
-                stealscope_output::place::plan(&p),
-                stealscope_output::place::apply_report(&r)
-            )
-        })?;
+        crate::write_stdout(&stealscope_output::place::dry_run(
+            &p,
+            &r,
+            a.plan.common.json,
+        ))?;
     }
     match &r.error {
         Some(e) => Err(format!("apply failed: {e}").into()),
@@ -215,27 +161,7 @@ fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
 }
 
 fn undo_cmd(a: &UndoArgs) -> Result<(), Error> {
-    let cfg = config(&a.common)?;
-    let jpath = journal_path(&a.common, &cfg);
-    let ctl = live::cpu_controller(&RootFs::new(Path::new("/")))?;
-    if a.yes {
-        recover(&jpath, ctl.as_ref())?;
-    }
-    let state = journal::read(&jpath)?;
-    let Some(batch) = state.last_undoable() else {
-        return Err(format!(
-            "{}: nothing to undo (no applied batch that is not undone yet)",
-            jpath.display()
-        )
-        .into());
-    };
-    let (actions, notes) = apply::reverse(batch);
-    for n in notes {
-        eprintln!("stealscope place: {n}");
-    }
-    let mut log = |l: &str| eprintln!("stealscope place: {l}");
-    let mut ap = applier(&cfg, jpath.clone(), !a.yes, ctl.as_ref(), &mut log);
-    let r = ap.apply(&actions, BatchKind::Undo, Some(batch.id))?;
+    let r = place_ops::undo(&setup(&a.common)?, a.yes)?;
     print_report(&r, a.common.json)?;
     match &r.error {
         Some(e) => Err(format!("undo failed: {e}").into()),
@@ -244,8 +170,7 @@ fn undo_cmd(a: &UndoArgs) -> Result<(), Error> {
 }
 
 fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
-    let cfg = config(&a.common)?;
-    let journal = journal_path(&a.common, &cfg);
+    let Setup { cfg, journal } = setup(&a.common)?;
     let interval = a.interval.unwrap_or_else(|| cfg.interval());
     place::daemon(&place::DaemonOptions {
         cfg,
@@ -259,52 +184,19 @@ fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
 pub fn run(a: &PlaceArgs) -> Result<(), Error> {
     match &a.cmd {
         PlaceCmd::Plan(p) => {
-            let cfg = config(&p.common)?;
-            let host = observe(&cfg, p.interval, None)?;
-            let state = journal::read(&journal_path(&p.common, &cfg))?;
-            print_plan(
-                &plan(
-                    &host,
-                    &cfg,
-                    &history_from_journal(&state, &host),
-                    journal::now(),
-                ),
-                p.common.json,
-            )
+            let plan = place_ops::plan_now(&setup(&p.common)?, p.interval)?;
+            crate::write_stdout(&or_text(p.common.json, &plan, || {
+                stealscope_output::place::plan(&plan)
+            }))
         }
         PlaceCmd::Apply(x) => apply_cmd(x),
         PlaceCmd::Undo(x) => undo_cmd(x),
         PlaceCmd::Daemon(x) => daemon_cmd(x),
         PlaceCmd::MoveMemory(m) => {
-            let cfg = config(&m.common)?;
-            let r = memory::move_memory(
-                std::path::Path::new("/"),
-                m.pid,
-                m.node,
-                &limits(&cfg),
-                !m.yes,
-                &mut |line| eprintln!("{line}"),
-            )?;
-            crate::write_stdout(&if m.common.json {
-                stealscope_output::json::render(&r)
-            } else {
-                format!(
-                    "{} pid {}: {} MiB to node {} in {} step(s){}",
-                    if m.yes {
-                        "moved"
-                    } else {
-                        "would move (dry run)"
-                    },
-                    r.pid,
-                    r.moved_bytes >> 20,
-                    r.to_node,
-                    r.steps,
-                    r.stopped
-                        .as_deref()
-                        .map(|s| format!("; stopped: {s}"))
-                        .unwrap_or_default()
-                )
-            })
+            let r = place_ops::move_memory(&setup(&m.common)?, m.pid, m.node, m.yes)?;
+            crate::write_stdout(&or_text(m.common.json, &r, || {
+                stealscope_output::place::move_report(&r, !m.yes)
+            }))
         }
     }
 }

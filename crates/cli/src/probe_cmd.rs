@@ -4,6 +4,7 @@
 
 use clap::{Args, Subcommand};
 use std::time::Duration;
+use stealscope_output::json::or_text;
 use stealscope_probes::{preempt, signals, throughput, wakeup};
 
 type Error = Box<dyn std::error::Error>;
@@ -126,11 +127,7 @@ pub fn run(a: &ProbeArgs) -> Result<(), Error> {
                 },
                 &stop,
             )?;
-            let t = if w.common.json {
-                stealscope_output::json::render(&r)
-            } else {
-                stealscope_output::probe::wakeup(&r)
-            };
+            let t = or_text(w.common.json, &r, || stealscope_output::probe::wakeup(&r));
             (t, r.interrupted)
         }
         ProbeKind::Preempt(p) => {
@@ -149,11 +146,7 @@ pub fn run(a: &ProbeArgs) -> Result<(), Error> {
                 },
                 &stop,
             )?;
-            let t = if p.common.json {
-                stealscope_output::json::render(&r)
-            } else {
-                stealscope_output::probe::preempt(&r)
-            };
+            let t = or_text(p.common.json, &r, || stealscope_output::probe::preempt(&r));
             (t, r.interrupted)
         }
         ProbeKind::Throughput(t) => {
@@ -165,11 +158,9 @@ pub fn run(a: &ProbeArgs) -> Result<(), Error> {
                 },
                 &stop,
             )?;
-            let s = if t.common.json {
-                stealscope_output::json::render(&r)
-            } else {
+            let s = or_text(t.common.json, &r, || {
                 stealscope_output::probe::throughput(&r)
-            };
+            });
             (s, r.interrupted)
         }
     };

@@ -5,11 +5,8 @@
 use crate::parse::parse_duration;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
-use stealscope_engine::record::{record, ProbeSource, RecordOptions};
-use stealscope_engine::record_probe::WakeupWindows;
-use stealscope_probes::signals;
+use stealscope_engine::record::{record_file, RecordOptions};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -75,17 +72,6 @@ pub fn run(a: &RecordArgs) -> Result<(), Error> {
         )
         .into());
     }
-    let name = a.output.display().to_string();
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&a.output)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => format!("{name}: exists; refusing to overwrite"),
-            _ => format!("{name}: {e}"),
-        })?;
-    let stop = signals::stop_on_signals()?;
-    let mut probe = a.probe.map(|_| WakeupWindows::start(Arc::clone(&stop)));
     let opts = RecordOptions {
         root: a.root.clone(),
         rate_hz: a.rate,
@@ -93,22 +79,18 @@ pub fn run(a: &RecordArgs) -> Result<(), Error> {
         host_scan: Duration::from_secs(1),
         checkpoint: a.checkpoint,
         duration: a.duration,
-        probes: probe.iter().map(|_| "wakeup".to_string()).collect(),
+        probes: a.probe.iter().map(|_| "wakeup".to_string()).collect(),
     };
-    let sum = record(
-        &opts,
-        file,
-        &name,
-        &stop,
-        probe.as_mut().map(|p| p as &mut dyn ProbeSource),
-    );
-    if let Some(p) = probe.as_mut() {
-        p.stop();
-    }
-    let sum = sum?;
+    let sum = record_file(&opts, &a.output)?;
     eprintln!(
-        "wrote {name}: {} samples of {} CPUs in {:.1} s, {} checkpoints, {} bytes (ended by {})",
-        sum.stat_samples, sum.cpus, sum.seconds, sum.checkpoints, sum.bytes, sum.reason
+        "wrote {}: {} samples of {} CPUs in {:.1} s, {} checkpoints, {} bytes (ended by {})",
+        a.output.display(),
+        sum.stat_samples,
+        sum.cpus,
+        sum.seconds,
+        sum.checkpoints,
+        sum.bytes,
+        sum.reason
     );
     Ok(())
 }

@@ -1,13 +1,11 @@
 //! `stealscope report FILE -o report.html`: the doctor's model of a snapshot
 //! or a recording drawn as one self-contained HTML page (or a simulation's
-//! results).
+//! results). Opening the input and its model is the engine's
+//! (`stealscope_engine::report::page`).
 
 use clap::Args;
 use std::path::{Path, PathBuf};
-use stealscope_model::timeline::{IrqWindow, Timeline};
-use stealscope_model::MachineModel;
 use stealscope_output::html::{self, HtmlInput};
-use stealscope_readers::snapshot::{self, Snapshot};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -19,17 +17,6 @@ pub struct ReportArgs {
     /// HTML file to write
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: PathBuf,
-}
-
-/// Everything `report` draws from one input: the snapshot the doctor's
-/// model is built from, and the series only a recording has (empty for a
-/// snapshot). The one place a new input kind is added.
-pub fn load(path: &Path) -> Result<(Snapshot, Timeline), Error> {
-    if stealscope_readers::recording::is_recording(path) {
-        let r = stealscope_model::recording::open(path)?;
-        return Ok((r.snapshot, r.timeline));
-    }
-    Ok((snapshot::open(path)?, Timeline::default()))
 }
 
 /// `sim --json` output, if that is what `path` holds (a file starting with
@@ -68,22 +55,12 @@ pub fn run(a: &ReportArgs) -> Result<(), Error> {
         );
         return Ok(());
     }
-    let (snap, mut timeline) = load(&a.input)?;
-    let model = MachineModel::build(&snap)?;
-    let report = stealscope_engine::report::doctor_report(&snap, &model);
-    // A snapshot's interrupts are one window, t0 to t1.
-    if timeline.irq.is_empty() && !model.irq.is_empty() {
-        timeline.irq.push(IrqWindow {
-            start_s: 0.0,
-            wall_s: model.wall_s,
-            cpus: model.irq.clone(),
-        });
-    }
+    let p = stealscope_engine::report::page(&a.input)?;
     let page = html::render(&HtmlInput {
-        report: &report,
-        model: &model,
-        timeline: &timeline,
-        meta: &snap.meta,
+        report: &p.report,
+        model: &p.model,
+        timeline: &p.timeline,
+        meta: &p.snap.meta,
         source: &a.input.display().to_string(),
     });
     write_page(&a.output, &page)?;
@@ -91,8 +68,12 @@ pub fn run(a: &ReportArgs) -> Result<(), Error> {
         "wrote {} ({} KiB, {} finding{})",
         a.output.display(),
         page.len().div_ceil(1024),
-        report.findings.len(),
-        if report.findings.len() == 1 { "" } else { "s" }
+        p.report.findings.len(),
+        if p.report.findings.len() == 1 {
+            ""
+        } else {
+            "s"
+        }
     );
     Ok(())
 }

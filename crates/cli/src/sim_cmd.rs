@@ -3,6 +3,7 @@
 
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
+use stealscope_output::json::or_text;
 use stealscope_sim::scenario::PolicyKind;
 use stealscope_sim::{simulate, Options, Scenario};
 
@@ -65,10 +66,6 @@ pub fn run(a: &SimArgs) -> Result<(), Error> {
     if r.cases.is_empty() && r.fleet.is_none() {
         return Err(format!("{}: no case matches --policy", a.scenario.display()).into());
     }
-    let text = if a.json {
-        stealscope_output::json::render(&r)
-    } else {
-        stealscope_output::sim::render(&r)
-    };
+    let text = or_text(a.json, &r, || stealscope_output::sim::render(&r));
     crate::write_stdout(&text)
 }

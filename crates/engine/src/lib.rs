@@ -4,7 +4,8 @@
 //! collector), one rule runner ([`rules`], the doctor's report of each
 //! interval, built in [`report`]), and what each command subscribes with:
 //! `serve` its metrics (crates/serve), `top` a [`view`], `record` a file
-//! ([`record`]), `doctor` one interval ([`capture`]), `place daemon` its passes ([`place`]).
+//! ([`record`]), `doctor` one interval ([`capture`]), `place daemon` its
+//! passes ([`place`]); `place plan|apply|undo` run once ([`place_ops`]).
 
 pub mod capture;
 pub mod doctor_probe;
@@ -12,6 +13,7 @@ pub mod host;
 pub mod hw_sampler;
 pub mod live;
 pub mod place;
+pub mod place_ops;
 pub mod record;
 pub mod record_probe;
 pub mod report;

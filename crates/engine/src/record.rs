@@ -398,3 +398,40 @@ pub fn record(
     sum.bytes = w.finish(&end)?;
     Ok(sum)
 }
+
+/// Records to a new file at `path` (an existing file is refused, never
+/// overwritten) until the duration is over or Ctrl-C / SIGTERM, which
+/// finish the batch and leave a complete file. With "wakeup" among
+/// `opts.probes`, that probe runs beside it, stopped before returning.
+pub fn record_file(
+    opts: &RecordOptions,
+    path: &Path,
+) -> Result<RecordSummary, Box<dyn std::error::Error>> {
+    use crate::record_probe::WakeupWindows;
+    let name = path.display().to_string();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => format!("{name}: exists; refusing to overwrite"),
+            _ => format!("{name}: {e}"),
+        })?;
+    let stop = stealscope_probes::signals::stop_on_signals()?;
+    let mut probe = opts
+        .probes
+        .iter()
+        .any(|p| p == "wakeup")
+        .then(|| WakeupWindows::start(std::sync::Arc::clone(&stop)));
+    let sum = record(
+        opts,
+        file,
+        &name,
+        &stop,
+        probe.as_mut().map(|p| p as &mut dyn ProbeSource),
+    );
+    if let Some(p) = probe.as_mut() {
+        p.stop();
+    }
+    Ok(sum?)
+}

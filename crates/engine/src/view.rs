@@ -190,3 +190,73 @@ impl Findings for SharedView {
         v.findings_at = Some(Instant::now());
     }
 }
+
+/// Whether to run the scheduler-event collector (who ran while each vCPU
+/// waited), and what the VM panel says until it reports: only on the live
+/// root (the events are this kernel's) and only when VMs run, since the
+/// trace costs every context switch of the machine. Unprivileged, it is
+/// still tried, so that the panel says why it could not start.
+pub fn attribution(root: &std::path::Path) -> (bool, String) {
+    if root != std::path::Path::new("/") {
+        return (
+            false,
+            "culprits n/a: scheduler events only on --root /".into(),
+        );
+    }
+    let (host, _) = HostTracker::start(root);
+    if host.vms().is_empty() {
+        return (false, "culprits n/a: no VMs when top started".into());
+    }
+    (true, "culprits: starting".into())
+}
+
+/// A live view being filled: the engine's threads, the view they fill, and
+/// what the header says of the machine.
+pub struct Started {
+    pub live: crate::Live,
+    pub view: std::sync::Arc<SharedView>,
+    pub hostname: Option<String>,
+    /// Guest steal means something only in a guest (the hypervisor flag;
+    /// the panel also shows once any steal is counted).
+    pub guest: bool,
+}
+
+/// Opens the sampler on `root` and starts filling a view. No hardware
+/// counters: the IPC rule needs them read with every sample, and a live
+/// view need not hold perf groups open.
+pub fn start(
+    root: &std::path::Path,
+    rate_hz: f64,
+    findings_every: std::time::Duration,
+) -> Result<Started, Box<dyn std::error::Error>> {
+    use stealscope_readers::Source;
+    let (sched, culprits) = attribution(root);
+    let opened = crate::Opened::open(
+        crate::SamplerOptions {
+            sched,
+            ..crate::SamplerOptions::new(root)
+        },
+        None,
+    )?;
+    let src = RootFs::new(root);
+    let hostname = src.read_value("/proc/sys/kernel/hostname").ok().flatten();
+    let guest = stealscope_readers::cpuinfo::read(&src)
+        .ok()
+        .flatten()
+        .is_some_and(|c| c.has("hypervisor"));
+    let clk = crate::capture::clk_tck().unwrap_or(stealscope_model::machine::DEFAULT_CLK_TCK);
+    let view = std::sync::Arc::new(SharedView::new(clk as f64));
+    let live = crate::Live::start(
+        opened,
+        rate_hz,
+        findings_every,
+        ViewFeed::new(view.clone(), root.to_path_buf(), culprits),
+        view.clone(),
+    )?;
+    Ok(Started {
+        live,
+        view,
+        hostname,
+        guest,
+    })
+}

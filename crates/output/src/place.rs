@@ -1,7 +1,8 @@
 //! Text for `place plan` and `place apply|undo`: each VM with its reasons,
-//! each action with its reason and the value it replaces.
+//! each action with its reason and the value it replaces; `move-memory`.
 
 use std::fmt::Write as _;
+use stealscope_actuators::memory::MoveReport;
 use stealscope_actuators::ApplyReport;
 use stealscope_placement::{Plan, VmPlan};
 use stealscope_readers::cpulist::format as cpulist;
@@ -129,4 +130,36 @@ pub fn apply_report(r: &ApplyReport) -> String {
         let _ = writeln!(out, "error: {e}");
     }
     out
+}
+
+/// `place apply` without --yes: the plan it would apply, then what each
+/// action would replace (JSON: the report with the plan in it).
+pub fn dry_run(p: &Plan, r: &ApplyReport, json: bool) -> String {
+    if json {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        v["plan"] = serde_json::to_value(p).unwrap_or_default();
+        crate::json::render(&v)
+    } else {
+        format!("{}\n{}", plan(p), apply_report(r))
+    }
+}
+
+/// `place move-memory`: one line, what moved (or would) and why it stopped.
+pub fn move_report(r: &MoveReport, dry_run: bool) -> String {
+    format!(
+        "{} pid {}: {} MiB to node {} in {} step(s){}",
+        if dry_run {
+            "would move (dry run)"
+        } else {
+            "moved"
+        },
+        r.pid,
+        r.moved_bytes >> 20,
+        r.to_node,
+        r.steps,
+        r.stopped
+            .as_deref()
+            .map(|s| format!("; stopped: {s}"))
+            .unwrap_or_default()
+    )
 }

@@ -1,6 +1,7 @@
 //! Shared helpers for the CLI integration tests.
 #![allow(dead_code)]
 
+pub mod chromium;
 pub mod libvirt;
 pub mod perf_raw;
 pub mod place;

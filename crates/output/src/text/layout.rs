@@ -3,6 +3,7 @@
 //! a single token wider than the line stays whole on a line of its own).
 
 use std::fmt::Write;
+use std::io::IsTerminal;
 use stealscope_analysis::Severity;
 use textwrap::{core::display_width, Options, WordSeparator, WordSplitter};
 
@@ -26,6 +27,33 @@ impl TextOpts {
             verbose: false,
         }
     }
+
+    /// For stdout: colour when asked (`None`: on a terminal without
+    /// NO_COLOR), laid out in [`stdout_width`] columns.
+    pub fn for_stdout(color: Option<bool>, verbose: bool) -> Self {
+        let auto = || std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        TextOpts {
+            color: color.unwrap_or_else(auto),
+            width: stdout_width(),
+            verbose,
+        }
+    }
+}
+
+/// Columns the text report is laid out in: $COLUMNS when set, else the
+/// terminal's width, else 80 (a file or a pipe).
+pub fn stdout_width() -> usize {
+    let env = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse().ok());
+    let term = || {
+        std::io::stdout()
+            .is_terminal()
+            .then(terminal_size::terminal_size)
+            .flatten()
+            .map(|(w, _)| w.0 as usize)
+    };
+    env.or_else(term).unwrap_or(80).clamp(40, 1000)
 }
 
 const NBSP: char = '\u{a0}';

@@ -9,6 +9,7 @@ pub mod header;
 pub mod help;
 pub mod keys;
 pub mod layout;
+pub mod run;
 pub mod steal_lines;
 pub mod vm_table;
 pub mod wait_history;
