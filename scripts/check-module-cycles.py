@@ -20,9 +20,7 @@ PUB_USE_RE = re.compile(r"^\s*pub use (?:self::|crate::)?(\w+)::(\{[^;]*\}|[\w:]
 
 
 # Cycles not broken yet (issue 18 item 3): crate -> the modules in it.
-KNOWN = {
-    ("sched", ("bpf", "collector", "evformat", "tracefs_raw")),
-}
+KNOWN: set = set()
 
 
 def strip_comments(text):

@@ -4,10 +4,10 @@
 //! interval. The charging rules live in the C program (mirroring
 //! [`crate::aggregate`]); this file only moves counters into the model.
 
-use crate::collector::RouteImpl;
 use crate::error::{CollectError, Result};
 use crate::hist::{EpisodeHist, BUCKETS};
 use crate::model::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
+use crate::route::RouteImpl;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, Pod};

@@ -3,6 +3,7 @@
 
 use crate::error::Result;
 use crate::model::{Route, SchedSample};
+use crate::route::RouteImpl;
 
 /// Which route to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,16 +44,6 @@ fn start_route(route: Route) -> std::result::Result<Box<dyn RouteImpl>, String> 
         Route::Bpf => Ok(Box::new(crate::bpf::BpfRoute::start()?)),
         Route::Tracefs => crate::tracefs_raw::start(),
     }
-}
-
-/// One route's running state.
-pub(crate) trait RouteImpl: Send {
-    fn route(&self) -> Route;
-    /// Replaces the set of watched threads; threads that stay keep their
-    /// counters.
-    fn watch(&mut self, tids: &[u32]) -> Result<()>;
-    /// Cumulative counters of every watched thread.
-    fn read(&mut self) -> Result<SchedSample>;
 }
 
 /// A running collector. Dropping it detaches programs / removes the

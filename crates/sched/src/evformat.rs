@@ -105,7 +105,7 @@ impl EventFormat {
     /// Reads and parses `dir/format`; the error names the file.
     pub fn load(dir: &Path) -> Result<EventFormat, String> {
         let p = dir.join("format");
-        let text = crate::tracefs_raw::read_text(&p)?;
+        let text = crate::tracefs_text::read_text(&p)?;
         EventFormat::parse(&text).map_err(|e| format!("{}: {e}", p.display()))
     }
 }

@@ -22,7 +22,9 @@ pub mod hist;
 pub mod merge;
 pub mod model;
 pub mod ringbuf;
+mod route;
 pub mod tracefs_raw;
+pub mod tracefs_text;
 
 pub use collector::{Collector, Preference, Unavailable};
 pub use error::{CollectError, Result};

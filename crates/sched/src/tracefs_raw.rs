@@ -26,12 +26,13 @@
 //! lines of format-driven decoding ([`crate::ringbuf`], [`crate::evformat`]).
 
 use crate::aggregate::{Aggregator, Event};
-use crate::collector::RouteImpl;
 use crate::error::{CollectError, Result};
 use crate::evformat::{Decoder, EventFormat};
 use crate::merge::Merger;
 use crate::model::{Route, SchedSample, SchedStats};
 use crate::ringbuf::{Missed, PageFormat};
+use crate::route::RouteImpl;
+use crate::tracefs_text::read_text;
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -122,28 +123,6 @@ pub struct TracefsRoute {
 /// Starts the route with default options (for [`crate::Collector`]).
 pub(crate) fn start() -> std::result::Result<Box<dyn RouteImpl>, String> {
     Ok(Box::new(TracefsRoute::start(Options::default())?))
-}
-
-/// A tracefs text file in one read: header_page (6.18) answers end-of-file
-/// to any read after the first, so std's small probing reads lose its tail.
-pub fn read_text(p: &Path) -> std::result::Result<String, String> {
-    let err = |e: std::io::Error| format!("{}: {e}", p.display());
-    let mut f = File::open(p).map_err(err)?;
-    let mut buf = vec![0u8; 1 << 16];
-    let mut n = 0;
-    loop {
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(err(e)),
-        }
-        if n == buf.len() {
-            buf.resize(n * 2, 0);
-        }
-    }
-    buf.truncate(n);
-    String::from_utf8(buf).map_err(|_| format!("{}: not text", p.display()))
 }
 
 /// `events/<name>` of the instance, else of the tracefs root (older kernels

@@ -1,0 +1,16 @@
+//! What a route (BPF or tracefs) offers the collector: its own module so
+//! that the collector, which starts routes, and the routes, which implement
+//! this, do not depend on each other.
+
+use crate::error::Result;
+use crate::model::{Route, SchedSample};
+
+/// One route's running state.
+pub(crate) trait RouteImpl: Send {
+    fn route(&self) -> Route;
+    /// Replaces the set of watched threads; threads that stay keep their
+    /// counters.
+    fn watch(&mut self, tids: &[u32]) -> Result<()>;
+    /// Cumulative counters of every watched thread.
+    fn read(&mut self) -> Result<SchedSample>;
+}
