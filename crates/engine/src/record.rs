@@ -10,6 +10,7 @@
 use crate::capture::{clk_tck, is_live_root, monotonic_ns, record_side};
 use crate::host::answers::{self as host_live, HostLiveOptions};
 use crate::host::HostTracker;
+use crate::record_probe::{ProbeSource, WakeupWindows};
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
 use crate::stop::{next_due, Rate};
 use std::collections::BTreeMap;
@@ -50,15 +51,6 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     /// Names of the probes whose windows the caller hands in.
     pub probes: Vec<String>,
-}
-
-/// Probe windows measured beside the recorder (in another thread).
-pub trait ProbeSource {
-    /// Windows finished since the last call, and what the probe had to say
-    /// (no real-time priority, an error that ended it).
-    fn drain(&mut self, out: &mut Vec<ProbeRecord>, notes: &mut Vec<String>);
-    /// Ends the measurement, waiting for its last (partial) window.
-    fn stop(&mut self);
 }
 
 #[derive(Debug, Clone, Default)]
@@ -407,7 +399,6 @@ pub fn record_file(
     opts: &RecordOptions,
     path: &Path,
 ) -> Result<RecordSummary, Box<dyn std::error::Error>> {
-    use crate::record_probe::WakeupWindows;
     let name = path.display().to_string();
     let file = std::fs::OpenOptions::new()
         .write(true)

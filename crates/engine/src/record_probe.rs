@@ -3,13 +3,21 @@
 //! [`ProbeRecord`]s.
 
 use crate::capture::monotonic_ns;
-use crate::record::ProbeSource;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 use stealscope_probes::wakeup;
 use stealscope_readers::recording::ProbeRecord;
+
+/// Probe windows measured beside the recorder (in another thread).
+pub trait ProbeSource {
+    /// Windows finished since the last call, and what the probe had to say
+    /// (no real-time priority, an error that ended it).
+    fn drain(&mut self, out: &mut Vec<ProbeRecord>, notes: &mut Vec<String>);
+    /// Ends the measurement, waiting for its last (partial) window.
+    fn stop(&mut self);
+}
 
 /// The wakeup probe in a recording: a deadline every 5 ms per CPU (200
 /// wake-ups a second), a tenth of cyclictest's default rate.
