@@ -274,10 +274,13 @@ impl Sampler {
     /// text too (what samples.jsonl stores).
     fn read_stat(&mut self, keep_text: bool) -> Result<Option<String>, ReadError> {
         let bytes = self.stat.read()?;
+        stat::parse_cpu_rows(bytes, stat::PATH, &mut self.parsed)?;
+        if !keep_text {
+            return Ok(None);
+        }
         let text = std::str::from_utf8(&bytes[..stat::cpu_block_end(bytes)])
             .map_err(|_| ReadError::parse(stat::PATH, "not text"))?;
-        stat::parse_into(text, stat::PATH, true, &mut self.parsed)?;
-        Ok(keep_text.then(|| {
+        Ok(Some({
             let end: usize = text
                 .split_inclusive('\n')
                 .take_while(|l| l.starts_with("cpu"))

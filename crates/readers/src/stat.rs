@@ -9,6 +9,9 @@
 use crate::error::{ReadError, Result};
 use serde::{Deserialize, Serialize};
 
+mod fast;
+pub use fast::parse_cpu_rows;
+
 pub const PATH: &str = "/proc/stat";
 
 /// Cumulative ticks of one CPU row. Columns the kernel did not print are None.
@@ -139,8 +142,10 @@ pub fn cpu_block_end(bytes: &[u8]) -> usize {
             continue;
         }
         if !rest.starts_with(b"cpu") {
+            // At least one byte: a line starting with a space is a
+            // (empty) key too, and ends the block.
             let key = rest.iter().position(|&b| b == b' ' || b == b'\n');
-            return pos + key.unwrap_or(rest.len());
+            return pos + key.unwrap_or(rest.len()).max(1);
         }
         match rest.iter().position(|&b| b == b'\n') {
             Some(i) => pos += i + 1,
@@ -353,6 +358,7 @@ mod tests {
             GUEST,
             &live,
             "cpu  1 2 3 4\n\ncpu0 1 2 3 4\n\nintr 9 9\n",
+            "cpu  1 2 3 4\n 5 6\ncpu0 1 2 3 4\n",
             "cpu  1 2 3 4\ncpu0 1 2 3\nintr 1\n",
             "cpu  1 2 3 4\ncpu0 1 2 3 4",
             "cpu  1 2 3 4\ncpu0 1 2 3 x\nintr 1\n",
