@@ -86,7 +86,11 @@ fn fast(bytes: &[u8], out: &mut ProcStat) -> Option<()> {
 fn number(line: &[u8], i: &mut usize) -> Option<(u64, usize)> {
     let start = *i;
     let mut v = 0u64;
-    while let Some(d) = line.get(*i).map(|b| b.wrapping_sub(b'0')).filter(|&d| d < 10) {
+    while let Some(d) = line
+        .get(*i)
+        .map(|b| b.wrapping_sub(b'0'))
+        .filter(|&d| d < 10)
+    {
         v = v.checked_mul(10)?.checked_add(u64::from(d))?;
         *i += 1;
     }
