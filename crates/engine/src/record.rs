@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::running_wait_by::{scan_culprits, TOP_CULPRITS};
 use stealscope_model::host::vm_labels;
+use stealscope_model::host::HostObservation;
 use stealscope_model::observation::Side;
 use stealscope_readers::kvm_exits::ExitSample;
 use stealscope_readers::pread::PreadFile;
@@ -72,7 +73,9 @@ pub struct RecordSummary {
 /// A checkpoint: the files a snapshot side holds, with QMP's and KVM's
 /// answers on a live host (no kvm:kvm_exit sample: it would trace for a
 /// second each time).
-fn checkpoint(root: &Path, side: Side) -> Result<(u64, MemFs), ReadError> {
+/// Also hands back the host observation it made (the VMs, for the
+/// sampler's host scans).
+fn checkpoint(root: &Path, side: Side) -> Result<(u64, MemFs, HostObservation), ReadError> {
     let t = monotonic_ns();
     let (mut fs, obs) = record_side(root, "checkpoint", side)?;
     if is_live_root(root) && !obs.host.vms.is_empty() {
@@ -82,7 +85,7 @@ fn checkpoint(root: &Path, side: Side) -> Result<(u64, MemFs), ReadError> {
         };
         host_live::add_exit_sample(&mut fs, &none);
     }
-    Ok((t, fs))
+    Ok((t, fs, obs.host))
 }
 
 /// Notes to the file, each distinct message once per source.
@@ -246,7 +249,7 @@ impl Subscriber for Feed<'_> {
             self.next_flush = next_due(self.next_flush, FLUSH_EVERY, now);
         }
         if now >= self.next_checkpoint {
-            let (t, side) = checkpoint(&self.root, Side::End)?;
+            let (t, side, _) = checkpoint(&self.root, Side::End)?;
             self.w.checkpoint(t, &side.files)?;
             self.sum.checkpoints += 1;
             self.next_checkpoint =
@@ -285,7 +288,7 @@ pub fn record(
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let start_mono_ns = monotonic_ns();
-    let (t0, side0) = checkpoint(root, Side::Start)?;
+    let (t0, side0, host0) = checkpoint(root, Side::Start)?;
     let sampler = Sampler::open(
         SamplerOptions {
             // A lone TSC gives a constant TSC MHz: once a second is enough.
@@ -301,7 +304,9 @@ pub fn record(
             ..SamplerOptions::new(root)
         },
         Some(&side0),
-    )?;
+    )?
+    // The start checkpoint walked /proc already: its VMs start the scans.
+    .with_host(HostTracker::start_from(root, &side0, host0));
     let header = Header {
         irq_rate_hz: (opts.irq_rate_hz > 0.0).then_some(opts.irq_rate_hz),
         host_scan_s: Some(opts.host_scan.as_secs_f64()),
@@ -373,7 +378,7 @@ pub fn record(
         p.drain(&mut windows, &mut probe_notes);
     }
     write_probes(&mut w, &mut windows, &mut probe_notes, &mut sum)?;
-    let (t, side) = checkpoint(root, Side::End)?;
+    let (t, side, _) = checkpoint(root, Side::End)?;
     w.checkpoint(t, &side.files)?;
     sum.checkpoints += 1;
     sum.seconds = start.elapsed().as_secs_f64();

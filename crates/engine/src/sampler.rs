@@ -124,6 +124,8 @@ pub struct Sampler {
     parsed: ProcStat,
     /// None off the live root, with counters off, or when none opened.
     hw: Option<HwSampler>,
+    /// VMs found by the caller (see [`Sampler::with_host`]).
+    host: Option<(HostTracker, Option<ReadError>)>,
 }
 
 impl Sampler {
@@ -151,7 +153,15 @@ impl Sampler {
             stat,
             parsed: ProcStat::default(),
             hw,
+            host: None,
         })
+    }
+
+    /// Starts from VMs the caller found already (from a side it read:
+    /// [`HostTracker::start_from`]) instead of discovering them in `run`.
+    pub fn with_host(mut self, tracker: (HostTracker, Option<ReadError>)) -> Sampler {
+        self.host = Some(tracker);
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -192,7 +202,10 @@ impl Sampler {
         };
         let root = self.opts.root.clone();
         // Discovery reads every process: here, not on a caller's thread.
-        let (mut host, err) = HostTracker::start(&root);
+        let (mut host, err) = match self.host.take() {
+            Some(h) => h,
+            None => HostTracker::start(&root),
+        };
         sub.host_started(err)?;
         let mut sched = SchedSlot::new(self.opts.sched);
         let start = Instant::now();
@@ -200,12 +213,14 @@ impl Sampler {
         let (mut next, mut next_host) = (start, start);
         let mut next_tsc = start + tsc_every.unwrap_or_default();
         let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
+        // One clock read per sample: t_ns and `now` are the same instant,
+        // and the sleep is to an absolute deadline (clock::sleep_until).
+        let clock = stealscope_readers::clock::base();
         loop {
-            let t_ns = monotonic_ns();
+            let (t_ns, now) = clock.now();
             let keep_text = self.opts.series.is_some();
             match self.read_stat(keep_text) {
                 Ok(text) => {
-                    let now = Instant::now();
                     let due = tsc_every.is_none_or(|_| now >= next_tsc);
                     let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
                     if let Some(p) = tsc_every.filter(|_| due) {
@@ -223,7 +238,6 @@ impl Sampler {
                 }
                 Err(e) => sub.sample_error(e)?,
             }
-            let now = Instant::now();
             if now >= next_host {
                 let t = monotonic_ns();
                 let watch = match self.opts.watch_every {
@@ -246,7 +260,7 @@ impl Sampler {
                 next_host = next_due(next_host, self.opts.host_every, now);
             }
             sub.tick(now)?;
-            next = next_due(next, rate.period(), Instant::now());
+            next = next_due(next, rate.period(), now);
             if end.is_some_and(|e| next > e) {
                 return Ok(Ended::Duration);
             }
@@ -259,9 +273,14 @@ impl Sampler {
     /// Reads and parses the cpu rows; with `keep_text`, returns them as
     /// text too (what samples.jsonl stores).
     fn read_stat(&mut self, keep_text: bool) -> Result<Option<String>, ReadError> {
-        let text = self.stat.read_text()?;
-        stat::parse_into(text, stat::PATH, true, &mut self.parsed)?;
-        Ok(keep_text.then(|| {
+        let bytes = self.stat.read()?;
+        stat::parse_cpu_rows(bytes, stat::PATH, &mut self.parsed)?;
+        if !keep_text {
+            return Ok(None);
+        }
+        let text = std::str::from_utf8(&bytes[..stat::cpu_block_end(bytes)])
+            .map_err(|_| ReadError::parse(stat::PATH, "not text"))?;
+        Ok(Some({
             let end: usize = text
                 .split_inclusive('\n')
                 .take_while(|l| l.starts_with("cpu"))

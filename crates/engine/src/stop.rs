@@ -58,10 +58,7 @@ impl Wait for AtomicBool {
         if self.load(Ordering::Relaxed) {
             return true;
         }
-        let now = Instant::now();
-        if deadline > now {
-            std::thread::sleep(deadline - now);
-        }
+        stealscope_readers::clock::sleep_until(deadline);
         false
     }
 }

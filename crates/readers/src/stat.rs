@@ -9,6 +9,9 @@
 use crate::error::{ReadError, Result};
 use serde::{Deserialize, Serialize};
 
+mod fast;
+pub use fast::parse_cpu_rows;
+
 pub const PATH: &str = "/proc/stat";
 
 /// Cumulative ticks of one CPU row. Columns the kernel did not print are None.
@@ -113,11 +116,43 @@ impl ProcStat {
 }
 
 fn parse_u64(tok: &str) -> Option<u64> {
-    // u64::from_str accepts a leading '+'; the kernel never prints one.
-    if tok.is_empty() || !tok.bytes().all(|b| b.is_ascii_digit()) {
+    // Digits only (u64::from_str would take a leading '+', which the kernel
+    // never prints), None on overflow; one pass, on the sampling path.
+    if tok.is_empty() {
         return None;
     }
-    tok.parse().ok()
+    tok.bytes().try_fold(0u64, |v, b| {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v.checked_mul(10)?.checked_add(u64::from(d))
+    })
+}
+
+/// Where the cpu rows of /proc/stat end, plus the key of the line after
+/// them: all that [`parse_into`] reads with `cpu_lines_only`, so a sampler
+/// need not check the rest (the long `intr` line) is text.
+pub fn cpu_block_end(bytes: &[u8]) -> usize {
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let rest = &bytes[pos..];
+        if rest[0] == b'\n' {
+            pos += 1;
+            continue;
+        }
+        if !rest.starts_with(b"cpu") {
+            // At least one byte: a line starting with a space is a
+            // (empty) key too, and ends the block.
+            let key = rest.iter().position(|&b| b == b' ' || b == b'\n');
+            return pos + key.unwrap_or(rest.len()).max(1);
+        }
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => pos += i + 1,
+            None => return bytes.len(),
+        }
+    }
+    bytes.len()
 }
 
 /// Parses one cpu line's numbers into `cols`; returns how many were present.
@@ -312,6 +347,39 @@ mod tests {
         let old = parse("cpu  1 2 3 4\ncpu3 1 2 3 4\nintr 0\n", PATH).unwrap();
         assert_eq!(render_cpu_lines(&old), "cpu  1 2 3 4\ncpu3 1 2 3 4\n");
         assert_eq!(old.cpus[0].times.column_count(), 4);
+    }
+
+    /// The cpu block alone parses as the whole file does, hostile input
+    /// included (the sampler parses only `cpu_block_end`'s prefix).
+    #[test]
+    fn cpu_block_parses_as_the_whole_file() {
+        let live = std::fs::read_to_string(PATH).unwrap();
+        let cases = [
+            GUEST,
+            &live,
+            "cpu  1 2 3 4\n\ncpu0 1 2 3 4\n\nintr 9 9\n",
+            "cpu  1 2 3 4\n 5 6\ncpu0 1 2 3 4\n",
+            "cpu  1 2 3 4\ncpu0 1 2 3\nintr 1\n",
+            "cpu  1 2 3 4\ncpu0 1 2 3 4",
+            "cpu  1 2 3 4\ncpu0 1 2 3 x\nintr 1\n",
+            "cpu  1 2 3 99999999999999999999\nintr\n",
+            "cpu  1 2 3 +4\nintr 1\n",
+            "cpu  1 2 3 4\nintr",
+            "intr 1\ncpu  1 2 3 4\n",
+            "",
+            "\n",
+        ];
+        for text in cases {
+            let (mut whole, mut cut) = (ProcStat::default(), ProcStat::default());
+            let a = parse_into(text, PATH, true, &mut whole).map_err(|e| e.to_string());
+            let end = cpu_block_end(text.as_bytes());
+            let b = parse_into(&text[..end], PATH, true, &mut cut).map_err(|e| e.to_string());
+            assert_eq!(a, b, "{text:?} cut at {end}");
+            assert_eq!(whole, cut, "{text:?}");
+        }
+        assert_eq!(parse_u64("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64("18446744073709551616"), None);
+        assert_eq!(parse_u64("12a"), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! quietly; a changed thread list triggers rediscovery of that VM.
 
 use std::path::{Path, PathBuf};
-use stealscope_model::host::{collect_host, ScannedVmId, ThreadRole};
+use stealscope_model::host::{collect_host, HostObservation, ScannedVmId, ThreadRole};
 use stealscope_model::observation::Side;
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::process::{parse_schedstat, task_schedstat_path};
@@ -41,9 +41,15 @@ pub struct HostScanner {
 impl HostScanner {
     /// Finds every VM and opens each thread's schedstat.
     pub fn discover(root: &Path) -> Result<Self, ReadError> {
-        raise_fd_limit();
         // Identity and threads only: memory placement is not scanned.
         let obs = collect_host(&RootFs::new(root), Side::Start)?;
+        Ok(Self::from_observation(root, obs))
+    }
+
+    /// As [`Self::discover`], from a host observation already read (a
+    /// recording's start checkpoint: no second walk of /proc).
+    pub fn from_observation(root: &Path, obs: HostObservation) -> Self {
+        raise_fd_limit();
         let mut vms = Vec::new();
         for vm in obs.vms {
             let mut threads = Vec::new();
@@ -64,10 +70,10 @@ impl HostScanner {
                 threads,
             });
         }
-        Ok(HostScanner {
+        HostScanner {
             root: root.to_path_buf(),
             vms,
-        })
+        }
     }
 
     pub fn root(&self) -> &Path {

@@ -7,7 +7,8 @@
 use super::scanner::{HostScanner, ScannedVm, ThreadSample};
 use super::watch::VmmWatch;
 use std::path::Path;
-use stealscope_readers::{ReadError, RootFs};
+use stealscope_model::host::HostObservation;
+use stealscope_readers::{ReadError, RootFs, Source};
 
 #[derive(Default)]
 pub struct HostTracker {
@@ -24,6 +25,21 @@ impl HostTracker {
         let primed = t.watch.check(&RootFs::new(root)).err();
         let found = t.rediscover(root).err();
         (t, primed.or(found))
+    }
+
+    /// As [`Self::start`], from what a side read through `src` holds (a
+    /// checkpoint's files and its host observation): the watch is primed
+    /// with its process list and the VMs are those it found, so starting
+    /// costs no walk of /proc.
+    pub fn start_from(
+        root: &Path,
+        src: &dyn Source,
+        obs: HostObservation,
+    ) -> (HostTracker, Option<ReadError>) {
+        let mut t = HostTracker::default();
+        let primed = t.watch.check(src).err();
+        t.scanner = Some(HostScanner::from_observation(root, obs));
+        (t, primed)
     }
 
     /// Keeps the previous scanner when discovery fails.
