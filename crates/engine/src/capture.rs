@@ -111,7 +111,7 @@ pub struct IntervalCapture {
     host: HostLiveOptions,
     ask_live: bool,
     exit_thread: Option<std::thread::JoinHandle<stealscope_readers::kvm_exits::ExitSample>>,
-    sched: Option<stealscope_model::host::live_sched::SchedHook>,
+    sched: Option<crate::host::sched_hook::SchedHook>,
 }
 
 impl IntervalCapture {
@@ -149,7 +149,7 @@ impl IntervalCapture {
         let live_host = live_root && !obs0.host.vms.is_empty();
         // First after t0's thread times, so attribution starts with them.
         let sched = (live_host && host.attribution)
-            .then(|| stealscope_model::host::live_sched::SchedHook::start(&obs0.host.vms, &mut t0));
+            .then(|| crate::host::sched_hook::SchedHook::start(&obs0.host.vms, &mut t0));
         let hw = counters.then(|| open_counters(root, &t0)).flatten();
         // Given sockets are checked even with no VM, so a wrong name is said.
         let ask_live = live_host || (live_root && !host.qmp.is_empty());
@@ -216,7 +216,7 @@ impl IntervalCapture {
         let sched = self.sched.as_mut().map(|h| h.read());
         let (mut t1, obs1) = record_side(&self.root, "live t1", Side::End)?;
         if let Some(s) = &sched {
-            stealscope_model::host::live_sched::put(&mut t1, s);
+            crate::host::sched_hook::put(&mut t1, s);
         }
         if self.ask_live {
             live::add_side(&mut t1, &obs1.host.vms, &self.host);

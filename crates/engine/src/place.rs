@@ -3,6 +3,7 @@
 //! the planner's history from the journal, the applier with the config's
 //! limits. Everything that changes the host is a dry run unless asked.
 
+use crate::host::sched_hook::SchedHook;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -10,7 +11,6 @@ use stealscope_actuators::apply::{self, Applier};
 use stealscope_actuators::journal::{self, BatchKind};
 use stealscope_actuators::memory::MoveLimits;
 use stealscope_model::host::collect_host;
-use stealscope_model::host::live_sched::SchedHook;
 use stealscope_model::observation::Side;
 use stealscope_placement::history::{DemandHistory, VmHistory};
 use stealscope_placement::input::CpuController;

@@ -27,7 +27,7 @@ pub struct HostLiveOptions {
     pub qmp_timeout: Duration,
     /// Length of the kvm:kvm_exit sample; zero disables it.
     pub exit_sample: Duration,
-    /// Run the scheduler-event collector for attribution (host::live_sched).
+    /// Run the scheduler-event collector for attribution (host::sched_hook).
     pub attribution: bool,
 }
 

@@ -6,6 +6,7 @@
 
 pub mod answers;
 pub mod scanner;
+pub mod sched_hook;
 pub mod tracker;
 pub mod watch;
 

@@ -8,7 +8,6 @@ pub mod discovery;
 pub mod host_work;
 pub mod kvm;
 pub mod live_rows;
-pub mod live_sched;
 pub mod observation;
 pub mod running_wait_by;
 pub mod sched_store;

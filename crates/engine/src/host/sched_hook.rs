@@ -2,15 +2,16 @@
 //! collector at the start of an interval watching every vCPU thread, and
 //! stores its cumulative reading in each side of the snapshot
 //! ([`super::sched_store::SCHED_FILE`]), or why there is none. The
-//! derivation (host::attribution) only ever sees the stored readings.
+//! derivation (model::host::attribution) only ever sees the stored
+//! readings: this live part sits in the engine, the model stays pure.
 //!
 //! Timing: the t0 reading follows the side's thread times by the time the
 //! rest of t0 took to read, and the t1 reading is taken just before t1's
 //! thread times; attribution therefore covers a few ms less than the
 //! schedstat interval (the `host` report compares the two).
 
-use super::observation::VmObs;
-use super::sched_store::{StoredSched, SCHED_FILE};
+use stealscope_model::host::observation::VmObs;
+use stealscope_model::host::sched_store::{StoredSched, SCHED_FILE};
 use stealscope_readers::MemFs;
 use stealscope_sched::{Collector, Preference};
 
