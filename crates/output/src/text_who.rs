@@ -66,18 +66,20 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
             .filter(|&l| l > 0)
             .map(|l| format!(", {l} events lost"))
             .unwrap_or_default();
-        let missed = a
-            .missed_switches
-            .filter(|&m| m > 0)
-            .map(|m| format!(", {m} switches missed by the trace"))
-            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "\n{} attributed by {} from {} scheduler events{lost}{missed}",
+            "\n{} attributed by {} from {} scheduler events{lost}",
             bold("Who stole it:"),
             a.route,
             a.events.unwrap_or(0)
         );
+        // A line of its own: it never fits beside the events at 80 columns.
+        if let Some(m) = a.missed_switches.filter(|&m| m > 0) {
+            let _ = writeln!(
+                out,
+                "  {m} switches missing from the trace: their wait is charged as unknown"
+            );
+        }
     }
     let hw = &who.host_work;
     let top: Vec<String> = hw
