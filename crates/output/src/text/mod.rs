@@ -76,9 +76,16 @@ fn finding(out: &mut String, st: &Style, f: &Finding) {
         .evidence
         .iter()
         .filter(|(k, _)| k.as_str() != "files" && k.as_str() != "per_cpu")
-        .map(|(k, v)| match (st.verbose, v) {
-            (true, Evidence::List(_) | Evidence::Map(_)) => format!("{k}={v}"),
-            _ => format!("{k}={}", fmt_value(v)),
+        .flat_map(|(k, v)| match (st.verbose, v) {
+            // A map (a culprit, say) as one item per known field: a JSON
+            // blob has no space to wrap at and ran past 80 columns.
+            (_, Evidence::Map(m)) => m
+                .iter()
+                .filter(|(_, x)| !matches!(x, Evidence::Null))
+                .map(|(sub, x)| format!("{k}.{sub}={}", fmt_value(x)))
+                .collect(),
+            (true, Evidence::List(_)) => vec![format!("{k}={v}")],
+            _ => vec![format!("{k}={}", fmt_value(v))],
         })
         .collect();
     if !ev.is_empty() {
