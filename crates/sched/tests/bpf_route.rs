@@ -171,7 +171,9 @@ fn check_sums_over(iv: &Interval, min_wait: u64, per_episode: u64) {
     for (c, ns) in &iv.waits.by_thread {
         eprintln!("  {:>6} {:<16} {ns}", c.tid, c.comm);
     }
-    assert!(wait > min_wait, "the victim barely waited: {wait} ns");
+    // A victim woken on an idle CPU may wait 0 ns by schedstat (quiet
+    // machine): the per-episode allowance then bounds the wake-up charges.
+    assert!(wait >= min_wait, "the victim barely waited: {wait} ns");
     let err = (got as f64 - wait as f64).abs() / wait as f64;
     let allowed = 0.02 * wait as f64 + (per_episode * iv.waits.episodes.count) as f64;
     assert!(
