@@ -12,6 +12,7 @@ use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, Pod};
 use std::collections::{BTreeMap, BTreeSet};
+use stealscope_readers::clock::monotonic_ns;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/wait_by.bpf.o");
 
@@ -199,16 +200,6 @@ fn explain(msg: &str) -> String {
 fn comm(b: &[u8; 16]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..end]).into_owned()
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl RouteImpl for BpfRoute {

@@ -40,6 +40,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+use stealscope_readers::clock::monotonic_ns;
 use stealscope_readers::tracefs::Instance;
 
 /// Prefix of the instance name (`<prefix><pid>-<n>`).
@@ -136,16 +137,6 @@ fn events_file(inst: &Path, rel: &str) -> PathBuf {
         .nth(2)
         .map(|root| root.join("events").join(rel))
         .unwrap_or(p)
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl TracefsRoute {
