@@ -295,7 +295,7 @@ pub fn record(
             // Any other counter is read with every sample, so its windows
             // line up with the steal windows.
             counters: CounterReads::EverySampleOrTscEvery(FLUSH_EVERY),
-            host_every: opts.host_scan,
+            host_every: Some(opts.host_scan),
             watch_every: Some(VMM_WATCH_EVERY),
             duration: opts.duration,
             // Who stole the vCPUs' time, on a live host (the collector
