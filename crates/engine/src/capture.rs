@@ -302,6 +302,7 @@ pub fn capture(
     let snapshot = interval.finish(samples, series.counter_capture(counters))?;
     Ok(Captured {
         snapshot,
-        stopped_after: (ended == Ended::Stopped).then(|| watch.last.saturating_duration_since(start)),
+        stopped_after: (ended == Ended::Stopped)
+            .then(|| watch.last.saturating_duration_since(start)),
     })
 }
