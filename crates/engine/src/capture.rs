@@ -6,7 +6,7 @@
 //! reports cannot drift apart.
 
 use crate::host::answers::{self as live, HostLiveOptions};
-use crate::hw_sampler::HwSampler;
+use crate::hw_sampler::is_live_root;
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
 use crate::series::{self, Series};
 use crate::stop::{Rate, Wait};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use stealscope_model::observation::{collect, Observation, Side};
 use stealscope_readers::perf::CounterCapture;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
-use stealscope_readers::{cpu_topology, cpuid, stat, MemFs, ReadError, Recorder, RootFs, Source};
+use stealscope_readers::{cpuid, MemFs, ReadError, Recorder, RootFs, Source};
 
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
@@ -45,36 +45,6 @@ pub fn record_side(
         *log = stealscope_readers::kmsg::keep_rule_records(log);
     }
     Ok((fs, obs))
-}
-
-/// CPUID and perf counters describe the machine we run on, not a directory:
-/// they are captured only when the root is the live "/".
-pub fn is_live_root(root: &std::path::Path) -> bool {
-    root == std::path::Path::new("/")
-}
-
-/// Opens the counter groups on the online CPUs as `cpus_from` lists them
-/// (the stat rows if sysfs does not say); None unless `root` is "/".
-pub fn open_counters(
-    root: &std::path::Path,
-    cpus_from: &dyn stealscope_readers::Source,
-) -> Option<HwSampler> {
-    if !is_live_root(root) {
-        return None;
-    }
-    let live = RootFs::new(root);
-    let mut cpus = cpu_topology::read(cpus_from)
-        .ok()
-        .and_then(|c| c.online)
-        .unwrap_or_default();
-    if cpus.is_empty() {
-        cpus = stat::read(cpus_from)
-            .ok()
-            .flatten()
-            .map(|s| s.cpus.iter().filter_map(|r| r.cpu).collect())
-            .unwrap_or_default();
-    }
-    Some(HwSampler::open(&live, &cpus))
 }
 
 /// One interval of a live capture: the files the rules read at its start,

@@ -7,15 +7,15 @@
 //! does with a reading is its [`Subscriber`]'s business: serve updates its
 //! metrics, top its view, record writes the file.
 
-use crate::capture::{monotonic_ns, open_counters};
 use crate::host::HostTracker;
-use crate::hw_sampler::HwSampler;
+use crate::hw_sampler::{open_counters, HwSampler};
 use crate::sched::SchedSlot;
 use crate::series::Series;
 use crate::stop::{next_due, Rate, Wait};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stealscope_readers::clock::monotonic_ns;
 use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;
