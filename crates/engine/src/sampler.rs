@@ -5,7 +5,8 @@
 //! (rediscovering VMs when a VMM process starts), and the scheduler-event
 //! collector read right before each host scan ([`crate::sched`]). What each command
 //! does with a reading is its [`Subscriber`]'s business: serve updates its
-//! metrics, top its view, record writes the file.
+//! metrics, top its view, record writes the file, doctor keeps one
+//! interval ([`crate::capture`]: no host scans, a last sample at t1).
 
 use crate::host::HostTracker;
 use crate::hw_sampler::{open_counters, HwSampler};
