@@ -1,18 +1,22 @@
 //! Live capture of one interval into a [`Snapshot`]: every file the rules
-//! read at the start (t0) and end (t1), plus a /proc/stat series in between,
-//! per-CPU hardware counters read with each sample, and CPUID.
-//! `doctor` analyses this in-memory snapshot with the same code that reads a
-//! snapshot from disk, so live and offline reports cannot drift apart.
+//! read at the start (t0) and end (t1), plus the engine's /proc/stat series
+//! in between ([`Sampler`], with the per-CPU hardware counters read with
+//! each sample), and CPUID. `doctor` analyses this in-memory snapshot with
+//! the same code that reads a snapshot from disk, so live and offline
+//! reports cannot drift apart.
 
 use crate::host::answers::{self as live, HostLiveOptions};
-use crate::hw_sampler::HwSampler;
+use crate::hw_sampler::is_live_root;
+use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
+use crate::series::{self, Series};
+use crate::stop::{Rate, Wait};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_model::observation::{collect, Observation, Side};
-use stealscope_readers::perf::{CounterCapture, CounterSample};
-use stealscope_readers::pread::PreadFile;
+use stealscope_readers::perf::CounterCapture;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
-use stealscope_readers::{cpu_topology, cpuid, stat, MemFs, ReadError, Recorder, RootFs, Source};
+use stealscope_readers::{cpuid, MemFs, ReadError, Recorder, RootFs, Source};
 
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
@@ -23,26 +27,6 @@ pub struct CaptureOptions {
 }
 
 pub use stealscope_readers::clock::monotonic_ns;
-
-/// The cpu rows of /proc/stat as text (what samples.jsonl stores), read
-/// through a kept-open file.
-pub struct StatSampler(PreadFile);
-
-impl StatSampler {
-    pub fn open(root: &std::path::Path) -> Result<Self, ReadError> {
-        PreadFile::open(root, stat::PATH).map(StatSampler)
-    }
-
-    pub fn cpu_lines(&mut self) -> Result<String, ReadError> {
-        let text = self.0.read_text()?;
-        let end: usize = text
-            .split_inclusive('\n')
-            .take_while(|l| l.starts_with("cpu"))
-            .map(str::len)
-            .sum();
-        Ok(text[..end].to_string())
-    }
-}
 
 /// Reads a side through a recorder and keeps the bytes as a snapshot side.
 pub fn record_side(
@@ -63,51 +47,18 @@ pub fn record_side(
     Ok((fs, obs))
 }
 
-/// CPUID and perf counters describe the machine we run on, not a directory:
-/// they are captured only when the root is the live "/".
-pub fn is_live_root(root: &std::path::Path) -> bool {
-    root == std::path::Path::new("/")
-}
-
-/// Opens the counter groups on the online CPUs as `cpus_from` lists them
-/// (the stat rows if sysfs does not say); None unless `root` is "/".
-pub fn open_counters(
-    root: &std::path::Path,
-    cpus_from: &dyn stealscope_readers::Source,
-) -> Option<HwSampler> {
-    if !is_live_root(root) {
-        return None;
-    }
-    let live = RootFs::new(root);
-    let mut cpus = cpu_topology::read(cpus_from)
-        .ok()
-        .and_then(|c| c.online)
-        .unwrap_or_default();
-    if cpus.is_empty() {
-        cpus = stat::read(cpus_from)
-            .ok()
-            .flatten()
-            .map(|s| s.cpus.iter().filter_map(|r| r.cpu).collect())
-            .unwrap_or_default();
-    }
-    Some(HwSampler::open(&live, &cpus))
-}
-
 /// One interval of a live capture: the files the rules read at its start,
 /// then (in [`IntervalCapture::finish`]) at its end, with the /proc/stat
-/// series the caller took meanwhile, the hardware counters read with each
-/// sample ([`IntervalCapture::sample_counters`]), CPUID and, on a live host,
-/// QMP and KVM statistics at both ends and a kvm:kvm_exit sample inside.
-/// `capture` runs one; `serve` runs one after another to evaluate the rules
-/// periodically.
+/// series and counter readings the engine's sampler took meanwhile, CPUID
+/// and, on a live host, QMP and KVM statistics at both ends and a
+/// kvm:kvm_exit sample inside. [`capture`] runs one; the rule runner
+/// (serve, top) one after another to evaluate the rules periodically.
 pub struct IntervalCapture {
     root: std::path::PathBuf,
     t0: MemFs,
     start: Instant,
     taken_unix_s: Option<f64>,
     sample_hz: f64,
-    hw: Option<HwSampler>,
-    counter_samples: Vec<CounterSample>,
     host: HostLiveOptions,
     ask_live: bool,
     exit_thread: Option<std::thread::JoinHandle<stealscope_readers::kvm_exits::ExitSample>>,
@@ -115,30 +66,12 @@ pub struct IntervalCapture {
 }
 
 impl IntervalCapture {
+    /// Reads the start side; `sample_hz` is the rate of the series the
+    /// caller's sampler takes (0: none), for the snapshot's meta.
     pub fn start(
         root: &std::path::Path,
         sample_hz: f64,
         host: &HostLiveOptions,
-    ) -> Result<Self, ReadError> {
-        Self::start_inner(root, sample_hz, host, true)
-    }
-
-    /// For a caller that reads the hardware counters itself with every
-    /// sample (serve's sampler) and hands them to [`Self::finish_with_counters`]:
-    /// opens no counter groups of its own.
-    pub fn start_without_counters(
-        root: &std::path::Path,
-        sample_hz: f64,
-        host: &HostLiveOptions,
-    ) -> Result<Self, ReadError> {
-        Self::start_inner(root, sample_hz, host, false)
-    }
-
-    fn start_inner(
-        root: &std::path::Path,
-        sample_hz: f64,
-        host: &HostLiveOptions,
-        counters: bool,
     ) -> Result<Self, ReadError> {
         let taken_unix_s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -150,7 +83,6 @@ impl IntervalCapture {
         // First after t0's thread times, so attribution starts with them.
         let sched = (live_host && host.attribution)
             .then(|| crate::host::sched_hook::SchedHook::start(&obs0.host.vms, &mut t0));
-        let hw = counters.then(|| open_counters(root, &t0)).flatten();
         // Given sockets are checked even with no VM, so a wrong name is said.
         let ask_live = live_host || (live_root && !host.qmp.is_empty());
         let start = Instant::now();
@@ -167,8 +99,6 @@ impl IntervalCapture {
             start,
             taken_unix_s,
             sample_hz,
-            hw,
-            counter_samples: Vec::new(),
             host: host.clone(),
             ask_live,
             exit_thread,
@@ -181,36 +111,21 @@ impl IntervalCapture {
         self.start
     }
 
-    /// Reads the counter groups; call right after each /proc/stat sample so
-    /// that their windows line up with the steal windows.
-    pub fn sample_counters(&mut self) {
-        if let Some(h) = self.hw.as_mut() {
-            if !h.counters().opened().is_empty() {
-                self.counter_samples.push(h.sample());
-            }
-        }
+    /// The start side (its CPUs are those the counters open on).
+    pub fn start_side(&self) -> &MemFs {
+        &self.t0
     }
 
-    /// [`Self::finish`] with counter readings taken by the caller.
-    pub fn finish_with_counters(
-        self,
+    /// Reads the end side: the snapshot of the interval, with the series
+    /// and the counter readings taken meanwhile.
+    pub fn finish(
+        mut self,
         samples: Vec<RawSample>,
         counters: Option<CounterCapture>,
     ) -> Result<Snapshot, ReadError> {
-        let mut snap = self.finish(samples)?;
-        snap.hardware.counters = counters;
-        Ok(snap)
-    }
-
-    pub fn finish(mut self, samples: Vec<RawSample>) -> Result<Snapshot, ReadError> {
-        self.sample_counters();
         let hardware = Hardware {
             cpuid: is_live_root(&self.root).then(cpuid::read_live),
-            counters: self.hw.map(|h| CounterCapture {
-                opened: h.counters().opened().to_vec(),
-                missing: h.counters().missing().to_vec(),
-                samples: self.counter_samples,
-            }),
+            counters,
         };
         // Right before t1's thread times, so both cover the same interval.
         let sched = self.sched.as_mut().map(|h| h.read());
@@ -254,84 +169,110 @@ pub fn clk_tck() -> Option<u64> {
         .map(|v| v as u64)
 }
 
-pub fn capture(opts: &CaptureOptions) -> Result<Snapshot, ReadError> {
-    capture_with(opts, &HostLiveOptions::default())
-}
-
-/// As [`capture`]; on the live machine (root "/") with VMs, also asks QMP and
-/// KVM stats fds at both ends and samples kvm:kvm_exit during the interval
-/// (host::answers), storing the answers in the snapshot.
-pub fn capture_with(opts: &CaptureOptions, host: &HostLiveOptions) -> Result<Snapshot, ReadError> {
-    capture_watched(opts, host, &mut |_| true)
-}
-
-/// How often `tick` is called while nothing else happens.
+/// How often a capture wakes between samples to show progress and see a
+/// stop, whatever the rate.
 const TICK: Duration = Duration::from_millis(100);
 
-/// As [`capture_with`], calling `tick` with the time elapsed at least every
-/// 100 ms (progress on a terminal); when it returns false the interval ends
-/// there (Ctrl-C) and the snapshot covers what was measured.
-pub fn capture_watched(
+/// A capture's side of the sampling loop: the series itself is kept by the
+/// sampler ([`Series`]); this shows the time elapsed and ends the capture
+/// on a failed /proc/stat read.
+struct Watch<'a> {
+    start: Instant,
+    last: Instant,
+    tick: &'a mut dyn FnMut(Duration),
+}
+
+impl Subscriber for Watch<'_> {
+    fn sample(&mut self, s: Sample<'_>) -> Result<(), ReadError> {
+        self.last = s.now;
+        Ok(())
+    }
+
+    fn sample_error(&mut self, e: ReadError) -> Result<(), ReadError> {
+        Err(e)
+    }
+
+    fn tick(&mut self, now: Instant) -> Result<(), ReadError> {
+        (self.tick)(now.saturating_duration_since(self.start));
+        Ok(())
+    }
+}
+
+/// A captured interval, and how long it ran when a stop ended it early.
+pub struct Captured {
+    pub snapshot: Snapshot,
+    pub stopped_after: Option<Duration>,
+}
+
+impl Captured {
+    /// The note a report carries when the interval was cut short.
+    pub fn note(&self, asked: Duration) -> Option<String> {
+        self.stopped_after.map(|d| {
+            format!(
+                "sampling ended early (Ctrl-C) after {:.1} s of the {:.1} s asked for: figures cover that time",
+                d.as_secs_f64(),
+                asked.as_secs_f64()
+            )
+        })
+    }
+}
+
+/// Captures one interval: the start side, the engine's sampler from then
+/// on (no host scans: the sides read the vCPU threads; a last sample
+/// exactly at the end), then the end side. `tick` sees the time elapsed
+/// at every sample and at least every 100 ms (progress on a terminal);
+/// `stop` ends the interval early with a last sample, and the snapshot
+/// covers what was measured. On the live machine (root "/") with VMs it
+/// also asks QMP and KVM stats fds at both ends and samples kvm:kvm_exit
+/// during the interval (host::answers).
+pub fn capture(
     opts: &CaptureOptions,
     host: &HostLiveOptions,
-    tick: &mut dyn FnMut(Duration) -> bool,
-) -> Result<Snapshot, ReadError> {
-    let mut sampler = if opts.sample_hz > 0.0 {
-        Some(StatSampler::open(&opts.root)?)
-    } else {
-        None
-    };
+    stop: &dyn Wait,
+    tick: &mut dyn FnMut(Duration),
+) -> Result<Captured, ReadError> {
     let host = HostLiveOptions {
         exit_sample: host.exit_sample.min(opts.interval),
         ..host.clone()
     };
-    let mut interval = IntervalCapture::start(&opts.root, opts.sample_hz, &host)?;
+    let interval = IntervalCapture::start(&opts.root, opts.sample_hz, &host)?;
+    // With no series asked for, one period is the interval: the counters
+    // are still read at both ends.
+    let hz = if opts.sample_hz > 0.0 {
+        opts.sample_hz
+    } else {
+        1.0 / opts.interval.as_secs_f64()
+    };
+    let series = Arc::new(Series::default());
+    drop(series.take(series::cap(hz, opts.interval)));
     let start = interval.started();
-    let end = start + opts.interval;
-    let mut samples = Vec::new();
-    if sampler.is_none() {
-        interval.sample_counters();
+    let sampler = Sampler::open(
+        SamplerOptions {
+            counters: CounterReads::EverySample,
+            host_every: None,
+            duration: Some(opts.interval),
+            from: Some(start),
+            last_at_end: true,
+            wake_every: Some(TICK),
+            series: Some(series.clone()),
+            ..SamplerOptions::new(&opts.root)
+        },
+        Some(interval.start_side()),
+    )?;
+    let mut watch = Watch {
+        start,
+        last: start,
+        tick,
+    };
+    let ended = sampler.run(&Rate::new(hz), &mut watch, stop)?;
+    let (mut samples, counters) = series.take(0);
+    if opts.sample_hz <= 0.0 {
+        samples.clear();
     }
-    let mut going = true;
-    if let Some(s) = sampler.as_mut() {
-        let period = Duration::from_secs_f64(1.0 / opts.sample_hz);
-        let mut next = start;
-        'series: loop {
-            samples.push(RawSample {
-                t_ns: monotonic_ns(),
-                stat: s.cpu_lines()?,
-            });
-            interval.sample_counters();
-            next += period;
-            if next > end {
-                break;
-            }
-            loop {
-                going = tick(start.elapsed());
-                let now = Instant::now();
-                if !going {
-                    break 'series;
-                }
-                if next <= now {
-                    break;
-                }
-                std::thread::sleep((next - now).min(TICK));
-            }
-        }
-    }
-    while going {
-        going = tick(start.elapsed());
-        let now = Instant::now();
-        if !going || now >= end {
-            break;
-        }
-        std::thread::sleep((end - now).min(TICK));
-    }
-    if let Some(s) = sampler.as_mut() {
-        samples.push(RawSample {
-            t_ns: monotonic_ns(),
-            stat: s.cpu_lines()?,
-        });
-    }
-    interval.finish(samples)
+    let snapshot = interval.finish(samples, series.counter_capture(counters))?;
+    Ok(Captured {
+        snapshot,
+        stopped_after: (ended == Ended::Stopped)
+            .then(|| watch.last.saturating_duration_since(start)),
+    })
 }

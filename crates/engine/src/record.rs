@@ -7,9 +7,10 @@
 //! once a second, so memory stays flat however long it runs. The series
 //! is the engine's sampling loop ([`Sampler`]); this is its subscriber.
 
-use crate::capture::{clk_tck, is_live_root, monotonic_ns, record_side};
+use crate::capture::{clk_tck, monotonic_ns, record_side};
 use crate::host::answers::{self as host_live, HostLiveOptions};
 use crate::host::HostTracker;
+use crate::hw_sampler::is_live_root;
 use crate::record_probe::{ProbeSource, WakeupWindows};
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
 use crate::stop::{next_due, Rate};
@@ -295,7 +296,7 @@ pub fn record(
             // Any other counter is read with every sample, so its windows
             // line up with the steal windows.
             counters: CounterReads::EverySampleOrTscEvery(FLUSH_EVERY),
-            host_every: opts.host_scan,
+            host_every: Some(opts.host_scan),
             watch_every: Some(VMM_WATCH_EVERY),
             duration: opts.duration,
             // Who stole the vCPUs' time, on a live host (the collector

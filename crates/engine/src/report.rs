@@ -4,7 +4,7 @@
 //! (doctor, host, snapshot) ends early on Ctrl-C with a report of what
 //! was measured.
 
-use crate::capture::{capture_watched, CaptureOptions};
+use crate::capture::{CaptureOptions, Captured};
 use crate::host::HostLiveOptions;
 use stealscope_analysis::{DoctorReport, ReportInput};
 use stealscope_model::MachineModel;
@@ -27,26 +27,6 @@ pub fn of(snap: &Snapshot) -> Result<DoctorReport, ReadError> {
     Ok(doctor_report(snap, &model))
 }
 
-/// A capture of one interval, and how long it ran when a signal ended it
-/// early.
-pub struct Captured {
-    pub snapshot: Snapshot,
-    pub stopped_after: Option<std::time::Duration>,
-}
-
-impl Captured {
-    /// The note a report carries when the interval was cut short.
-    pub fn note(&self, asked: std::time::Duration) -> Option<String> {
-        self.stopped_after.map(|d| {
-            format!(
-                "sampling ended early (Ctrl-C) after {:.1} s of the {:.1} s asked for: figures cover that time",
-                d.as_secs_f64(),
-                asked.as_secs_f64()
-            )
-        })
-    }
-}
-
 /// Captures one interval under `opts.root` (which must hold proc/).
 /// Ctrl-C, SIGTERM or SIGHUP end it early with what was measured (a second
 /// signal exits at once, status 130); `tick` sees the time elapsed, to
@@ -60,19 +40,7 @@ pub fn capture(
         return Err(format!("{}: no proc/ under this root", opts.root.display()).into());
     }
     let stop = stealscope_probes::signals::stop_on_signals()?;
-    let mut stopped_after = None;
-    let snapshot = capture_watched(opts, host, &mut |elapsed| {
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            stopped_after.get_or_insert(elapsed);
-            return false;
-        }
-        tick(elapsed);
-        true
-    });
-    Ok(Captured {
-        snapshot: snapshot?,
-        stopped_after,
-    })
+    Ok(crate::capture::capture(opts, host, &*stop, tick)?)
 }
 
 /// The doctor's report of a saved snapshot or recording (`from`), or else

@@ -38,7 +38,7 @@ pub(crate) fn run(
     loop {
         let rate_hz = rate.hz();
         // The sampler reads the counters with every sample: no second set.
-        let interval = match IntervalCapture::start_without_counters(root, rate_hz, &host) {
+        let interval = match IntervalCapture::start(root, rate_hz, &host) {
             Ok(c) => c,
             Err(e) => {
                 out.start_failed(e);
@@ -65,6 +65,6 @@ fn finish(
 ) -> Result<DoctorReport, ReadError> {
     let (samples, counters) = series.take(cap);
     let counters = series.counter_capture(counters);
-    let snap = interval.finish_with_counters(samples, counters)?;
+    let snap = interval.finish(samples, counters)?;
     crate::report::of(&snap)
 }

@@ -5,17 +5,18 @@
 //! (rediscovering VMs when a VMM process starts), and the scheduler-event
 //! collector read right before each host scan ([`crate::sched`]). What each command
 //! does with a reading is its [`Subscriber`]'s business: serve updates its
-//! metrics, top its view, record writes the file.
+//! metrics, top its view, record writes the file, doctor keeps one
+//! interval ([`crate::capture`]: no host scans, a last sample at t1).
 
-use crate::capture::{monotonic_ns, open_counters};
 use crate::host::HostTracker;
-use crate::hw_sampler::HwSampler;
+use crate::hw_sampler::{open_counters, HwSampler};
 use crate::sched::SchedSlot;
 use crate::series::Series;
 use crate::stop::{next_due, Rate, Wait};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stealscope_readers::clock::monotonic_ns;
 use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;
@@ -40,13 +41,23 @@ pub struct SamplerOptions {
     /// Read /proc and /sys under this directory; counters only on "/".
     pub root: PathBuf,
     pub counters: CounterReads,
-    /// How often vCPU threads are read.
-    pub host_every: Duration,
+    /// How often vCPU threads are read; None: no discovery and no scans
+    /// (doctor: the sides it reads at both ends hold the threads).
+    pub host_every: Option<Duration>,
     /// How often to look for VMMs started since (a listing of /proc); None:
     /// with every scan.
     pub watch_every: Option<Duration>,
     /// End after this long (None: when stopped).
     pub duration: Option<Duration>,
+    /// The duration and the sampling grid count from here, not from the
+    /// start of `run` (doctor: from when its start side was read).
+    pub from: Option<Instant>,
+    /// End with one more sample: exactly at the end of the duration, or
+    /// when stopped, so the series covers all the time measured.
+    pub last_at_end: bool,
+    /// Between samples, wake at least this often to call the subscriber's
+    /// `tick` and see a stop (doctor: progress and Ctrl-C at any rate).
+    pub wake_every: Option<Duration>,
     /// Keep the raw series for a rule runner ([`crate::live`]).
     pub series: Option<Arc<Series>>,
     /// Read the scheduler-event collector before every host scan.
@@ -59,9 +70,12 @@ impl SamplerOptions {
         SamplerOptions {
             root: root.to_path_buf(),
             counters: CounterReads::Off,
-            host_every: Duration::from_secs(1),
+            host_every: Some(Duration::from_secs(1)),
             watch_every: None,
             duration: None,
+            from: None,
+            last_at_end: false,
+            wake_every: None,
             series: None,
             sched: false,
         }
@@ -125,7 +139,7 @@ pub struct Sampler {
     /// None off the live root, with counters off, or when none opened.
     hw: Option<HwSampler>,
     /// VMs found by the caller (see [`Sampler::with_host`]).
-    host: Option<(HostTracker, Option<ReadError>)>,
+    tracker: Option<(HostTracker, Option<ReadError>)>,
 }
 
 impl Sampler {
@@ -153,14 +167,14 @@ impl Sampler {
             stat,
             parsed: ProcStat::default(),
             hw,
-            host: None,
+            tracker: None,
         })
     }
 
     /// Starts from VMs the caller found already (from a side it read:
     /// [`HostTracker::start_from`]) instead of discovering them in `run`.
     pub fn with_host(mut self, tracker: (HostTracker, Option<ReadError>)) -> Sampler {
-        self.host = Some(tracker);
+        self.tracker = Some(tracker);
         self
     }
 
@@ -202,17 +216,21 @@ impl Sampler {
         };
         let root = self.opts.root.clone();
         // Discovery reads every process: here, not on a caller's thread.
-        let (mut host, err) = match self.host.take() {
-            Some(h) => h,
-            None => HostTracker::start(&root),
-        };
-        sub.host_started(err)?;
+        let mut host = match (self.opts.host_every, self.tracker.take()) {
+            (None, _) => None,
+            (Some(_), Some((t, err))) => Some((t, err)),
+            (Some(_), None) => Some(HostTracker::start(&root)),
+        }
+        .map(|(t, err)| sub.host_started(err).map(|()| t))
+        .transpose()?;
         let mut sched = SchedSlot::new(self.opts.sched);
-        let start = Instant::now();
+        let start = self.opts.from.unwrap_or_else(Instant::now);
         let end = self.opts.duration.map(|d| start + d);
         let (mut next, mut next_host) = (start, start);
         let mut next_tsc = start + tsc_every.unwrap_or_default();
         let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
+        // Set once the sample under way is the last: why the loop ends.
+        let mut ending = None;
         // One clock read per sample: t_ns and `now` are the same instant,
         // and the sleep is to an absolute deadline (clock::sleep_until).
         let clock = stealscope_readers::clock::base();
@@ -221,7 +239,7 @@ impl Sampler {
             let keep_text = self.opts.series.is_some();
             match self.read_stat(keep_text) {
                 Ok(text) => {
-                    let due = tsc_every.is_none_or(|_| now >= next_tsc);
+                    let due = ending.is_some() || tsc_every.is_none_or(|_| now >= next_tsc);
                     let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
                     if let Some(p) = tsc_every.filter(|_| due) {
                         next_tsc = next_due(next_tsc, p, now);
@@ -238,35 +256,81 @@ impl Sampler {
                 }
                 Err(e) => sub.sample_error(e)?,
             }
-            if now >= next_host {
-                let t = monotonic_ns();
-                let watch = match self.opts.watch_every {
-                    None => true,
-                    Some(p) if now >= next_watch => {
-                        next_watch = next_due(next_watch, p, now);
-                        true
-                    }
-                    Some(_) => false,
-                };
-                // The collector is read right before each scan, so its
-                // intervals are the scans' (schedstat bounds them) and a
-                // 100 Hz recording does not pay for 100 reads a second.
-                if let Some(r) = sched.read() {
-                    sub.sched(r.as_ref().map_err(String::clone))?;
+            if let (Some(host), Some(every)) = (host.as_mut(), self.opts.host_every) {
+                if now >= next_host {
+                    let watch = match self.opts.watch_every {
+                        None => true,
+                        Some(p) if now >= next_watch => {
+                            next_watch = next_due(next_watch, p, now);
+                            true
+                        }
+                        Some(_) => false,
+                    };
+                    self.scan(host, &mut sched, watch, sub)?;
+                    next_host = next_due(next_host, every, now);
                 }
-                let r = host.scan(&root, watch);
-                sched.watch(&host);
-                sub.host(t, &host, r)?;
-                next_host = next_due(next_host, self.opts.host_every, now);
             }
             sub.tick(now)?;
+            if let Some(e) = ending {
+                return Ok(e);
+            }
             next = next_due(next, rate.period(), now);
-            if end.is_some_and(|e| next > e) {
-                return Ok(Ended::Duration);
+            if let Some(e) = end.filter(|&e| next > e || now >= e) {
+                // The last sample at the end itself, unless this one was.
+                if !self.opts.last_at_end || now >= e {
+                    return Ok(Ended::Duration);
+                }
+                (next, ending) = (e, Some(Ended::Duration));
             }
-            if stop.wait_until(next) {
-                return Ok(Ended::Stopped);
+            if self.wait(next, stop, sub)? {
+                if !self.opts.last_at_end {
+                    return Ok(Ended::Stopped);
+                }
+                ending = Some(Ended::Stopped);
             }
+        }
+    }
+
+    /// A host scan, with the collector read right before it.
+    fn scan(
+        &self,
+        host: &mut HostTracker,
+        sched: &mut SchedSlot,
+        watch: bool,
+        sub: &mut dyn Subscriber,
+    ) -> Result<(), ReadError> {
+        let t = monotonic_ns();
+        // The collector is read right before each scan, so its intervals
+        // are the scans' (schedstat bounds them) and a 100 Hz recording
+        // does not pay for 100 reads a second.
+        if let Some(r) = sched.read() {
+            sub.sched(r.as_ref().map_err(String::clone))?;
+        }
+        let r = host.scan(&self.opts.root, watch);
+        sched.watch(host);
+        sub.host(t, host, r)
+    }
+
+    /// Sleeps until `next`, waking every `wake_every` to tick; true when
+    /// told to stop.
+    fn wait(
+        &self,
+        next: Instant,
+        stop: &dyn Wait,
+        sub: &mut dyn Subscriber,
+    ) -> Result<bool, ReadError> {
+        let Some(wake) = self.opts.wake_every else {
+            return Ok(stop.wait_until(next));
+        };
+        loop {
+            let until = next.min(Instant::now() + wake);
+            if stop.wait_until(until) {
+                return Ok(true);
+            }
+            if until >= next {
+                return Ok(false);
+            }
+            sub.tick(Instant::now())?;
         }
     }
 
