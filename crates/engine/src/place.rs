@@ -29,7 +29,6 @@ pub fn limits(cfg: &Config) -> MoveLimits {
     }
 }
 
-/// The host observed over `interval`, as the planner's input.
 /// The host observed over `interval`, as the planner's input, with the
 /// config's shared group as it is now.
 pub fn observe(
