@@ -248,6 +248,63 @@ fn recorded_culprits_reach_the_report() {
     assert!(table.contains("<td>recburn</td>"), "{section}");
     assert!(section.contains("<svg"), "the stacked plot");
     assert!(section.contains("recburn (host process)"), "in the legend");
+
+    // The same culprits in text and JSON, from the one summary: the loop
+    // is named with the share the file gives it, equal in all three.
+    let j = json(&run(&["report", rec.to_str().unwrap(), "--json"]));
+    assert_valid(&j);
+    let vm = j["culprits_over_time"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["vm"] == "rwV")
+        .expect("rwV over time");
+    let loop_ = vm["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "recburn")
+        .expect("the loop among the culprits");
+    let share = loop_["share"].as_f64().unwrap();
+    assert!((loop_["seconds"].as_f64().unwrap() - burn).abs() < 1e-6);
+    assert!(
+        (share - burn / sum).abs() < 1e-6,
+        "{share} vs {}",
+        burn / sum
+    );
+    let binned: f64 = vm["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["wait_s"].as_f64().unwrap())
+        .sum();
+    assert!((binned - sum).abs() < 1e-6, "bins {binned} vs {sum}");
+    let pct = format!("{:.0}%", 100.0 * share);
+    assert!(
+        table.contains(&format!(
+            "<td>recburn</td><td>host-process</td><td>{burn:.2}</td><td>{pct}</td>"
+        )),
+        "{pct} not in {table}"
+    );
+    let out = run(&["report", rec.to_str().unwrap()]);
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let at = text
+        .find("Who stole it over time:")
+        .expect("the text section");
+    let part = &text[at..];
+    eprintln!("{part}");
+    let mut lines = part.lines().skip_while(|l| !l.starts_with("  rwV waited"));
+    let head = lines.next().expect("rwV's line");
+    assert!(head.contains(&format!("recburn {pct}")), "{head}");
+    let rows = lines
+        .take_while(|l| l.starts_with("   "))
+        .filter(|l| l.trim_start().starts_with('+'))
+        .count();
+    assert_eq!(rows, vm["bins"].as_array().unwrap().len(), "{part}");
+    for l in text.lines() {
+        assert!(l.chars().count() <= 80, "wider than 80: {l}");
+    }
 }
 
 /// A recording written before the culprits frame existed (by the build of
@@ -265,4 +322,17 @@ fn a_recording_from_before_culprits_still_reports() {
     assert!(page.contains("id=\"plot-steal-heatmap\""));
     let doctor = run(&["doctor", "--snapshot", old.to_str().unwrap(), "--json"]);
     assert_ok(&doctor);
+    // In text and JSON too: the same findings as doctor's, no culprits.
+    let j = json(&run(&["report", old.to_str().unwrap(), "--json"]));
+    assert_valid(&j);
+    assert_eq!(j["culprits_over_time"], serde_json::json!([]));
+    assert_eq!(finding_ids(&j), finding_ids(&json(&doctor)));
+    let text = run(&["report", old.to_str().unwrap()]);
+    assert_ok(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("the recording carries no culprits"), "{text}");
+    // Its other host work (four comms with pids) once ran to 118 columns.
+    for l in text.lines() {
+        assert!(l.chars().count() <= 80, "wider than 80: {l}");
+    }
 }

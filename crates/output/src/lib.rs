@@ -10,3 +10,4 @@ pub mod sim;
 pub mod text;
 pub mod text_who;
 pub mod tui;
+pub mod who_time;

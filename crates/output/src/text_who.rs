@@ -2,6 +2,7 @@
 //! culprits, and a victim x culprit table that fits 80 columns; without a
 //! collector, the host's other runnable work and why nothing is attributed.
 
+use crate::text::layout::Style;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use stealscope_analysis::report::WhoStole;
@@ -13,7 +14,7 @@ const COLUMNS: usize = 4;
 const NAME_W: usize = 15;
 const COL_W: usize = 11;
 
-fn label(kind: &str, name: &str, pid: Option<u32>) -> String {
+pub(crate) fn label(kind: &str, name: &str, pid: Option<u32>) -> String {
     match kind {
         "vcpu" => format!("{name} vCPU"),
         "vmm" => format!("{name} VMM"),
@@ -26,7 +27,7 @@ fn label(kind: &str, name: &str, pid: Option<u32>) -> String {
     }
 }
 
-fn cut(s: &str, w: usize) -> String {
+pub(crate) fn cut(s: &str, w: usize) -> String {
     if s.chars().count() <= w {
         s.to_string()
     } else {
@@ -50,7 +51,8 @@ fn vm_rows(vm: &VmSteal) -> Vec<(String, f64)> {
     v
 }
 
-pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String) -> String {
+pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
+    let bold = |x: &str| st.bold(x);
     let mut out = String::new();
     let a = &who.attribution;
     if a.route == "none" {
@@ -88,13 +90,17 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
         .take(4)
         .map(|w| format!("{} {:.2}", label(w.kind, &w.name, w.pid), w.run_cpus))
         .collect();
-    let _ = writeln!(
-        out,
-        "  other host work ran {:.2} CPUs{}{}",
+    // Items wrap whole: four long comms with pids ran past 80 columns.
+    let lead = format!(
+        "  other host work ran {:.2} CPUs{}",
         hw.run_cpus,
-        if top.is_empty() { "" } else { ": " },
-        top.join(", ")
+        if top.is_empty() { "" } else { ": " }
     );
+    if top.is_empty() {
+        let _ = writeln!(out, "{lead}");
+    } else {
+        st.items(&mut out, &lead, &top, ", ");
+    }
     if who.culprits.is_empty() {
         return out;
     }
