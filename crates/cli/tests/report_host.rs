@@ -143,7 +143,8 @@ fn report_of_a_host_opens_with_the_verdict_and_a_vm_table_in_chromium() {
 /// report shows a real table naming the loop, and the stacked plot.
 #[test]
 fn recorded_culprits_reach_the_report() {
-    use common::testenv::{self, testenv};
+    use common::testenv;
+    use common::who::{pinned_busy_vm, Hog};
     use stealscope_readers::recording::{Record, RecordingReader};
     let chromium_bin = chromium_path();
     if !require(
@@ -153,39 +154,15 @@ fn recorded_culprits_reach_the_report() {
         return;
     }
     let _vms = testenv::Vms;
-    let pid: u64 = testenv("start-vm.sh", &["rwV", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let tid = testenv::qmp_tids("rwV")[0];
-    for args in [
-        vec!["-a", "-p", "-c", "0", &pid.to_string()],
-        vec!["-p", "-c", "1", &tid.to_string()],
-    ] {
-        let st = std::process::Command::new("taskset")
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(st.status.success());
-    }
+    let (_, tid) = pinned_busy_vm("rwV");
+    let hog = Hog::start("recburn", 0, Some("1"));
+    let hog_run = |pid: u32| testenv::schedstat(pid.into(), pid.into()).0 as f64 / 1e9;
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("recburn");
-    std::fs::copy("/bin/sh", &exe).unwrap();
-    let mut hog = std::process::Command::new("taskset")
-        .args(["-c", "1"])
-        .arg(&exe)
-        .args(["-c", "while :; do :; done"])
-        .spawn()
-        .unwrap();
-    let hog_run = |pid: u32| -> f64 {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
-        s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
-    };
     let rec = dir.path().join("who.ssr");
-    let ran0 = hog_run(hog.id());
+    let ran0 = hog_run(hog.pid());
     let out = run(&["record", "-o", rec.to_str().unwrap(), "--duration", "8s"]);
-    let ran = hog_run(hog.id()) - ran0;
-    let _ = hog.kill();
-    let _ = hog.wait();
+    let ran = hog_run(hog.pid()) - ran0;
+    drop(hog);
     assert_ok(&out);
 
     // The file itself: culprits per scan against the vCPU's schedstat.

@@ -10,56 +10,18 @@
 use super::helpers::*;
 use super::prometheus::{api, dashboard_panels, query, start_prometheus, value};
 use crate::common::testenv::{self, testenv};
+use crate::common::who::{pinned_busy_vm, Hog};
 use crate::common::*;
 use std::collections::BTreeMap;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// Culprit series per VM: the 5 largest plus `other` (docs/metrics.md).
 const BOUND: usize = 6;
 
-/// A busy shell loop under a known name, on one CPU; killed on drop.
-struct Hog(Child, #[allow(dead_code)] tempfile::TempDir);
-
-impl Hog {
-    fn start(name: &str, cpu: &str) -> Hog {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join(name);
-        std::fs::copy("/bin/sh", &exe).unwrap();
-        let child = Command::new("taskset")
-            .args(["-c", cpu])
-            .arg(&exe)
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
-        Hog(child, dir)
-    }
-}
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Pins a VM's threads to CPU 0 and its vCPU 0 to CPU 1; its tid.
-fn pin(vm: &str, pid: u64) -> u64 {
-    let tid = testenv::qmp_tids(vm)[0];
-    for args in [
-        vec!["-a", "-p", "-c", "0", &pid.to_string()],
-        vec!["-p", "-c", "1", &tid.to_string()],
-    ] {
-        let st = Command::new("taskset").args(&args).output().unwrap();
-        assert!(st.status.success(), "taskset {args:?}");
-    }
-    tid
-}
-
 /// Field `i` of a thread's schedstat (0 run, 1 wait), seconds.
-fn schedstat_s(tid: u64, i: usize) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).unwrap();
-    s.split_whitespace().nth(i).unwrap().parse::<f64>().unwrap() / 1e9
+fn schedstat_s(pid: u64, tid: u64, i: usize) -> f64 {
+    let (run, wait, _) = testenv::schedstat(pid, tid);
+    [run, wait][i] as f64 / 1e9
 }
 
 /// Serve's metrics right after a host scan updated them (polled until the
@@ -70,7 +32,7 @@ fn fresh(s: &Serve, key: &str, tid: u64) -> (Exposition, f64) {
     wait_for("a host scan", Duration::from_secs(5), || {
         std::thread::sleep(Duration::from_millis(20));
         let m = s.metrics();
-        (m.get(key) != v0).then(|| (m, schedstat_s(tid, 0)))
+        (m.get(key) != v0).then(|| (m, schedstat_s(tid, tid, 0)))
     })
 }
 
@@ -99,11 +61,8 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
     }
     let _turn = vm_turn();
     let _vms = testenv::Vms;
-    let pid: u64 = testenv("start-vm.sh", &["swV", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let tid = pin("swV", pid);
-    let hog = Hog::start("whoburn", "1");
+    let (pid, tid) = pinned_busy_vm("swV");
+    let hog = Hog::start("whoburn", 0, Some("1"));
     let s = Serve::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let (_prom, prom) = start_prometheus(dir.path(), s.addr);
@@ -119,8 +78,8 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         s.stderr.lock().unwrap()
     );
     let key = "stealscope_vcpu_wait_seconds_total{vm=\"swV\",vcpu=\"0\"}";
-    let own0 = schedstat_s(tid, 1);
-    let (m0, burn_run0) = fresh(&s, key, hog.0.id() as u64);
+    let own0 = schedstat_s(pid, tid, 1);
+    let (m0, burn_run0) = fresh(&s, key, hog.pid() as u64);
     let t0 = Instant::now();
     let mut last = culprits(&m0, "swV");
     for _ in 0..20 {
@@ -133,9 +92,9 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         }
         last.extend(now);
     }
-    let (m1, burn_run1) = fresh(&s, key, hog.0.id() as u64);
+    let (m1, burn_run1) = fresh(&s, key, hog.pid() as u64);
     let span = t0.elapsed().as_secs_f64();
-    let own1 = schedstat_s(tid, 1);
+    let own1 = schedstat_s(pid, tid, 1);
 
     // The loop is named in a series of its own (not folded into `other`),
     // charged what it ran: pinned beside an always-runnable vCPU, each of
