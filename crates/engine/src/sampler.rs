@@ -7,7 +7,7 @@
 //! does with a reading is its [`Subscriber`]'s business: serve updates its
 //! metrics, top its view, record writes the file.
 
-use crate::capture::{monotonic_ns, open_counters};
+use crate::capture::open_counters;
 use crate::host::HostTracker;
 use crate::hw_sampler::HwSampler;
 use crate::sched::SchedSlot;
@@ -239,7 +239,6 @@ impl Sampler {
                 Err(e) => sub.sample_error(e)?,
             }
             if now >= next_host {
-                let t = monotonic_ns();
                 let watch = match self.opts.watch_every {
                     None => true,
                     Some(p) if now >= next_watch => {
@@ -256,7 +255,9 @@ impl Sampler {
                 }
                 let r = host.scan(&root, watch);
                 sched.watch(&host);
-                sub.host(t, &host, r)?;
+                // Stamped at the reads, not before the collector's read and
+                // the VMM check: schedstat deltas are over the reads' times.
+                sub.host(host.read_ns(), &host, r)?;
                 next_host = next_due(next_host, self.opts.host_every, now);
             }
             sub.tick(now)?;
