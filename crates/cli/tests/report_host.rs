@@ -271,6 +271,10 @@ fn recorded_culprits_reach_the_report() {
         .expect("the text section");
     let part = &text[at..];
     eprintln!("{part}");
+    // The checkpoints' whole-recording section had no collector reading
+    // while the scans did: the text says so rather than seem to disagree.
+    let said = part.contains("collector's reading at each host scan");
+    assert_eq!(said, j["host"]["attribution"]["route"] == "none", "{part}");
     let mut lines = part.lines().skip_while(|l| !l.starts_with("  rwV waited"));
     let head = lines.next().expect("rwV's line");
     assert!(head.contains(&format!("recburn {pct}")), "{head}");

@@ -198,7 +198,7 @@ fn doctor_with(
         host::section(&mut s, &st, &h.vms, &h.hypervisor, &kvm);
         s.push_str(&crate::text_who::who_stole(&h.who, &h.vms, &st));
         if let Some(v) = over_time {
-            who_time::section(&mut s, &st, v);
+            who_time::section(&mut s, &st, v, h.who.attribution.route != "none");
         }
         s
     });

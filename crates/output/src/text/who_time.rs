@@ -21,13 +21,16 @@ fn secs(s: f64) -> String {
     }
 }
 
-pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime]) {
+/// `attributed`: whether the whole-recording "Who stole it" above had the
+/// collector's reading (a recording's checkpoints have none, while its
+/// host scans do: said here, or the two sections seem to disagree).
+pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime], attributed: bool) {
     let bin = vms.iter().find_map(|v| v.bins.first()).map(|b| b.width_s);
     let _ = writeln!(
         out,
         "\n{} each VM's vCPU wait by culprit{}",
         st.bold("Who stole it over time:"),
-        bin.map(|w| format!(", bins of {}", secs(w).trim_start_matches('+')))
+        bin.map(|w| format!(", bins of {w:.1} s"))
             .unwrap_or_default()
     );
     if vms.is_empty() {
@@ -37,6 +40,14 @@ pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime]) {
             "the recording carries no culprits (no VMs, or no scheduler-event collector)",
         );
         return;
+    }
+    if !attributed {
+        st.wrap(
+            out,
+            "  ",
+            "from the scheduler-event collector's reading at each host scan (the \
+             recording's checkpoints, which the figures above come from, hold none)",
+        );
     }
     for v in vms {
         let mut whole: Vec<String> = v
