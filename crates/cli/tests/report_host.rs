@@ -275,6 +275,11 @@ fn recorded_culprits_reach_the_report() {
     // while the scans did: the text says so rather than seem to disagree.
     let said = part.contains("collector's reading at each host scan");
     assert_eq!(said, j["host"]["attribution"]["route"] == "none", "{part}");
+    // And the page's whole-recording section points to the scans.
+    let who = &dom[dom.find("id=\"who-stole\"").expect("who-stole")..];
+    let who = &who[..who.find("</section>").unwrap()];
+    let points = who.contains("see who stole it over time below");
+    assert_eq!(points, j["host"]["attribution"]["route"] == "none", "{who}");
     let mut lines = part.lines().skip_while(|l| !l.starts_with("  rwV waited"));
     let head = lines.next().expect("rwV's line");
     assert!(head.contains(&format!("recburn {pct}")), "{head}");

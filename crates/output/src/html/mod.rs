@@ -143,7 +143,11 @@ pub fn render(input: &HtmlInput) -> String {
         (hw::ID, "IPC", hw::render(&series, input.model)),
         (irq::ID, "interrupts", irq::render(&input.timeline.irq)),
         (vcpu::ID, "vCPU wait", vcpu::render(&input.timeline.vcpu)),
-        (who::ID, "who stole it", who::render(r.host.as_ref())),
+        (
+            who::ID,
+            "who stole it",
+            who::render(r.host.as_ref(), !input.timeline.culprits.is_empty()),
+        ),
         (
             who_time::ID,
             "who, over time",
