@@ -3,7 +3,7 @@
 //! recording and their seconds per time bin. The HTML table, the text view
 //! and `report --json` all print this one summary.
 
-use crate::html::bins::TimeBins;
+use crate::bins::TimeBins;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stealscope_model::timeline::CulpritWindow;

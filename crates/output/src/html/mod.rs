@@ -5,7 +5,7 @@
 //! its own file; long series are binned (bins.rs) so the page stays small.
 
 pub mod bars;
-pub mod bins;
+pub use crate::bins;
 pub mod bursts;
 pub mod findings;
 pub mod heatmap;

@@ -4,6 +4,7 @@
 mod hardware;
 mod host;
 pub(crate) mod layout;
+mod who;
 mod who_time;
 
 pub use layout::TextOpts;
@@ -196,7 +197,7 @@ fn doctor_with(
         };
         let mut s = String::new();
         host::section(&mut s, &st, &h.vms, &h.hypervisor, &kvm);
-        s.push_str(&crate::text_who::who_stole(&h.who, &h.vms, &st));
+        s.push_str(&who::who_stole(&h.who, &h.vms, &st));
         if let Some(v) = over_time {
             who_time::section(&mut s, &st, v, h.who.attribution.route != "none");
         }
@@ -285,7 +286,7 @@ pub fn host(r: &HostReport, o: &TextOpts) -> String {
         };
         host::section(&mut out, &st, &r.vms, hv, &kvm);
         if let Some(w) = &r.who {
-            out.push_str(&crate::text_who::who_stole(w, &r.vms, &st));
+            out.push_str(&who::who_stole(w, &r.vms, &st));
         }
     }
     let _ = writeln!(out, "\n{} ({})", st.bold("Host findings"), r.findings.len());

@@ -5,7 +5,7 @@
 //! fits 80 columns and one screen per VM.
 
 use super::layout::Style;
-use crate::text_who::{cut, label};
+use super::who::{cut, label};
 use crate::who_time::VmOverTime;
 use std::fmt::Write;
 

@@ -2,7 +2,7 @@
 //! culprits, and a victim x culprit table that fits 80 columns; without a
 //! collector, the host's other runnable work and why nothing is attributed.
 
-use crate::text::layout::Style;
+use super::layout::Style;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use stealscope_analysis::report::WhoStole;
