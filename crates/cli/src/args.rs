@@ -119,9 +119,10 @@ pub enum Command {
                             and stealscope's planner (the code of `place`). Scenario format: scenarios/README.md."
     )]
     Sim(crate::sim_cmd::SimArgs),
-    /// Write one self-contained HTML page with the plots and findings of a snapshot
+    /// Draw a snapshot or recording as one self-contained HTML page (or print it as text)
     #[command(
-        after_help = "Examples:\n  stealscope snapshot -o vm1.tar.gz --interval 60s && stealscope report vm1.tar.gz -o vm1.html\n\n\
+        after_help = "Examples:\n  stealscope snapshot -o vm1.tar.gz --interval 60s && stealscope report vm1.tar.gz -o vm1.html\n  \
+                            stealscope report host.ssr                       text: the findings, who stole it over time\n\n\
                             The page has no script and loads nothing (a Content-Security-Policy forbids every fetch): \
                             per-CPU steal heat map, busy/idle/steal over time, a histogram of steal per short window \
                             (bursts), IPC next to steal when counters were read, interrupts per CPU, the findings in \

@@ -6,6 +6,7 @@
 use clap::Args;
 use std::path::{Path, PathBuf};
 use stealscope_output::html::{self, HtmlInput};
+use stealscope_output::who_time;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -14,9 +15,12 @@ pub struct ReportArgs {
     /// Snapshot (directory or .tar.gz), recording (`record -o`) or `sim --json` output to draw
     #[arg(value_name = "FILE")]
     pub input: PathBuf,
-    /// HTML file to write
+    /// HTML file to write; without it, the report in text on stdout
     #[arg(short = 'o', long = "output", value_name = "PATH")]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
+    /// Without -o: JSON on stdout (doctor's, plus culprits_over_time)
+    #[arg(long, conflicts_with = "output")]
+    pub json: bool,
 }
 
 /// `sim --json` output, if that is what `path` holds (a file starting with
@@ -43,13 +47,38 @@ fn write_page(out: &Path, page: &str) -> Result<(), Error> {
     std::fs::write(out, page).map_err(|e| format!("{}: {e}", out.display()).into())
 }
 
+/// Without `-o`: the report in text (or JSON) on stdout, from the same
+/// model and culprits the page draws.
+fn print(p: &stealscope_engine::report::Page, json: bool) -> Result<(), Error> {
+    let over = who_time::for_report(&p.timeline.culprits);
+    let r = who_time::ReportJson {
+        report: &p.report,
+        culprits_over_time: &over,
+    };
+    let text = stealscope_output::json::or_text(json, &r, || {
+        let o = stealscope_output::text::TextOpts::for_stdout(None, false);
+        stealscope_output::text::report(&p.report, Some(&over), &o)
+    });
+    crate::write_stdout(&text)
+}
+
 pub fn run(a: &ReportArgs) -> Result<(), Error> {
+    let Some(output) = &a.output else {
+        if sim_page(&a.input)?.is_some() {
+            return Err(format!(
+                "{}: a simulation has no text report (sim prints one); draw it with -o FILE.html",
+                a.input.display()
+            )
+            .into());
+        }
+        return print(&stealscope_engine::report::page(&a.input)?, a.json);
+    };
     if let Some(sim) = sim_page(&a.input)? {
         let page = html::sim::render(&sim, &a.input.display().to_string());
-        write_page(&a.output, &page)?;
+        write_page(output, &page)?;
         eprintln!(
             "wrote {} ({} KiB, {} simulated cases)",
-            a.output.display(),
+            output.display(),
             page.len().div_ceil(1024),
             sim.cases.len()
         );
@@ -63,10 +92,10 @@ pub fn run(a: &ReportArgs) -> Result<(), Error> {
         meta: &p.snap.meta,
         source: &a.input.display().to_string(),
     });
-    write_page(&a.output, &page)?;
+    write_page(output, &page)?;
     eprintln!(
         "wrote {} ({} KiB, {} finding{})",
-        a.output.display(),
+        output.display(),
         page.len().div_ceil(1024),
         p.report.findings.len(),
         if p.report.findings.len() == 1 {

@@ -19,11 +19,7 @@ use serde_json::Value;
 /// such note.
 #[test]
 fn attribution_status_is_said_once() {
-    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
-        return;
-    }
-    let _turn = serial();
-    let _vms = Vms;
+    let Some(_turn) = qemu_turn() else { return };
     let pid: u64 = testenv("start-vm.sh", &["anV", "1", "--busy", "1"])
         .parse()
         .unwrap();
@@ -246,15 +242,8 @@ fn assert_share(m: &Measured, victim: (u64, u64), culprit: (u64, u64), kind: &st
 /// (a) a host busy loop on the CPU of a pinned 1-vCPU VM: >= 95% its.
 #[test]
 fn collector_names_a_host_loop_on_a_pinned_vcpu() {
-    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
-        return;
-    }
-    let _turn = serial();
-    let _vms = Vms;
-    let pid: u64 = testenv("start-vm.sh", &["caV", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let tid = pin_vm(pid, "1", "0");
+    let Some(_turn) = qemu_turn() else { return };
+    let (pid, tid) = pinned_busy_vm("caV");
     let hog = Hog::start("whohog", 0, Some("1"));
     let hp = hog.pid() as u64;
     let Some(m) = collector_run("4s", |m| one_culprit(m, (pid, tid), ("whohog", hp, hp))) else {
@@ -267,19 +256,9 @@ fn collector_names_a_host_loop_on_a_pinned_vcpu() {
 /// (b) another VM's busy vCPU on the same CPU: >= 95% that VM's.
 #[test]
 fn collector_names_another_vms_vcpu() {
-    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
-        return;
-    }
-    let _turn = serial();
-    let _vms = Vms;
-    let pid: u64 = testenv("start-vm.sh", &["cbV", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let other: u64 = testenv("start-vm.sh", &["cbN", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let tid = pin_vm(pid, "1", "0");
-    let otid = pin_vm(other, "1", "0");
+    let Some(_turn) = qemu_turn() else { return };
+    let (pid, tid) = pinned_busy_vm("cbV");
+    let (other, otid) = pinned_busy_vm("cbN");
     let Some(m) = collector_run("4s", |m| one_culprit(m, (pid, tid), ("cbN", other, otid))) else {
         return;
     };
@@ -304,19 +283,9 @@ fn collector_names_another_vms_vcpu() {
 /// the run times say what it was.)
 #[test]
 fn collector_splits_wait_like_the_culprits_run_times() {
-    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
-        return;
-    }
-    let _turn = serial();
-    let _vms = Vms;
-    let pid: u64 = testenv("start-vm.sh", &["ccV", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let other: u64 = testenv("start-vm.sh", &["ccN", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let tid = pin_vm(pid, "1", "0");
-    let otid = pin_vm(other, "1", "0");
+    let Some(_turn) = qemu_turn() else { return };
+    let (pid, tid) = pinned_busy_vm("ccV");
+    let (other, otid) = pinned_busy_vm("ccN");
     let hog = Hog::start("whohog", 5, Some("1"));
     let hp = hog.pid() as u64;
     let judge =
@@ -359,23 +328,14 @@ fn collector_splits_wait_like_the_culprits_run_times() {
 /// within times run, and the report raises no disagreement about it.
 #[test]
 fn collector_charges_an_idle_vcpu_what_schedstat_says() {
-    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
-        return;
-    }
-    let _turn = serial();
-    let _vms = Vms;
+    let Some(_turn) = qemu_turn() else { return };
     let pid: u64 = testenv("start-vm.sh", &["ciV", "2", "--busy", "1"])
         .parse()
         .unwrap();
     // Let the guest settle after boot; the idle vCPU is the one that ran
     // least since.
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let run = |tid: u64| {
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let run = |tid: u64| schedstat(pid, tid).0;
     let tids = qmp_tids_by_pid(pid);
     let r0: Vec<u64> = tids.iter().map(|&t| run(t)).collect();
     std::thread::sleep(std::time::Duration::from_secs(1));

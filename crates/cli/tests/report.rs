@@ -145,6 +145,12 @@ fn report_of_a_simulation_in_chromium() {
     let html = dir.path().join("sim.html");
     let out = report(&sim_path, &html);
     assert_ok(&out);
+    // Without -o there is no text of a simulation: one line saying so.
+    let text = run(&["report", sim_path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&text.stderr);
+    assert!(!text.status.success() && text.stdout.is_empty(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("sim.json") && err.contains("-o"), "{err}");
 
     let url = file_url(&html);
     let net = dir.path().join("net.json");

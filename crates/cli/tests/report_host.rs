@@ -143,7 +143,8 @@ fn report_of_a_host_opens_with_the_verdict_and_a_vm_table_in_chromium() {
 /// report shows a real table naming the loop, and the stacked plot.
 #[test]
 fn recorded_culprits_reach_the_report() {
-    use common::testenv::{self, testenv};
+    use common::testenv;
+    use common::who::{pinned_busy_vm, Hog};
     use stealscope_readers::recording::{Record, RecordingReader};
     let chromium_bin = chromium_path();
     if !require(
@@ -153,39 +154,15 @@ fn recorded_culprits_reach_the_report() {
         return;
     }
     let _vms = testenv::Vms;
-    let pid: u64 = testenv("start-vm.sh", &["rwV", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let tid = testenv::qmp_tids("rwV")[0];
-    for args in [
-        vec!["-a", "-p", "-c", "0", &pid.to_string()],
-        vec!["-p", "-c", "1", &tid.to_string()],
-    ] {
-        let st = std::process::Command::new("taskset")
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(st.status.success());
-    }
+    let (_, tid) = pinned_busy_vm("rwV");
+    let hog = Hog::start("recburn", 0, Some("1"));
+    let hog_run = |pid: u32| testenv::schedstat(pid.into(), pid.into()).0 as f64 / 1e9;
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("recburn");
-    std::fs::copy("/bin/sh", &exe).unwrap();
-    let mut hog = std::process::Command::new("taskset")
-        .args(["-c", "1"])
-        .arg(&exe)
-        .args(["-c", "while :; do :; done"])
-        .spawn()
-        .unwrap();
-    let hog_run = |pid: u32| -> f64 {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
-        s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
-    };
     let rec = dir.path().join("who.ssr");
-    let ran0 = hog_run(hog.id());
+    let ran0 = hog_run(hog.pid());
     let out = run(&["record", "-o", rec.to_str().unwrap(), "--duration", "8s"]);
-    let ran = hog_run(hog.id()) - ran0;
-    let _ = hog.kill();
-    let _ = hog.wait();
+    let ran = hog_run(hog.pid()) - ran0;
+    drop(hog);
     assert_ok(&out);
 
     // The file itself: culprits per scan against the vCPU's schedstat.
@@ -248,6 +225,72 @@ fn recorded_culprits_reach_the_report() {
     assert!(table.contains("<td>recburn</td>"), "{section}");
     assert!(section.contains("<svg"), "the stacked plot");
     assert!(section.contains("recburn (host process)"), "in the legend");
+
+    // The same culprits in text and JSON, from the one summary: the loop
+    // is named with the share the file gives it, equal in all three.
+    let j = json(&run(&["report", rec.to_str().unwrap(), "--json"]));
+    assert_valid(&j);
+    let vm = j["culprits_over_time"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["vm"] == "rwV")
+        .expect("rwV over time");
+    let loop_ = vm["culprits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "recburn")
+        .expect("the loop among the culprits");
+    let share = loop_["share"].as_f64().unwrap();
+    assert!((loop_["seconds"].as_f64().unwrap() - burn).abs() < 1e-6);
+    assert!(
+        (share - burn / sum).abs() < 1e-6,
+        "{share} vs {}",
+        burn / sum
+    );
+    let binned: f64 = vm["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["wait_s"].as_f64().unwrap())
+        .sum();
+    assert!((binned - sum).abs() < 1e-6, "bins {binned} vs {sum}");
+    let pct = format!("{:.0}%", 100.0 * share);
+    assert!(
+        table.contains(&format!(
+            "<td>recburn</td><td>host-process</td><td>{burn:.2}</td><td>{pct}</td>"
+        )),
+        "{pct} not in {table}"
+    );
+    let out = run(&["report", rec.to_str().unwrap()]);
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let at = text
+        .find("Who stole it over time:")
+        .expect("the text section");
+    let part = &text[at..];
+    eprintln!("{part}");
+    // The checkpoints' whole-recording section had no collector reading
+    // while the scans did: the text says so rather than seem to disagree.
+    let said = part.contains("collector's reading at each host scan");
+    assert_eq!(said, j["host"]["attribution"]["route"] == "none", "{part}");
+    // And the page's whole-recording section points to the scans.
+    let who = &dom[dom.find("id=\"who-stole\"").expect("who-stole")..];
+    let who = &who[..who.find("</section>").unwrap()];
+    let points = who.contains("see who stole it over time below");
+    assert_eq!(points, j["host"]["attribution"]["route"] == "none", "{who}");
+    let mut lines = part.lines().skip_while(|l| !l.starts_with("  rwV waited"));
+    let head = lines.next().expect("rwV's line");
+    assert!(head.contains(&format!("recburn {pct}")), "{head}");
+    let rows = lines
+        .take_while(|l| l.starts_with("   "))
+        .filter(|l| l.trim_start().starts_with('+'))
+        .count();
+    assert_eq!(rows, vm["bins"].as_array().unwrap().len(), "{part}");
+    for l in text.lines() {
+        assert!(l.chars().count() <= 80, "wider than 80: {l}");
+    }
 }
 
 /// A recording written before the culprits frame existed (by the build of
@@ -265,4 +308,17 @@ fn a_recording_from_before_culprits_still_reports() {
     assert!(page.contains("id=\"plot-steal-heatmap\""));
     let doctor = run(&["doctor", "--snapshot", old.to_str().unwrap(), "--json"]);
     assert_ok(&doctor);
+    // In text and JSON too: the same findings as doctor's, no culprits.
+    let j = json(&run(&["report", old.to_str().unwrap(), "--json"]));
+    assert_valid(&j);
+    assert_eq!(j["culprits_over_time"], serde_json::json!([]));
+    assert_eq!(finding_ids(&j), finding_ids(&json(&doctor)));
+    let text = run(&["report", old.to_str().unwrap()]);
+    assert_ok(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("the recording carries no culprits"), "{text}");
+    // Its other host work (four comms with pids) once ran to 118 columns.
+    for l in text.lines() {
+        assert!(l.chars().count() <= 80, "wider than 80: {l}");
+    }
 }

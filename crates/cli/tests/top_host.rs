@@ -6,45 +6,12 @@
 mod common;
 use common::testenv::{self, testenv};
 use common::tmux::{have_tmux, Tmux};
+use common::who::Hog;
 use common::*;
-use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const START: Duration = Duration::from_secs(40);
-
-/// A busy shell loop under a known name, pinned to `cpu`; killed on drop.
-struct Hog {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Hog {
-    fn start(name: &str, cpu: &str) -> Hog {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join(name);
-        std::fs::copy("/bin/sh", &exe).unwrap();
-        let child = Command::new("taskset")
-            .args(["-c", cpu])
-            .arg(&exe)
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
-        Hog { child, _dir: dir }
-    }
-}
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn taskset(args: &[&str]) {
-    let st = Command::new("taskset").args(args).output().unwrap();
-    assert!(st.status.success(), "taskset {args:?}");
-}
 
 /// vCPU threads as the kernel lists them: /proc/PID/task/* named "CPU N/...".
 fn kernel_vcpu_tids(pid: u64) -> Vec<u64> {
@@ -92,16 +59,8 @@ fn vm_rows(screen: &str, vm: &str) -> Option<(String, Vec<VcpuRow>)> {
 
 /// schedstat (run, wait) of a thread, ns; zeros once it is gone.
 fn schedstat(pid: u64, tid: u64) -> (u64, u64) {
-    let s =
-        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
-    let v: Vec<u64> = s
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    (
-        v.first().copied().unwrap_or(0),
-        v.get(1).copied().unwrap_or(0),
-    )
+    let (run, wait, _) = testenv::schedstat(pid, tid);
+    (run, wait)
 }
 
 /// One reading of the watcher: when, the vCPU's wait, the vCPU's run and
@@ -175,11 +134,10 @@ fn vcpu_rows_wait_and_the_host_loop_named_at_160x45_and_80x24() {
     let tids = kernel_vcpu_tids(pid);
     assert_eq!(tids.len(), 2, "{tids:?}");
     // vCPU 0 alone with the loop on CPU 0; the rest of the VM on CPU 1.
-    taskset(&["-a", "-p", "-c", "1", &pid.to_string()]);
-    taskset(&["-p", "-c", "0", &tids[0].to_string()]);
-    let hog = Hog::start("topwhohog", "0");
+    testenv::pin_thread(pid, tids[0], "0", "1");
+    let hog = Hog::start("topwhohog", 0, Some("0"));
     let stop = Arc::new(Mutex::new(false));
-    let log = watch_wait(pid, tids[0], u64::from(hog.child.id()), stop.clone());
+    let log = watch_wait(pid, tids[0], u64::from(hog.pid()), stop.clone());
 
     let t = Tmux::start(160, 45);
     t.type_line(&format!(

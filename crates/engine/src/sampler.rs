@@ -16,7 +16,6 @@ use crate::stop::{next_due, Rate, Wait};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stealscope_readers::clock::monotonic_ns;
 use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;
@@ -299,7 +298,6 @@ impl Sampler {
         watch: bool,
         sub: &mut dyn Subscriber,
     ) -> Result<(), ReadError> {
-        let t = monotonic_ns();
         // The collector is read right before each scan, so its intervals
         // are the scans' (schedstat bounds them) and a 100 Hz recording
         // does not pay for 100 reads a second.
@@ -308,7 +306,9 @@ impl Sampler {
         }
         let r = host.scan(&self.opts.root, watch);
         sched.watch(host);
-        sub.host(t, host, r)
+        // Stamped at the reads, not before the collector's read and the
+        // VMM check: schedstat deltas are over the reads' times.
+        sub.host(host.read_ns(), host, r)
     }
 
     /// Sleeps until `next`, waking every `wake_every` to tick; true when

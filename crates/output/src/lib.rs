@@ -1,6 +1,7 @@
 //! Output: renderers for the reports (text for people, JSON for scripts) and
 //! the Prometheus exposition of `serve`.
 
+pub mod bins;
 pub mod html;
 pub mod json;
 pub mod metrics;
@@ -8,5 +9,5 @@ pub mod place;
 pub mod probe;
 pub mod sim;
 pub mod text;
-pub mod text_who;
 pub mod tui;
+pub mod who_time;

@@ -72,12 +72,34 @@ pub fn qmp_tids(vm: &str) -> Vec<u64> {
     t
 }
 
+/// schedstat (run, wait, times run) of a thread, ns; zeros once it is gone.
+pub fn schedstat(pid: u64, tid: u64) -> (u64, u64, u64) {
+    let s =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).unwrap_or_default();
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let f = |i: usize| v.get(i).copied().unwrap_or(0);
+    (f(0), f(1), f(2))
+}
+
 /// Run-queue wait of a thread, ns (0 once it is gone).
 pub fn wait_ns(pid: u64, tid: u64) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
+    schedstat(pid, tid).1
+}
+
+/// Pins every thread of `pid` to CPUs `rest`, then thread `tid` alone to
+/// `cpu` (taskset lists).
+pub fn pin_thread(pid: u64, tid: u64, cpu: &str, rest: &str) {
+    let (pid, tid) = (pid.to_string(), tid.to_string());
+    for args in [
+        vec!["-a", "-p", "-c", rest, &pid],
+        vec!["-p", "-c", cpu, &tid],
+    ] {
+        let st = Command::new("taskset").args(&args).output().unwrap();
+        assert!(st.status.success(), "taskset {args:?}");
+    }
 }
 
 /// CLOCK_BOOTTIME, the clock of /proc/uptime, s.

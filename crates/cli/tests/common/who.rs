@@ -60,34 +60,28 @@ impl Drop for Hog {
     }
 }
 
-pub fn host_json(interval: &str) -> Value {
-    let out = run(&[
+/// `host --json` over `interval` (no KVM exit sample), with `extra` flags.
+fn host_json_with(interval: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
         "host",
         "--json",
         "--interval",
         interval,
         "--exit-sample",
         "0",
-    ]);
-    assert_ok(&out);
-    json(&out)
+    ];
+    args.extend(extra);
+    json(&run(&args))
+}
+
+pub fn host_json(interval: &str) -> Value {
+    host_json_with(interval, &[])
 }
 
 /// `host --json`, also saving the snapshot in `dir`.
 pub fn host_json_saved(interval: &str, dir: &std::path::Path) -> Value {
     let snap = dir.join("snap");
-    let out = run(&[
-        "host",
-        "--json",
-        "--interval",
-        interval,
-        "--exit-sample",
-        "0",
-        "--save-snapshot",
-        snap.to_str().unwrap(),
-    ]);
-    assert_ok(&out);
-    json(&out)
+    host_json_with(interval, &["--save-snapshot", snap.to_str().unwrap()])
 }
 
 /// schedstat (run, wait, slices) of a thread as a side of the saved
@@ -217,18 +211,37 @@ pub fn autogroup_id(pid: u64) -> String {
 
 /// Pins a VM's vCPU 0 to `vcpu_cpu` and every other thread of it to `rest`.
 pub fn pin_vm(pid: u64, vcpu_cpu: &str, rest: &str) -> u64 {
-    let tids = qmp_tids_by_pid(pid);
-    let st = Command::new("taskset")
-        .args(["-a", "-p", "-c", rest, &pid.to_string()])
-        .output()
+    let tid = qmp_tids_by_pid(pid)[0];
+    pin_thread(pid, tid, vcpu_cpu, rest);
+    tid
+}
+
+/// One test's turn with real VMs (the tests of a file take turns, see
+/// [`SERIAL`]): its VMs stop when it ends. None where QEMU is missing
+/// (`require` printed why, or failed under CI).
+pub struct QemuTurn {
+    _vms: Vms,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+pub fn qemu_turn() -> Option<QemuTurn> {
+    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
+        return None;
+    }
+    let serial = serial();
+    Some(QemuTurn {
+        _vms: Vms,
+        _serial: serial,
+    })
+}
+
+/// A busy 1-vCPU VM started under `name`, its vCPU 0 pinned alone to CPU
+/// 1 and its other threads to CPU 0: (pid, vCPU tid).
+pub fn pinned_busy_vm(name: &str) -> (u64, u64) {
+    let pid: u64 = testenv("start-vm.sh", &[name, "1", "--busy", "1"])
+        .parse()
         .unwrap();
-    assert!(st.status.success());
-    let st = Command::new("taskset")
-        .args(["-p", "-c", vcpu_cpu, &tids[0].to_string()])
-        .output()
-        .unwrap();
-    assert!(st.status.success());
-    tids[0]
+    (pid, pin_vm(pid, "1", "0"))
 }
 
 pub fn qmp_tids_by_pid(pid: u64) -> Vec<u64> {

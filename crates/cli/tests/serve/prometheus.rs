@@ -39,6 +39,34 @@ pub(super) fn value(sample: &Value) -> f64 {
     sample["value"][1].as_str().unwrap().parse().unwrap()
 }
 
+/// A real Prometheus scraping `target` every second with the shipped rules
+/// evaluated every second; stopped on drop.
+pub(super) fn start_prometheus(dir: &Path, target: SocketAddr) -> (Reaped, SocketAddr) {
+    let rules = repo().join("deploy/prometheus/rules.yml");
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
+         scrape_configs:\n  - job_name: stealscope\n    static_configs:\n      - targets: ['{target}']\n",
+        rules.display(),
+    );
+    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={prom}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus");
+    (Reaped(child), prom)
+}
+
 #[test]
 fn prometheus_scrapes_serve_and_loads_the_rules() {
     if !require(
@@ -49,31 +77,7 @@ fn prometheus_scrapes_serve_and_loads_the_rules() {
     }
     let s = Serve::start(&["--findings-interval", "2s"]);
     let dir = tempfile::tempdir().unwrap();
-    let rules = repo().join("deploy/prometheus/rules.yml");
-    let config = format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
-         scrape_configs:\n  - job_name: stealscope\n    static_configs:\n      - targets: ['{}']\n",
-        rules.display(),
-        s.addr
-    );
-    std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
-    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let _prom = Reaped(
-        Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                dir.path().join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={prom}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus"),
-    );
+    let (_prom, prom) = start_prometheus(dir.path(), s.addr);
     wait_for("prometheus up", Duration::from_secs(30), || {
         let r = try_get(prom, "/api/v1/query?query=up%3D%3D1")?;
         r.body.contains("\"job\":\"stealscope\"").then_some(())
@@ -202,7 +206,7 @@ fn prometheus_scrapes_serve_and_loads_the_rules() {
 }
 
 /// Every panel, rows' nested panels included.
-fn dashboard_panels(d: &Value) -> Vec<&Value> {
+pub(super) fn dashboard_panels(d: &Value) -> Vec<&Value> {
     let mut out = Vec::new();
     for p in d["panels"].as_array().unwrap() {
         out.push(p);

@@ -8,59 +8,20 @@
 //! the collector cannot run: serve says why once and serves the rest.
 
 use super::helpers::*;
-use super::prometheus::{api, query, value};
+use super::prometheus::{api, dashboard_panels, query, start_prometheus, value};
 use crate::common::testenv::{self, testenv};
+use crate::common::who::{pinned_busy_vm, Hog};
 use crate::common::*;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Culprit series per VM: the 5 largest plus `other` (docs/metrics.md).
 const BOUND: usize = 6;
 
-/// A busy shell loop under a known name, on one CPU; killed on drop.
-struct Hog(Child, #[allow(dead_code)] tempfile::TempDir);
-
-impl Hog {
-    fn start(name: &str, cpu: &str) -> Hog {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join(name);
-        std::fs::copy("/bin/sh", &exe).unwrap();
-        let child = Command::new("taskset")
-            .args(["-c", cpu])
-            .arg(&exe)
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
-        Hog(child, dir)
-    }
-}
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Pins a VM's threads to CPU 0 and its vCPU 0 to CPU 1; its tid.
-fn pin(vm: &str, pid: u64) -> u64 {
-    let tid = testenv::qmp_tids(vm)[0];
-    for args in [
-        vec!["-a", "-p", "-c", "0", &pid.to_string()],
-        vec!["-p", "-c", "1", &tid.to_string()],
-    ] {
-        let st = Command::new("taskset").args(&args).output().unwrap();
-        assert!(st.status.success(), "taskset {args:?}");
-    }
-    tid
-}
-
 /// Field `i` of a thread's schedstat (0 run, 1 wait), seconds.
-fn schedstat_s(tid: u64, i: usize) -> f64 {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).unwrap();
-    s.split_whitespace().nth(i).unwrap().parse::<f64>().unwrap() / 1e9
+fn schedstat_s(pid: u64, tid: u64, i: usize) -> f64 {
+    let (run, wait, _) = testenv::schedstat(pid, tid);
+    [run, wait][i] as f64 / 1e9
 }
 
 /// Serve's metrics right after a host scan updated them (polled until the
@@ -71,7 +32,7 @@ fn fresh(s: &Serve, key: &str, tid: u64) -> (Exposition, f64) {
     wait_for("a host scan", Duration::from_secs(5), || {
         std::thread::sleep(Duration::from_millis(20));
         let m = s.metrics();
-        (m.get(key) != v0).then(|| (m, schedstat_s(tid, 0)))
+        (m.get(key) != v0).then(|| (m, schedstat_s(tid, tid, 0)))
     })
 }
 
@@ -90,30 +51,6 @@ fn culprits(m: &Exposition, vm: &str) -> BTreeMap<(String, String), f64> {
         .collect()
 }
 
-fn start_prometheus(dir: &std::path::Path, target: SocketAddr) -> (Reaped, SocketAddr) {
-    let config = format!(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: stealscope\n    \
-         static_configs:\n      - targets: ['{target}']\n"
-    );
-    std::fs::write(dir.join("prometheus.yml"), config).unwrap();
-    let prom: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let child = Command::new("prometheus")
-        .arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={prom}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus");
-    (Reaped(child), prom)
-}
-
 #[test]
 fn host_loop_is_named_and_counters_add_up_in_prometheus() {
     if !require(
@@ -124,11 +61,8 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
     }
     let _turn = vm_turn();
     let _vms = testenv::Vms;
-    let pid: u64 = testenv("start-vm.sh", &["swV", "1", "--busy", "1"])
-        .parse()
-        .unwrap();
-    let tid = pin("swV", pid);
-    let hog = Hog::start("whoburn", "1");
+    let (pid, tid) = pinned_busy_vm("swV");
+    let hog = Hog::start("whoburn", 0, Some("1"));
     let s = Serve::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let (_prom, prom) = start_prometheus(dir.path(), s.addr);
@@ -144,8 +78,9 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         s.stderr.lock().unwrap()
     );
     let key = "stealscope_vcpu_wait_seconds_total{vm=\"swV\",vcpu=\"0\"}";
-    let own0 = schedstat_s(tid, 1);
-    let (m0, burn_run0) = fresh(&s, key, hog.0.id() as u64);
+    let own0 = schedstat_s(pid, tid, 1);
+    let (m0, burn_run0) = fresh(&s, key, hog.pid() as u64);
+    let t0 = Instant::now();
     let mut last = culprits(&m0, "swV");
     for _ in 0..20 {
         std::thread::sleep(Duration::from_secs(1));
@@ -157,8 +92,9 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         }
         last.extend(now);
     }
-    let (m1, burn_run1) = fresh(&s, key, hog.0.id() as u64);
-    let own1 = schedstat_s(tid, 1);
+    let (m1, burn_run1) = fresh(&s, key, hog.pid() as u64);
+    let span = t0.elapsed().as_secs_f64();
+    let own1 = schedstat_s(pid, tid, 1);
 
     // The loop is named in a series of its own (not folded into `other`),
     // charged what it ran: pinned beside an always-runnable vCPU, each of
@@ -220,6 +156,100 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         "histogram_quantile(0.99, rate(stealscope_vcpu_wait_episode_seconds_bucket{vm=\"swV\"}[30s]))",
     );
     assert!(value(&p99[0]) > 0.0, "{p99:?}");
+    // The dashboard's "Who stole it" panel on this data: the loop's band
+    // is the rate it ran (pinned beside an always-runnable vCPU, each of
+    // its run stretches is one the vCPU waited), in vCPUs waiting.
+    let d = dashboard();
+    let panel = dashboard_panels(&d)
+        .into_iter()
+        .find(|p| {
+            p["title"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("Who stole it")
+        })
+        .expect("the Who stole it panel");
+    let expr = panel["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .replace("$instance", &s.addr.to_string())
+        .replace("$__rate_interval", "15s");
+    let band = query(prom, &expr);
+    let band = band
+        .iter()
+        .find(|x| x["metric"]["vm"] == "swV" && x["metric"]["culprit"] == "whoburn")
+        .unwrap_or_else(|| panic!("no whoburn band: {band:?}"));
+    let runs = ran / span;
+    eprintln!(
+        "panel: whoburn {:.3} vCPUs waiting; it ran {runs:.3} CPUs",
+        value(band)
+    );
+    assert!(
+        (value(band) - runs).abs() <= 0.1 * runs + 0.03,
+        "panel {} vs ran {runs}",
+        value(band)
+    );
+    // The noisy-neighbour rule: the loop's share of all vCPU wait on this
+    // host (every VM's, other tests' too) as serve's counters give it over
+    // the span, and the alert pending or firing exactly when the finding's
+    // thresholds say so.
+    let delta_all = |m0: &Exposition, m1: &Exposition, culprit: Option<&str>| -> f64 {
+        let prefix = "stealscope_vm_wait_by_seconds_total{";
+        let before: BTreeMap<&str, f64> = m0.starting(prefix).into_iter().collect();
+        m1.starting(prefix)
+            .into_iter()
+            .filter(|(k, _)| culprit.is_none_or(|c| k.contains(&format!("culprit=\"{c}\""))))
+            .map(|(k, v)| v - before.get(&k).copied().unwrap_or(0.0))
+            .sum()
+    };
+    let ours = delta_all(&m0, &m1, Some("whoburn")) / delta_all(&m0, &m1, None);
+    let share = query(
+        prom,
+        "culprit:stealscope_neighbor_wait_share:rate1m{culprit=\"whoburn\"}",
+    );
+    let share = value(
+        share
+            .first()
+            .unwrap_or_else(|| panic!("no share: {share:?}")),
+    );
+    let mean = value(
+        &query(
+            prom,
+            "instance:stealscope_vcpu_wait:rate1m / instance:stealscope_vcpus:count",
+        )[0],
+    );
+    eprintln!("neighbour share: rule {share:.3}, counters {ours:.3}; mean vCPU wait {mean:.3}");
+    assert!(
+        (share - ours).abs() <= 0.1,
+        "rule {share} vs counters {ours}"
+    );
+    let alert = wait_for("the rule's verdict", Duration::from_secs(15), || {
+        let a = query(
+            prom,
+            "ALERTS{alertname=\"StealscopeNoisyNeighbor\",culprit=\"whoburn\"}",
+        );
+        (!a.is_empty() || share < 0.25 || mean < 0.02).then_some(a)
+    });
+    let severity = |s: f64, m: f64| match (s, m) {
+        (s, m) if s >= 0.5 && m >= 0.1 => Some("critical"),
+        (s, m) if s >= 0.25 && m >= 0.02 => Some("warning"),
+        _ => None,
+    };
+    let got: Vec<&str> = alert
+        .iter()
+        .map(|a| a["metric"]["severity"].as_str().unwrap())
+        .collect();
+    // The rule ran up to a second before these queries: a figure within
+    // 10 % of a threshold may be on its other side there.
+    let either: Vec<_> = [0.9, 1.1]
+        .iter()
+        .flat_map(|f| [severity(share * f, mean), severity(share, mean * f)])
+        .map(|x| x.into_iter().collect::<Vec<_>>())
+        .collect();
+    assert!(
+        either.contains(&got),
+        "{alert:?} for share {share}, mean {mean}"
+    );
     let route = query(prom, "stealscope_sched_route_info");
     assert_eq!(route[0]["metric"]["route"], "tracefs", "{route:?}");
     let lost = query(prom, "stealscope_sched_events_lost_total");

@@ -15,6 +15,8 @@ pub struct HostTracker {
     scanner: Option<HostScanner>,
     watch: VmmWatch,
     samples: Vec<ThreadSample>,
+    /// CLOCK_MONOTONIC right before the last scan's reads (see `read_ns`).
+    read_ns: u64,
 }
 
 impl HostTracker {
@@ -57,11 +59,19 @@ impl HostTracker {
             Some(Ok(false)) | None => Ok(()),
             Some(Err(e)) => Err(e),
         };
+        self.read_ns = stealscope_readers::clock::monotonic_ns();
         match self.scanner.as_mut() {
             Some(sc) => sc.scan(&mut self.samples),
             None => self.samples.clear(),
         }
         checked
+    }
+
+    /// When the last scan read its threads: after the VMM check and any
+    /// rediscovery, which under load took hundreds of ms and, stamped
+    /// before them, gave `top` vCPU rows of over 100 % wait + run.
+    pub fn read_ns(&self) -> u64 {
+        self.read_ns
     }
 
     pub fn vms(&self) -> &[ScannedVm] {

@@ -172,9 +172,15 @@ impl LiveHost {
                     _ => None,
                 })
                 .map(|(vcpu, tid)| {
-                    let d = delta(tid).zip(wall_ns).filter(|(_, w)| *w > 0);
-                    let wait_pct = d.map(|((w, _), wall)| pct(w, wall));
-                    let run_pct = d.map(|((_, r), wall)| pct(r, wall));
+                    // A thread cannot wait and run longer than the time that
+                    // passed: when it seems to, its reads were further apart
+                    // than the stamps (a stalled scan), so that is the span.
+                    let d = delta(tid)
+                        .zip(wall_ns)
+                        .filter(|(_, w)| *w > 0)
+                        .map(|((w, r), wall)| (w, r, wall.max(w + r)));
+                    let wait_pct = d.map(|(w, _, wall)| pct(w, wall));
+                    let run_pct = d.map(|(_, r, wall)| pct(r, wall));
                     let mut history = old.remove(&(vm.pid(), tid)).unwrap_or_default();
                     push_capped(&mut history, wait_pct, self.keep);
                     let culprits = blame.as_ref().and_then(|b| b.get(&tid)).map(wait_by_rows);

@@ -111,6 +111,24 @@ fn add_hist(into: &mut EpisodeHist, d: &EpisodeHist) {
     into.over_10ms += d.over_10ms;
 }
 
+/// Each vCPU's wait by culprit between two readings with its VM's label
+/// ([`vm_labels`]) and tid; a thread the scan does not place is skipped.
+fn labelled_wait_by<'a, V: ScannedVmId>(
+    before: &SchedSample,
+    now: &SchedSample,
+    vms: &[V],
+    threads: &[ThreadSample],
+    labels: &'a BTreeMap<u32, String>,
+) -> Vec<(&'a String, u32, BTreeMap<Key, u64>)> {
+    vcpu_wait_by(before, now, vms, threads)
+        .into_iter()
+        .filter_map(|(tid, by)| {
+            let t = threads.iter().find(|t| t.tid == tid)?;
+            Some((labels.get(&t.pid)?, tid, by))
+        })
+        .collect()
+}
+
 /// Every VM's counters, by its label ([`vm_labels`]).
 #[derive(Debug, Clone)]
 pub struct RunningWaitBy {
@@ -148,15 +166,7 @@ impl RunningWaitBy {
     ) {
         let labels = vm_labels(vms);
         self.vms.retain(|l, _| labels.values().any(|x| x == l));
-        let by_tid = vcpu_wait_by(before, now, vms, threads);
-        for (tid, by) in by_tid {
-            let Some(vm) = threads
-                .iter()
-                .find(|t| t.tid == tid)
-                .and_then(|t| labels.get(&t.pid))
-            else {
-                continue;
-            };
+        for (vm, tid, by) in labelled_wait_by(before, now, vms, threads, &labels) {
             for (key, ns) in by {
                 let (kind, name, _, _): Key = key;
                 self.add(vm, (kind, name), ns);
@@ -181,14 +191,7 @@ pub fn scan_culprits<V: ScannedVmId>(
 ) -> Vec<(String, Vec<CulpritNs>)> {
     let labels = vm_labels(vms);
     let mut per_vm: BTreeMap<String, BTreeMap<CulpritLabel, u64>> = BTreeMap::new();
-    for (tid, by) in vcpu_wait_by(before, now, vms, threads) {
-        let Some(vm) = threads
-            .iter()
-            .find(|t| t.tid == tid)
-            .and_then(|t| labels.get(&t.pid))
-        else {
-            continue;
-        };
+    for (vm, _, by) in labelled_wait_by(before, now, vms, threads, &labels) {
         let e = per_vm.entry(vm.clone()).or_default();
         for ((kind, name, _, _), ns) in by {
             *e.entry((kind, name)).or_default() += ns;

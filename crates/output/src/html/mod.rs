@@ -5,7 +5,7 @@
 //! its own file; long series are binned (bins.rs) so the page stays small.
 
 pub mod bars;
-pub mod bins;
+pub use crate::bins;
 pub mod bursts;
 pub mod findings;
 pub mod heatmap;
@@ -143,7 +143,11 @@ pub fn render(input: &HtmlInput) -> String {
         (hw::ID, "IPC", hw::render(&series, input.model)),
         (irq::ID, "interrupts", irq::render(&input.timeline.irq)),
         (vcpu::ID, "vCPU wait", vcpu::render(&input.timeline.vcpu)),
-        (who::ID, "who stole it", who::render(r.host.as_ref())),
+        (
+            who::ID,
+            "who stole it",
+            who::render(r.host.as_ref(), !input.timeline.culprits.is_empty()),
+        ),
         (
             who_time::ID,
             "who, over time",

@@ -23,31 +23,9 @@ pub fn n1(v: f64) -> String {
     format!("{v:.1}")
 }
 
-/// A duration for people: 250 ms, 2.5 s, 4.0 min, 1.50 h.
-pub fn fmt_secs(s: f64) -> String {
-    if s < 1.0 {
-        format!("{:.0} ms", s * 1e3)
-    } else if s < 60.0 {
-        format!("{} s", trim(format!("{s:.2}")))
-    } else if s < 3600.0 {
-        format!("{:.1} min", s / 60.0)
-    } else {
-        format!("{:.2} h", s / 3600.0)
-    }
-}
-
-/// A value with up to `digits` decimals, trailing zeros dropped.
-pub fn fmt_num(v: f64, digits: usize) -> String {
-    trim(format!("{v:.digits$}"))
-}
-
-fn trim(s: String) -> String {
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
-}
+// Kept with the time bins (which caption with them): `bins` may not use
+// `html`, which uses it.
+pub use crate::bins::{fmt_num, fmt_secs};
 
 /// Ticks on an axis at most, whatever the numbers (a bound for loops).
 pub const MAX_TICKS: usize = 32;

@@ -21,13 +21,20 @@ fn label(c: &CulpritShare) -> String {
     }
 }
 
-pub fn render(host: Option<&HostSection>) -> Markup {
+/// `over_time`: the recording has culprits per host scan (its checkpoints,
+/// which this section reads, never do): then the section points there.
+pub fn render(host: Option<&HostSection>, over_time: bool) -> Markup {
     let Some(h) = host else {
         return svg::no_data(ID, TITLE, "no VMs on this machine");
     };
     let a = &h.who.attribution;
     if h.who.culprits.is_empty() {
-        return svg::no_data(ID, TITLE, &format!("no attribution ({})", a.reason));
+        let there = if over_time {
+            "; the recording's host scans were attributed: see who stole it over time below"
+        } else {
+            ""
+        };
+        return svg::no_data(ID, TITLE, &format!("no attribution ({}){there}", a.reason));
     }
     let cols: Vec<&CulpritShare> = h.who.culprits.iter().take(COLUMNS).collect();
     let secs = |vm: &str, c: &CulpritShare| -> f64 {

@@ -4,6 +4,7 @@
 
 use super::bins::{TimeBins, MAX_BINS};
 use super::svg::{self, fmt_num, fmt_secs, n1, LEFT, TOP};
+use crate::who_time::{self, spans};
 use maud::{html, Markup};
 use std::collections::BTreeMap;
 use stealscope_model::timeline::CulpritWindow;
@@ -21,8 +22,6 @@ const REST: &str = "#bbbbbb";
 const TABLE_ROWS: usize = 5;
 
 type Key = (String, String, String); // vm, kind, name
-/// A VM's table: (kind, name, seconds) rows, then the rest's seconds.
-type VmRows<'a> = (Vec<(&'a str, &'a str, f64)>, f64);
 
 fn label(kind: &str, name: &str) -> String {
     match kind {
@@ -32,18 +31,6 @@ fn label(kind: &str, name: &str) -> String {
         "host-process" => format!("{name} (host process)"),
         _ => name.to_string(),
     }
-}
-
-/// Each window with its span: from the VM's previous scan (or one second
-/// before, for its first).
-fn spans(w: &[CulpritWindow]) -> Vec<(f64, f64, &CulpritWindow)> {
-    let mut last: BTreeMap<&str, f64> = BTreeMap::new();
-    w.iter()
-        .map(|c| {
-            let start = last.insert(&c.vm, c.t_s).unwrap_or(c.t_s - 1.0);
-            (start, (c.t_s - start).max(1e-3), c)
-        })
-        .collect()
 }
 
 pub fn render(w: &[CulpritWindow]) -> Markup {
@@ -65,15 +52,7 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
     let mut ranked: Vec<(Key, f64)> = totals.into_iter().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
     // Per VM: its largest culprits, then everything else as `other`.
-    let mut vms: BTreeMap<&str, VmRows> = BTreeMap::new();
-    for (k, s) in &ranked {
-        let e = vms.entry(k.0.as_str()).or_default();
-        if k.1 == "other" || e.0.len() == TABLE_ROWS {
-            e.1 += s;
-        } else {
-            e.0.push((k.1.as_str(), k.2.as_str(), *s));
-        }
-    }
+    let vms = who_time::summarize(w, TABLE_ROWS, 0.0, 1);
     let stacked: Vec<&Key> = ranked
         .iter()
         .filter(|(k, _)| k.1 != "other")
@@ -83,24 +62,23 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
     let table = html! {
         table class="cpus who-over-time" {
             tr { th { "VM" } th { "culprit" } th { "kind" } th { "wait s" } th { "share" } }
-            @for (vm, (rows, other)) in &vms {
-                @let all: f64 = (rows.iter().map(|r| r.2).sum::<f64>() + other).max(1e-12);
-                @for (i, (kind, name, s)) in rows.iter().enumerate() {
+            @for v in &vms {
+                @for (i, c) in v.culprits.iter().enumerate() {
                     tr {
-                        td { @if i == 0 { (vm) } }
-                        td { (name) }
-                        td { (kind) }
-                        td { (format!("{s:.2}")) }
-                        td { (format!("{:.0}%", 100.0 * s / all)) }
+                        td { @if i == 0 { (v.vm) } }
+                        td { (c.name) }
+                        td { (c.kind) }
+                        td { (format!("{:.2}", c.seconds)) }
+                        td { (format!("{:.0}%", 100.0 * c.share)) }
                     }
                 }
-                @if *other > 0.0 {
+                @if v.other_s > 0.0 {
                     tr {
-                        td {}
+                        td { @if v.culprits.is_empty() { (v.vm) } }
                         td { "other" }
                         td { "" }
-                        td { (format!("{other:.2}")) }
-                        td { (format!("{:.0}%", 100.0 * other / all)) }
+                        td { (format!("{:.2}", v.other_s)) }
+                        td { (format!("{:.0}%", 100.0 * v.other_s / v.wait_s.max(1e-12))) }
                     }
                 }
             }

@@ -132,6 +132,18 @@ impl Style {
     /// line breaks at its own spaces, never inside a word.
     pub fn items(&self, out: &mut String, lead: &str, items: &[String], sep: &str) {
         let hang = " ".repeat(display_width(lead));
+        self.items_hang(out, lead, &hang, items, sep);
+    }
+
+    /// [`Style::items`] with the lines after the first starting `hang`.
+    pub fn items_hang(
+        &self,
+        out: &mut String,
+        lead: &str,
+        hang: &str,
+        items: &[String],
+        sep: &str,
+    ) {
         let room = self.width.saturating_sub(hang.len());
         let mut pieces: Vec<String> = Vec::new();
         for (i, item) in items.iter().enumerate() {
@@ -151,7 +163,7 @@ impl Style {
         for piece in pieces {
             if !empty && display_width(&line) + 1 + display_width(&piece) > self.width {
                 let _ = writeln!(out, "{line}");
-                line.clone_from(&hang);
+                line = hang.to_string();
                 empty = true;
             }
             if !empty {

@@ -3,7 +3,9 @@
 
 mod hardware;
 mod host;
-mod layout;
+pub(crate) mod layout;
+mod who;
+mod who_time;
 
 pub use layout::TextOpts;
 
@@ -146,6 +148,24 @@ fn cpu_table(out: &mut String, r: &DoctorReport) {
 }
 
 pub fn doctor(r: &DoctorReport, o: &TextOpts) -> String {
+    doctor_with(r, o, None)
+}
+
+/// `report FILE` in text: the doctor's report of a snapshot or recording,
+/// with who stole it over time after who stole it (a recording on a host).
+pub fn report(
+    r: &DoctorReport,
+    over_time: Option<&[crate::who_time::VmOverTime]>,
+    o: &TextOpts,
+) -> String {
+    doctor_with(r, o, over_time)
+}
+
+fn doctor_with(
+    r: &DoctorReport,
+    o: &TextOpts,
+    over_time: Option<&[crate::who_time::VmOverTime]>,
+) -> String {
     let st = Style::new(o);
     let mut out = String::new();
     let windows = r.summary.windows;
@@ -177,7 +197,10 @@ pub fn doctor(r: &DoctorReport, o: &TextOpts) -> String {
         };
         let mut s = String::new();
         host::section(&mut s, &st, &h.vms, &h.hypervisor, &kvm);
-        s.push_str(&crate::text_who::who_stole(&h.who, &h.vms, &|x| st.bold(x)));
+        s.push_str(&who::who_stole(&h.who, &h.vms, &st));
+        if let Some(v) = over_time {
+            who_time::section(&mut s, &st, v, h.who.attribution.route != "none");
+        }
         s
     });
     let host_first = r.roles.iter().any(|x| x == "host");
@@ -263,7 +286,7 @@ pub fn host(r: &HostReport, o: &TextOpts) -> String {
         };
         host::section(&mut out, &st, &r.vms, hv, &kvm);
         if let Some(w) = &r.who {
-            out.push_str(&crate::text_who::who_stole(w, &r.vms, &|x| st.bold(x)));
+            out.push_str(&who::who_stole(w, &r.vms, &st));
         }
     }
     let _ = writeln!(out, "\n{} ({})", st.bold("Host findings"), r.findings.len());

@@ -30,6 +30,24 @@ pub fn status(f: &FindingsInput) -> String {
     }
 }
 
+/// A title in `room` columns: whole words and `…` when it is longer (at
+/// 80 columns a title cut mid-word read as "6.5 runnab").
+fn fit(title: &str, room: usize) -> String {
+    if title.chars().count() <= room {
+        return title.to_string();
+    }
+    let keep = room.saturating_sub(1);
+    let head: String = title.chars().take(keep).collect();
+    // Ends at a word's end when the next character is a space.
+    let whole = title.chars().nth(keep) == Some(' ');
+    let head = match head.rfind(' ') {
+        Some(i) if i > 0 && !whole => &head[..i],
+        _ => head.as_str(),
+    }
+    .trim_end_matches([',', ':', ';']);
+    format!("{head}…")
+}
+
 pub fn render(frame: &mut Frame, area: Rect, f: &FindingsInput) {
     let (head, body) = heading_and_body(area);
     let shown = f.findings.len().min(usize::from(body.height));
@@ -51,10 +69,11 @@ pub fn render(frame: &mut Frame, area: Rect, f: &FindingsInput) {
             .take(shown)
             .map(|x| {
                 let (tag, color) = severity_tag(x.severity);
+                let room = usize::from(body.width).saturating_sub(tag.len() + x.id.len() + 2);
                 Line::from(vec![
                     Span::styled(tag, Style::new().fg(color).add_modifier(Modifier::BOLD)),
                     Span::raw(format!(" {} ", x.id)),
-                    Span::styled(x.title.clone(), Style::new().fg(Color::Gray)),
+                    Span::styled(fit(&x.title, room), Style::new().fg(Color::Gray)),
                 ])
             })
             .collect()
@@ -98,6 +117,28 @@ mod tests {
             "{rows:?}"
         );
         assert!(rows[1].starts_with("CRIT steal.busy"));
+    }
+
+    /// A title longer than its row ends in whole words and an ellipsis.
+    #[test]
+    fn a_long_title_is_cut_between_words() {
+        let f = [Finding::new(
+            "host.steal.busy",
+            Severity::Critical,
+            "vCPUs waited 77.5% of the time with no idle CPU: 6.5 runnable threads",
+        )];
+        let rows = screen(80, 2, |fr| render(fr, fr.area(), &input(&f, Some(1.0))));
+        let row = rows[1].trim_end();
+        assert_eq!(
+            row,
+            "CRIT host.steal.busy vCPUs waited 77.5% of the time with no idle CPU: 6.5…"
+        );
+        assert!(row.chars().count() <= 80);
+        let rows = screen(40, 2, |fr| render(fr, fr.area(), &input(&f, Some(1.0))));
+        assert_eq!(
+            rows[1].trim_end(),
+            "CRIT host.steal.busy vCPUs waited 77.5%…"
+        );
     }
 
     #[test]

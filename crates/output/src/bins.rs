@@ -1,8 +1,9 @@
-//! Time bins: a long series becomes at most [`MAX_BINS`] columns so the page
-//! stays small (an hour at 1000 Hz is 3.6 million windows per CPU). A
-//! window counts in each bin it overlaps by the share it has there; a bin's
-//! value is the sum of numerators over the sum of denominators (a
-//! time-weighted mean, so uneven windows count by their length).
+//! Time bins, for the page's plots and the text report: a long series
+//! becomes at most [`MAX_BINS`] columns so the page stays small (an hour at
+//! 1000 Hz is 3.6 million windows per CPU). A window counts in each bin it
+//! overlaps by the share it has there; a bin's value is the sum of
+//! numerators over the sum of denominators (a time-weighted mean, so uneven
+//! windows count by their length).
 
 use std::collections::BTreeMap;
 
@@ -110,7 +111,7 @@ impl TimeBins {
         } else {
             format!("~{per:.0} windows averaged")
         };
-        format!("each column {} ({what})", super::svg::fmt_secs(self.width))
+        format!("each column {} ({what})", fmt_secs(self.width))
     }
 }
 
@@ -177,6 +178,32 @@ impl<K: Ord + Clone> Grid<K> {
 
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+}
+
+/// A duration for people: 250 ms, 2.5 s, 4.0 min, 1.50 h.
+pub fn fmt_secs(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1e3)
+    } else if s < 60.0 {
+        format!("{} s", trim(format!("{s:.2}")))
+    } else if s < 3600.0 {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{:.2} h", s / 3600.0)
+    }
+}
+
+/// A value with up to `digits` decimals, trailing zeros dropped.
+pub fn fmt_num(v: f64, digits: usize) -> String {
+    trim(format!("{v:.digits$}"))
+}
+
+fn trim(s: String) -> String {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
     }
 }
 

@@ -2,6 +2,7 @@
 //! culprits, and a victim x culprit table that fits 80 columns; without a
 //! collector, the host's other runnable work and why nothing is attributed.
 
+use super::layout::Style;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use stealscope_analysis::report::WhoStole;
@@ -13,7 +14,7 @@ const COLUMNS: usize = 4;
 const NAME_W: usize = 15;
 const COL_W: usize = 11;
 
-fn label(kind: &str, name: &str, pid: Option<u32>) -> String {
+pub(crate) fn label(kind: &str, name: &str, pid: Option<u32>) -> String {
     match kind {
         "vcpu" => format!("{name} vCPU"),
         "vmm" => format!("{name} VMM"),
@@ -26,7 +27,7 @@ fn label(kind: &str, name: &str, pid: Option<u32>) -> String {
     }
 }
 
-fn cut(s: &str, w: usize) -> String {
+pub(crate) fn cut(s: &str, w: usize) -> String {
     if s.chars().count() <= w {
         s.to_string()
     } else {
@@ -34,6 +35,27 @@ fn cut(s: &str, w: usize) -> String {
         t.push('~');
         t
     }
+}
+
+/// A table column's head: a `comm[pid]` too wide for it keeps the comm
+/// whole (or as much as fits) rather than a cut pid.
+fn head(label: &str, w: usize) -> String {
+    match label.split_once('[') {
+        Some((name, _)) if label.chars().count() > w => cut(name, w),
+        _ => cut(label, w),
+    }
+}
+
+/// "  vm: waited 2.58 s for a 39%, b 30%, c 12%", its top three culprits
+/// wrapped whole on indented lines when they do not fit.
+fn vm_line(out: &mut String, st: &Style, name: &str, total: f64, rows: &[(String, f64)]) {
+    let s: Vec<String> = rows
+        .iter()
+        .take(3)
+        .map(|(l, s)| format!("{} {:.0}%", cut(l, 40), 100.0 * s / total))
+        .collect();
+    let lead = format!("  {}: waited {total:.2} s for ", cut(name, 24));
+    st.items_hang(out, &lead, "    ", &s, ", ");
 }
 
 /// Sums a VM's vCPU rows by culprit label.
@@ -50,7 +72,8 @@ fn vm_rows(vm: &VmSteal) -> Vec<(String, f64)> {
     v
 }
 
-pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String) -> String {
+pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
+    let bold = |x: &str| st.bold(x);
     let mut out = String::new();
     let a = &who.attribution;
     if a.route == "none" {
@@ -88,13 +111,17 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
         .take(4)
         .map(|w| format!("{} {:.2}", label(w.kind, &w.name, w.pid), w.run_cpus))
         .collect();
-    let _ = writeln!(
-        out,
-        "  other host work ran {:.2} CPUs{}{}",
+    // Items wrap whole: four long comms with pids ran past 80 columns.
+    let lead = format!(
+        "  other host work ran {:.2} CPUs{}",
         hw.run_cpus,
-        if top.is_empty() { "" } else { ": " },
-        top.join(", ")
+        if top.is_empty() { "" } else { ": " }
     );
+    if top.is_empty() {
+        let _ = writeln!(out, "{lead}");
+    } else {
+        st.items(&mut out, &lead, &top, ", ");
+    }
     if who.culprits.is_empty() {
         return out;
     }
@@ -102,27 +129,8 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
     for vm in vms {
         let rows = vm_rows(vm);
         let total: f64 = rows.iter().map(|r| r.1).sum();
-        if total <= 0.0 {
-            continue;
-        }
-        let s: Vec<String> = rows
-            .iter()
-            .take(3)
-            .map(|(l, s)| format!("{l} {:.0}%", 100.0 * s / total))
-            .collect();
-        let line = format!(
-            "  {}: waited {total:.2} s for {}",
-            cut(&vm.name, 24),
-            s.join(", ")
-        );
-        if line.chars().count() <= 78 {
-            let _ = writeln!(out, "{line}");
-        } else {
-            // Long names: the culprits on lines of their own.
-            let _ = writeln!(out, "  {}: waited {total:.2} s for", cut(&vm.name, 24));
-            for c in &s {
-                let _ = writeln!(out, "    {}", cut(c, 74));
-            }
+        if total > 0.0 {
+            vm_line(&mut out, st, &vm.name, total, &rows);
         }
     }
     // Victim x culprit, seconds.
@@ -134,7 +142,7 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
         .collect();
     let _ = write!(out, "\n  {:<NAME_W$}", "victim \\ by (s)");
     for c in &cols {
-        let _ = write!(out, " {:>COL_W$}", cut(c, COL_W));
+        let _ = write!(out, " {:>COL_W$}", head(c, COL_W));
     }
     let _ = writeln!(out, " {:>COL_W$}", "other");
     for vm in vms {
@@ -153,4 +161,38 @@ pub fn who_stole(who: &WhoStole, vms: &[VmSteal], bold: &dyn Fn(&str) -> String)
         let _ = writeln!(out, " {:>COL_W$.2}", rest.max(0.0));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::TextOpts;
+
+    #[test]
+    fn column_heads_keep_the_name_not_a_cut_pid() {
+        assert_eq!(head("noisyloop[24122]", 11), "noisyloop");
+        assert_eq!(head("migrating_victim[24247]", 11), "migrating_~");
+        assert_eq!(head("nvA vCPU", 11), "nvA vCPU");
+        assert_eq!(head("burn[812]", 11), "burn[812]");
+    }
+
+    /// Long culprit names wrap whole, within 80 columns, in two lines
+    /// rather than one a culprit.
+    #[test]
+    fn a_vms_culprits_wrap_whole_at_80_columns() {
+        let st = Style::new(&TextOpts::plain());
+        let rows: Vec<(String, f64)> = ["stl-hog-a[23598]", "stl-victim2[23598]", "nvA vCPU"]
+            .iter()
+            .zip([0.7, 0.68, 0.46])
+            .map(|(l, s)| (l.to_string(), s))
+            .collect();
+        let mut out = String::new();
+        vm_line(&mut out, &st, "a-rather-long-vm-name-01", 2.87, &rows);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(lines.iter().all(|l| l.chars().count() <= 80), "{out}");
+        for (l, _) in &rows {
+            assert!(out.contains(l.as_str()), "{l} cut in {out}");
+        }
+    }
 }
