@@ -40,9 +40,33 @@ struct thread_info {
 	u32 cpu;
 } __attribute__((preserve_access_index));
 
+// The kernel's own wait accounting (kernel/sched/stats.h): run_delay grows
+// by rq->clock - last_queued when a queued task arrives on its CPU or is
+// dequeued to migrate. rq->clock is sched_clock, not bpf_ktime_get_ns, so
+// it is only ever subtracted from itself.
+struct sched_info {
+	unsigned long pcount;
+	u64 run_delay;
+	u64 last_queued;
+} __attribute__((preserve_access_index));
+
+struct rq {
+	u64 clock;
+} __attribute__((preserve_access_index));
+
+struct cfs_rq {
+	struct rq *rq;
+} __attribute__((preserve_access_index));
+
+struct sched_entity {
+	struct cfs_rq *cfs_rq;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	struct thread_info thread_info;
 	unsigned int flags;
+	struct sched_entity se;
+	struct sched_info sched_info;
 	int pid;
 	int tgid;
 	char comm[16];
@@ -72,6 +96,7 @@ struct cpu_state {
 	u64 events;
 	u64 lost;
 	u64 overflows;
+	u64 missed; // arrivals of watched threads the program did not see
 	u64 irq_ns; // hard + soft irq time on this CPU so far
 	u64 irq_since; // entry of the outermost irq in progress
 	u64 irq_depth;
@@ -83,8 +108,11 @@ struct cpu_state {
 // and zero-fills these; layout shared with src/bpf.rs).
 struct victim {
 	u64 since; // queued on `cpu` since (this stretch)
-	u64 ep_start; // episode start
+	u64 ep_kd; // kdelay() at the episode's start
 	u64 irq0; // irq_ns of `cpu` at `since`
+	u64 st_kd; // kdelay() at the stretch's start
+	u64 acct; // kdelay() when last in step with the kernel
+	u64 pcount; // the kernel's pcount then (0: never in step yet)
 	u32 cpu;
 	u32 state;
 	u64 irq_ns;
@@ -196,6 +224,57 @@ static __always_inline u32 bucket(u64 ns)
 	return (e - 2) * 8 + ((ns >> (e - 3)) & 7);
 }
 
+// The kernel's wait of `p` so far, including the part it will add when the
+// current stretch ends: run_delay + rq->clock - last_queued. Exact at the
+// points it is read: at sched_switch the rq clock is the one
+// sched_info_arrive uses next (context_switch runs after the tracepoint,
+// with no clock update between); at a wake-up last_queued was just set
+// from the same clock; at a migration the dequeue already settled it.
+// se.cfs_rq is set for every class (set_task_rq), so ->rq is p's runqueue.
+static __always_inline u64 kdelay(struct task_struct *p)
+{
+	u64 d = p->sched_info.run_delay;
+	u64 lq = p->sched_info.last_queued;
+	if (lq) {
+		u64 clock = p->se.cfs_rq->rq->clock;
+		if (clock > lq)
+			d += clock - lq;
+	}
+	return d;
+}
+
+// Maps x ns of a measured stretch of m ns onto the kernel's length k of it:
+// monotonic in x and exact at x = m, so the pieces of a stretch sum to k.
+static __always_inline u64 scale(u64 x, u64 m, u64 k)
+{
+	if (x >= m)
+		return k;
+	if (!(m >> 32) && !(k >> 32))
+		return x * k / m;
+	if (!(m >> 48) && !(k >> 48))
+		return ((x >> 16) * (k >> 16) / (m >> 16)) << 16;
+	return x;
+}
+
+// Brings the victim in step with the kernel's counters: wait the kernel
+// added that the program did not charge (an event it did not see; rare,
+// counted in `missed`) is `unknown`, so sums stay the kernel's. The first
+// call only takes the kernel's values as the starting point.
+static __always_inline void resync(struct victim *v, u64 kd, u64 pc,
+                                   struct cpu_state *me)
+{
+	if (v->pcount) {
+		u64 gap = pc > v->pcount ? pc - v->pcount : 0;
+		if (kd > v->acct) {
+			v->unknown_ns += kd - v->acct;
+			gap += !gap;
+		}
+		me->missed += gap;
+	}
+	v->acct = kd;
+	v->pcount = pc;
+}
+
 static __always_inline void add_culprit(struct victim *v, u32 vtid,
                                         struct rec *r, u64 ns,
                                         struct cpu_state *me)
@@ -225,27 +304,34 @@ static __always_inline void add_culprit(struct victim *v, u32 vtid,
 	me->lost++;
 }
 
-// Charges [v->since, t1) on CPU `cpu` by walking that CPU's stretches
-// backwards from the newest.
+// Charges the kernel's length `k` of the stretch [v->since, t1) on CPU
+// `cpu`, split like the measured time: walks that CPU's stretches
+// backwards from the newest, each piece scaled from the measured m = t1 -
+// since onto k (the stamps here lag the kernel's rq clock by a few µs at
+// both ends, which adds up to percents over many short waits).
 static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
-                                   u64 t1, struct cpu_state *me)
+                                   u64 t1, u64 k, struct cpu_state *me)
 {
 	u64 t0 = v->since;
-	if (t1 <= t0)
+	if (t1 <= t0) {
+		v->unknown_ns += k;
 		return;
+	}
+	u64 m = t1 - t0;
 	u32 zero = 0;
 	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
 	if (!cs) {
-		v->unknown_ns += t1 - t0;
+		v->unknown_ns += k;
 		return;
 	}
 	u64 head = cs->head;
 	u64 end = t1, irq_end = cs->irq_ns;
-	int covered = 0, k;
-	for (k = 0; k < RING; k++) {
-		if (k >= head)
+	u64 done = 0; // k charged so far: scale(t1 - end)
+	int covered = 0, i;
+	for (i = 0; i < RING; i++) {
+		if (i >= head)
 			break;
-		struct rec *r = &cs->ring[(head - 1 - k) & (RING - 1)];
+		struct rec *r = &cs->ring[(head - 1 - i) & (RING - 1)];
 		u64 s = r->start;
 		if (s >= end) { // written after t1 (a remote CPU moved on)
 			irq_end = r->irq_start;
@@ -257,8 +343,11 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 		u64 irq = irq_end > irq_lo ? irq_end - irq_lo : 0;
 		if (irq > dur)
 			irq = dur;
-		v->irq_ns += irq;
-		add_culprit(v, vtid, r, dur - irq, me);
+		u64 mid = scale(t1 - end + irq, m, k);
+		u64 upto = scale(t1 - lo, m, k);
+		v->irq_ns += mid - done;
+		add_culprit(v, vtid, r, upto - mid, me);
+		done = upto;
 		if (s <= t0) {
 			covered = 1;
 			break;
@@ -266,18 +355,20 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 		end = s;
 		irq_end = r->irq_start;
 	}
-	if (!covered && end > t0) {
-		v->unknown_ns += end - t0;
-		if (k >= RING)
+	if (!covered && k > done) {
+		v->unknown_ns += k - done;
+		if (i >= RING)
 			me->overflows++;
 	}
 }
 
-static __always_inline void queue_on(struct victim *v, u32 cpu, u64 now)
+static __always_inline void queue_on(struct victim *v, u32 cpu, u64 now,
+                                    u64 kd)
 {
 	u32 zero = 0;
 	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
 	v->since = now;
+	v->st_kd = kd;
 	v->cpu = cpu;
 	v->irq0 = cs ? cs->irq_ns : 0;
 }
@@ -301,28 +392,46 @@ int handle_switch(u64 *ctx)
 
 	struct victim *v = watched_victim(ntid);
 	if (v) {
-		if (v->state == ST_QUEUED) {
-			charge(v, ntid, v->cpu, now, me);
-			u64 ep = now - v->ep_start;
-			u32 b = bucket(ep);
-			if (b < BUCKETS)
-				v->buckets[b] += 1;
-			v->count++;
-			v->sum_ns += ep;
-			if (ep > v->max_ns)
-				v->max_ns = ep;
-			v->over_1ms += ep > 1000000;
-			v->over_10ms += ep > 10000000;
+		u64 kd = kdelay(next);
+		u64 lq = next->sched_info.last_queued;
+		u64 pc = next->sched_info.pcount;
+		if (v->state == ST_QUEUED && v->pcount) {
+			// Lengths are the kernel's: the wait sched_info_arrive
+			// adds to run_delay right after this tracepoint.
+			u64 k = kd > v->st_kd ? kd - v->st_kd : 0;
+			charge(v, ntid, v->cpu, now, k, me);
+			v->acct += k;
+			u64 ep = kd > v->ep_kd ? kd - v->ep_kd : 0;
+			// Counted when the kernel counts it (pcount grows only
+			// for a task it saw queued).
+			if (lq) {
+				u32 b = bucket(ep);
+				if (b < BUCKETS)
+					v->buckets[b] += 1;
+				v->count++;
+				v->sum_ns += ep;
+				if (ep > v->max_ns)
+					v->max_ns = ep;
+				v->over_1ms += ep > 1000000;
+				v->over_10ms += ep > 10000000;
+			}
 		}
+		resync(v, kd, pc, me);
+		v->pcount = pc + !!lq; // after sched_info_arrive
 		v->state = ST_RUNNING;
 		v->cpu = cpu;
 	}
 	v = watched_victim(ptid);
 	if (v) {
+		// Still running in the kernel's eyes: last_queued is set from
+		// this same rq clock right after.
+		u64 kd = kdelay(prev);
+		resync(v, kd, prev->sched_info.pcount, me);
 		if (preempt || prev_state == 0) {
 			v->state = ST_QUEUED;
 			v->since = now;
-			v->ep_start = now;
+			v->ep_kd = kd;
+			v->st_kd = kd;
 			v->cpu = cpu;
 			v->irq0 = me->irq_ns;
 		} else {
@@ -357,9 +466,11 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
+	u64 kd = kdelay(p);
+	resync(v, kd, p->sched_info.pcount, me);
 	v->state = ST_QUEUED;
-	v->ep_start = now;
-	queue_on(v, p->thread_info.cpu, now);
+	v->ep_kd = kd;
+	queue_on(v, p->thread_info.cpu, now, kd);
 	return 0;
 }
 
@@ -388,11 +499,15 @@ int handle_migrate(u64 *ctx)
 		return 0;
 	u32 tid = p->pid;
 	struct victim *v = watched_victim(tid);
-	if (!v || v->state != ST_QUEUED)
+	if (!v || v->state != ST_QUEUED || !v->pcount)
 		return 0;
 	u64 now = bpf_ktime_get_ns();
-	charge(v, tid, v->cpu, now, me);
-	queue_on(v, dest, now);
+	u64 kd = kdelay(p);
+	u64 k = kd > v->st_kd ? kd - v->st_kd : 0;
+	charge(v, tid, v->cpu, now, k, me);
+	v->acct += k;
+	resync(v, kd, p->sched_info.pcount, me);
+	queue_on(v, dest, now, kd);
 	return 0;
 }
 

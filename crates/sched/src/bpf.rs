@@ -50,6 +50,7 @@ struct CpuState {
     events: u64,
     lost: u64,
     overflows: u64,
+    missed: u64,
     irq_ns: u64,
     irq_since: u64,
     irq_depth: u64,
@@ -61,8 +62,11 @@ struct CpuState {
 #[derive(Clone, Copy)]
 struct Victim {
     since: u64,
-    ep_start: u64,
+    ep_kd: u64,
     irq0: u64,
+    st_kd: u64,
+    acct: u64,
+    pcount: u64,
     cpu: u32,
     state: u32,
     irq_ns: u64,
@@ -100,7 +104,7 @@ unsafe impl Pod for ChargeKey {}
 unsafe impl Pod for Charge {}
 
 const _: () = assert!(std::mem::size_of::<Rec>() == 48);
-const _: () = assert!(std::mem::size_of::<Victim>() == 96 + 8 * BUCKETS);
+const _: () = assert!(std::mem::size_of::<Victim>() == 120 + 8 * BUCKETS);
 
 fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
     CollectError::Bpf {
@@ -295,6 +299,7 @@ impl RouteImpl for BpfRoute {
             stats.events += c.events;
             stats.lost_events += c.lost;
             stats.overflows += c.overflows;
+            stats.missed_switches += c.missed;
         }
         Ok(SchedSample {
             route: Route::Bpf,
