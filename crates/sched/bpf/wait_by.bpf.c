@@ -97,6 +97,7 @@ struct cpu_state {
 	u64 lost;
 	u64 overflows;
 	u64 missed; // arrivals of watched threads the program did not see
+	s64 nq; // watched threads queued on this CPU (any CPU may change it)
 	u64 irq_ns; // hard + soft irq time on this CPU so far
 	u64 irq_since; // entry of the outermost irq in progress
 	u64 irq_depth;
@@ -362,15 +363,31 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 	}
 }
 
+// A victim leaves the queue of v->cpu (switched in, migrated, or found
+// out of step).
+static __always_inline void leave_queue(struct victim *v)
+{
+	if (v->state != ST_QUEUED)
+		return;
+	u32 zero = 0;
+	u32 cpu = v->cpu;
+	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	if (cs)
+		__sync_fetch_and_add(&cs->nq, -1);
+}
+
 static __always_inline void queue_on(struct victim *v, u32 cpu, u64 now,
                                     u64 kd)
 {
 	u32 zero = 0;
 	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	v->state = ST_QUEUED;
 	v->since = now;
 	v->st_kd = kd;
 	v->cpu = cpu;
 	v->irq0 = cs ? cs->irq_ns : 0;
+	if (cs)
+		__sync_fetch_and_add(&cs->nq, 1);
 }
 
 SEC("tp_btf/sched_switch")
@@ -386,12 +403,15 @@ int handle_switch(u64 *ctx)
 	me->events++;
 	if (gated())
 		return 0;
-	u64 now = bpf_ktime_get_ns();
-	u32 cpu = bpf_get_smp_processor_id();
+	// The clock is read only when a watched thread is involved or queued
+	// here: most switches on a host concern no one watched.
+	u64 now = 0;
 	u32 ntid = next->pid, ptid = prev->pid;
 
 	struct victim *v = watched_victim(ntid);
 	if (v) {
+		now = bpf_ktime_get_ns();
+		u32 cpu = bpf_get_smp_processor_id();
 		u64 kd = kdelay(next);
 		u64 lq = next->sched_info.last_queued;
 		u64 pc = next->sched_info.pcount;
@@ -418,6 +438,7 @@ int handle_switch(u64 *ctx)
 		}
 		resync(v, kd, pc, me);
 		v->pcount = pc + !!lq; // after sched_info_arrive
+		leave_queue(v);
 		v->state = ST_RUNNING;
 		v->cpu = cpu;
 	}
@@ -425,24 +446,31 @@ int handle_switch(u64 *ctx)
 	if (v) {
 		// Still running in the kernel's eyes: last_queued is set from
 		// this same rq clock right after.
+		if (!now)
+			now = bpf_ktime_get_ns();
 		u64 kd = kdelay(prev);
 		resync(v, kd, prev->sched_info.pcount, me);
+		leave_queue(v); // a switch-in it missed
 		if (preempt || prev_state == 0) {
-			v->state = ST_QUEUED;
-			v->since = now;
 			v->ep_kd = kd;
-			v->st_kd = kd;
-			v->cpu = cpu;
-			v->irq0 = me->irq_ns;
+			queue_on(v, bpf_get_smp_processor_id(), now, kd);
 		} else {
 			v->state = ST_SLEEPING;
 		}
 	}
 
+	// With nothing watched queued here, a record's start and irq time
+	// never matter: a thread queued later charges it from its own start
+	// (the walk stops at the first record not after it), so 0 will do.
 	u64 h = me->head;
 	struct rec *r = &me->ring[h & (RING - 1)];
-	r->start = now;
-	r->irq_start = me->irq_ns;
+	if (me->nq > 0) {
+		r->start = now ? now : bpf_ktime_get_ns();
+		r->irq_start = me->irq_ns;
+	} else {
+		r->start = 0;
+		r->irq_start = 0;
+	}
 	r->tid = ntid;
 	r->tgid = next->tgid;
 	r->kthread = !!(next->flags & PF_KTHREAD);
@@ -468,7 +496,6 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	u64 now = bpf_ktime_get_ns();
 	u64 kd = kdelay(p);
 	resync(v, kd, p->sched_info.pcount, me);
-	v->state = ST_QUEUED;
 	v->ep_kd = kd;
 	queue_on(v, p->thread_info.cpu, now, kd);
 	return 0;
@@ -507,6 +534,7 @@ int handle_migrate(u64 *ctx)
 	charge(v, tid, v->cpu, now, k, me);
 	v->acct += k;
 	resync(v, kd, p->sched_info.pcount, me);
+	leave_queue(v);
 	queue_on(v, dest, now, kd);
 	return 0;
 }

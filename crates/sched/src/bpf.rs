@@ -51,6 +51,7 @@ struct CpuState {
     lost: u64,
     overflows: u64,
     missed: u64,
+    nq: i64,
     irq_ns: u64,
     irq_since: u64,
     irq_depth: u64,
