@@ -540,8 +540,12 @@ int handle_migrate(u64 *ctx)
 }
 
 // Interrupt time, nested or not, counted once per outermost handler. Only
-// entries are gated, so an exit always matches an entry it saw.
-static __always_inline int irq_enter(void)
+// entries are gated, so an exit always matches an entry it saw. One program
+// each for entry and exit, attached to both irq_handler_* and softirq_*
+// (raw_tp: they read no argument, and a tp_btf program fits one
+// tracepoint only).
+SEC("raw_tp")
+int handle_irq_entry(void *ctx)
 {
 	struct cpu_state *me = this_cpu();
 	if (!me || gated())
@@ -551,7 +555,8 @@ static __always_inline int irq_enter(void)
 	return 0;
 }
 
-static __always_inline int irq_exit(void)
+SEC("raw_tp")
+int handle_irq_exit(void *ctx)
 {
 	struct cpu_state *me = this_cpu();
 	if (!me || me->irq_depth == 0)
@@ -559,30 +564,6 @@ static __always_inline int irq_exit(void)
 	if (--me->irq_depth == 0)
 		me->irq_ns += bpf_ktime_get_ns() - me->irq_since;
 	return 0;
-}
-
-SEC("tp_btf/irq_handler_entry")
-int handle_irq_entry(u64 *ctx)
-{
-	return irq_enter();
-}
-
-SEC("tp_btf/irq_handler_exit")
-int handle_irq_exit(u64 *ctx)
-{
-	return irq_exit();
-}
-
-SEC("tp_btf/softirq_entry")
-int handle_softirq_entry(u64 *ctx)
-{
-	return irq_enter();
-}
-
-SEC("tp_btf/softirq_exit")
-int handle_softirq_exit(u64 *ctx)
-{
-	return irq_exit();
 }
 
 char LICENSE[] SEC("license") = "GPL";
