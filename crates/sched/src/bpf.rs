@@ -42,7 +42,7 @@ struct Rec {
     tid: u32,
     tgid: u32,
     kthread: u32,
-    pad: u32,
+    stale: u32,
     comm: [u8; 16],
 }
 

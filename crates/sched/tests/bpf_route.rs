@@ -338,8 +338,10 @@ fn migrating_victim_still_adds_up() {
     flip.join().unwrap();
     check_sums(&iv);
     let (c0, c1) = (charged_to(&iv.waits, h0.tid), charged_to(&iv.waits, h1.tid));
-    let ours = iv.waits.wait_ns() - foreign(&iv.waits);
-    eprintln!("hog0 {c0} ns, hog1 {c1} ns, of {ours} ns not charged to other processes");
+    // Unknown time (a stretch whose switch away was never seen, mostly
+    // other processes' threads) is blamed on no one, so left out too.
+    let ours = iv.waits.wait_ns() - foreign(&iv.waits) - iv.waits.unknown_ns;
+    eprintln!("hog0 {c0} ns, hog1 {c1} ns, of {ours} ns not charged to other processes or unknown");
     assert!(
         (c0 + c1) as f64 >= 0.8 * ours as f64,
         "the hogs have {} of {ours} ns",
