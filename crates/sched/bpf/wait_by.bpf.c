@@ -244,27 +244,36 @@ static __always_inline u64 kdelay(struct task_struct *p)
 	return d;
 }
 
-// Maps x ns of a measured stretch of m ns onto the kernel's length k of it:
-// monotonic in x and exact at x = m, so the pieces of a stretch sum to k.
-// f is k/m in 2^-20 units (stretch_ratio), one division per stretch
-// rather than one per piece; 0 when out of its range (then divide).
-static __always_inline u64 scale(u64 x, u64 m, u64 k, u64 f)
+// The kernel's length k of a stretch measured as m ns, as a ratio in
+// 2^-20 units applied to x >> sh (x < m). sh keeps x >> sh below 2^32 and
+// f is capped at 16 (k < 16 m always but for a clock oddity), so x * f
+// stays below 2^56. One division per stretch, none per piece.
+struct ratio {
+	u64 m, k, f, sh;
+};
+
+static __always_inline struct ratio stretch_ratio(u64 m, u64 k)
 {
-	if (x >= m)
-		return k;
-	if (f)
-		return (x * f) >> 20;
-	if (!(m >> 48) && !(k >> 48))
-		return ((x >> 16) * (k >> 16) / (m >> 16)) << 16;
-	return x;
+	struct ratio r = { .m = m, .k = k, .sh = 0 };
+	u64 mm = m, kk = k;
+	if (m >> 32) { // a wait over 4.3 s: 4 µs steps are fine
+		r.sh = 12;
+		mm >>= 12;
+		kk >>= 12;
+	}
+	if (kk >= (mm << 4))
+		kk = mm << 4;
+	r.f = mm ? (kk << 20) / mm : 0;
+	return r;
 }
 
-// x * f stays below 2^64 for x < m < 2^32 (4.3 s) and f < 2^24 (k < 16m).
-static __always_inline u64 stretch_ratio(u64 m, u64 k)
+// x ns of the measured stretch onto the kernel's length: monotonic in x and
+// exactly k at x = m, so the pieces of a stretch sum to k.
+static __always_inline u64 scale(u64 x, struct ratio *r)
 {
-	if ((m >> 32) || k >= (m << 4))
-		return 0;
-	return (k << 20) / m;
+	if (x >= r->m)
+		return r->k;
+	return (((x >> r->sh) * r->f) >> 20) << r->sh;
 }
 
 // Brings the victim in step with the kernel's counters: wait the kernel
@@ -329,7 +338,7 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 		return;
 	}
 	u64 m = t1 - t0;
-	u64 f = stretch_ratio(m, k);
+	struct ratio rt = stretch_ratio(m, k);
 	u32 zero = 0;
 	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
 	if (!cs) {
@@ -355,8 +364,8 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 		u64 irq = irq_end > irq_lo ? irq_end - irq_lo : 0;
 		if (irq > dur)
 			irq = dur;
-		u64 mid = scale(t1 - end + irq, m, k, f);
-		u64 upto = scale(t1 - lo, m, k, f);
+		u64 mid = scale(t1 - end + irq, &rt);
+		u64 upto = scale(t1 - lo, &rt);
 		v->irq_ns += mid - done;
 		if (r->stale)
 			v->unknown_ns += upto - mid;
