@@ -38,10 +38,12 @@ fn try_routes(pref: Preference) -> &'static [Route] {
         // collector starts after t0 (engine::host::sched_hook), and loading
         // the BPF route costs 0.2-1.2 s of CPU (the verifier; tracefs
         // 0.01 s): the victim waits behind the loader inside t0..t1 but
-        // outside the collector's window. A collector watching both
-        // threads outside the CLI (examples/hold) gave cbN 0.997-1.000 of
-        // the wait and schedstat 0.997-1.000. To put BPF first, start the
-        // collector before t0's thread times, then rerun those tests.
+        // outside the collector's window. With the BPF collector started
+        // before the window (examples/hold watching both vCPUs), cbN's run
+        // time was 0.96-1.00 of the victim's wait, as with no collector.
+        // To put BPF first, start the collector before t0's thread times
+        // (or judge against the schedstat stored at the readings), then
+        // rerun those tests.
         Preference::Auto => &[Route::Tracefs, Route::Bpf],
         Preference::Bpf => &[Route::Bpf],
         Preference::Tracefs => &[Route::Tracefs],
