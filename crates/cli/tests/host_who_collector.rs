@@ -242,7 +242,10 @@ fn assert_share(m: &Measured, victim: (u64, u64), culprit: (u64, u64), kind: &st
     let share = charged(c, kind, name, culprit.0, "share");
     let by_name = wait_by_share(c, kind, name);
     if by_name > share {
-        eprintln!("{name}: others of that name took {:.3} more", by_name - share);
+        eprintln!(
+            "{name}: others of that name took {:.3} more",
+            by_name - share
+        );
     }
     let truth = true_share(m, victim, culprit);
     eprintln!("{name}: charged {share:.3} of the wait, schedstat says {truth:.3}");
