@@ -9,24 +9,26 @@ use crate::hist::{EpisodeHist, BUCKETS};
 use crate::model::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
 use crate::route::RouteImpl;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
-use aya::programs::BtfTracePoint;
+use aya::programs::{BtfTracePoint, RawTracePoint};
 use aya::{Btf, Ebpf, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_readers::clock::monotonic_ns;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/wait_by.bpf.o");
 
-/// Programs and the tracepoints they attach to; the irq ones feed the
-/// `irq` share of a wait.
+/// `tp_btf` programs and the tracepoint each is loaded for.
 const PROGRAMS: &[(&str, &str)] = &[
     ("handle_switch", "sched_switch"),
     ("handle_wakeup", "sched_wakeup"),
     ("handle_wakeup_new", "sched_wakeup_new"),
     ("handle_migrate", "sched_migrate_task"),
-    ("handle_irq_entry", "irq_handler_entry"),
-    ("handle_irq_exit", "irq_handler_exit"),
-    ("handle_softirq_entry", "softirq_entry"),
-    ("handle_softirq_exit", "softirq_exit"),
+];
+
+/// `raw_tp` programs, each attached to several tracepoints: they feed the
+/// `irq` share of a wait.
+const RAW_PROGRAMS: &[(&str, &[&str])] = &[
+    ("handle_irq_entry", &["irq_handler_entry", "softirq_entry"]),
+    ("handle_irq_exit", &["irq_handler_exit", "softirq_exit"]),
 ];
 
 const RING: usize = 256;
@@ -40,7 +42,7 @@ struct Rec {
     tid: u32,
     tgid: u32,
     kthread: u32,
-    pad: u32,
+    stale: u32,
     comm: [u8; 16],
 }
 
@@ -50,6 +52,8 @@ struct CpuState {
     events: u64,
     lost: u64,
     overflows: u64,
+    missed: u64,
+    nq: i64,
     irq_ns: u64,
     irq_since: u64,
     irq_depth: u64,
@@ -61,8 +65,11 @@ struct CpuState {
 #[derive(Clone, Copy)]
 struct Victim {
     since: u64,
-    ep_start: u64,
+    ep_kd: u64,
     irq0: u64,
+    st_kd: u64,
+    acct: u64,
+    pcount: u64,
     cpu: u32,
     state: u32,
     irq_ns: u64,
@@ -100,7 +107,7 @@ unsafe impl Pod for ChargeKey {}
 unsafe impl Pod for Charge {}
 
 const _: () = assert!(std::mem::size_of::<Rec>() == 48);
-const _: () = assert!(std::mem::size_of::<Victim>() == 96 + 8 * BUCKETS);
+const _: () = assert!(std::mem::size_of::<Victim>() == 120 + 8 * BUCKETS);
 
 fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
     CollectError::Bpf {
@@ -148,6 +155,19 @@ impl BpfRoute {
                 .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
             prog.attach()
                 .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+        }
+        for (name, tps) in RAW_PROGRAMS {
+            let prog: &mut RawTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| format!("program {name} missing from the object"))?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| chain(&e))?;
+            prog.load()
+                .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
+            for tp in *tps {
+                prog.attach(tp)
+                    .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+            }
         }
         Ok(BpfRoute {
             ebpf,
@@ -295,6 +315,7 @@ impl RouteImpl for BpfRoute {
             stats.events += c.events;
             stats.lost_events += c.lost;
             stats.overflows += c.overflows;
+            stats.missed_switches += c.missed;
         }
         Ok(SchedSample {
             route: Route::Bpf,

@@ -93,7 +93,9 @@ pub struct SchedStats {
     /// Wait stretches older than the per-CPU record (charged as unknown).
     pub overflows: u64,
     /// Switches the trace left out, found when the next switch on a CPU
-    /// names another prev (tracefs route; their stretch goes to unknown).
+    /// names another prev (tracefs route), or arrivals of a watched thread
+    /// whose wait the kernel counted without the program seeing them (bpf
+    /// route). Their wait goes to unknown.
     pub missed_switches: u64,
 }
 
