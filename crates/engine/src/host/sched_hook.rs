@@ -5,11 +5,17 @@
 //! derivation (model::host::attribution) only ever sees the stored
 //! readings: this live part sits in the engine, the model stays pure.
 //!
-//! Timing: the t0 reading follows the side's thread times by the time the
-//! rest of t0 took to read, and the t1 reading is taken just before t1's
-//! thread times; attribution therefore covers a few ms less than the
-//! schedstat interval (the `host` report compares the two).
+//! Timing: the collector is loaded before t0 is read ([`SchedHook::load`])
+//! so that its start-up, which for the BPF route is ~0.3 s of verifier CPU
+//! time, is not inside the interval it measures: a vCPU waiting behind the
+//! loader would be in schedstat's wait but not in any charge. Its first
+//! reading follows t0's thread times by the time the rest of t0 took to
+//! read, and the t1 reading is taken just before t1's thread times;
+//! attribution therefore covers a few ms less than the schedstat interval
+//! (the `host` report compares the two).
 
+use std::path::Path;
+use stealscope_model::host::discovery::vmm_comm;
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::sched_store::{StoredSched, SCHED_FILE};
 use stealscope_readers::MemFs;
@@ -21,22 +27,10 @@ pub struct SchedHook {
 }
 
 impl SchedHook {
-    /// Starts the collector on the vCPU threads of `vms` and stores its
-    /// first reading (or why it could not start) in the t0 side.
-    pub fn start(vms: &[VmObs], t0: &mut MemFs) -> SchedHook {
-        let (hook, first) = SchedHook::begin(vms);
-        put(t0, &first);
-        hook
-    }
-
-    /// Starts the collector on the vCPU threads of `vms`; its first
-    /// reading (or why it could not start), for a side kept in memory.
-    pub fn begin(vms: &[VmObs]) -> (SchedHook, StoredSched) {
-        let tids: Vec<u32> = vms
-            .iter()
-            .flat_map(|v| v.vcpus.iter().map(|(_, t)| t.tid))
-            .collect();
-        let mut hook = match Collector::start(Preference::Auto) {
+    /// Loads the collector, watching nothing yet: call before reading t0,
+    /// then [`SchedHook::watch`] its VMs.
+    pub fn load() -> SchedHook {
+        match Collector::start(Preference::Auto) {
             Ok(c) => SchedHook {
                 collector: Some(c),
                 unavailable: Vec::new(),
@@ -45,15 +39,23 @@ impl SchedHook {
                 collector: None,
                 unavailable: e.reasons,
             },
-        };
-        if let Some(c) = hook.collector.as_mut() {
+        }
+    }
+
+    /// Watches the vCPU threads of `vms`; the first reading (or why there
+    /// is none).
+    pub fn watch(&mut self, vms: &[VmObs]) -> StoredSched {
+        let tids: Vec<u32> = vms
+            .iter()
+            .flat_map(|v| v.vcpus.iter().map(|(_, t)| t.tid))
+            .collect();
+        if let Some(c) = self.collector.as_mut() {
             if let Err(e) = c.watch(&tids) {
-                hook.unavailable = vec![format!("{}: {e}", c.route().as_str())];
-                hook.collector = None;
+                self.unavailable = vec![format!("{}: {e}", c.route().as_str())];
+                self.collector = None;
             }
         }
-        let first = hook.read();
-        (hook, first)
+        self.read()
     }
 
     /// The collector's cumulative reading now (call right before reading
@@ -84,6 +86,24 @@ fn schedstat(tid: u32) -> Option<[u64; 3]> {
     let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?;
     let mut v = s.split_whitespace().map(|x| x.parse::<u64>().ok());
     Some([v.next()??, v.next()??, v.next()??])
+}
+
+/// Whether a VMM process runs under `root`: a cheap look at each
+/// process's name (the same first filter discovery uses), so that a
+/// machine with no VM never pays for loading the collector.
+pub fn vmm_running(root: &Path) -> bool {
+    let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
+        return false;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .any(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| vmm_comm(c.trim_end()))
+        })
 }
 
 /// Stores a reading in a snapshot side.
