@@ -9,6 +9,11 @@ the recording then holds vCPU reads and the scheduler-event collector that the
 floor does not do).
 
   scripts/bench-record-floor.py BIN FLOOR [--secs 30] [--runs 3] [--max-busy 60]
+                                [--root DIR]
+
+--root records from DIR instead of "/" (e.g. a directory whose proc/stat and
+proc/interrupts link to the live ones): the sampling loop, flushes and small
+checkpoints without this machine's processes, counters or VMs.
 
 BIN is a release `stealscope`, FLOOR the `cc -O2` build of sample_floor.c.
 Prints one Markdown row per run on stdout."""
@@ -43,6 +48,7 @@ def main():
     p.add_argument("--secs", type=int, default=30)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--max-busy", type=float, default=60.0)
+    p.add_argument("--root")
     a = p.parse_args()
     print("| run | record | floor | ratio | machine busy, steal | valid |")
     print("|---|---|---|---|---|---|")
@@ -52,7 +58,8 @@ def main():
             b0, t0, s0 = stat()
             w0 = time.monotonic()
             rec = subprocess.Popen(
-                [a.bin, "record", "-o", out, "--rate", "100", "--duration", f"{a.secs}s"],
+                [a.bin, "record", "-o", out, "--rate", "100", "--duration", f"{a.secs}s"]
+                + (["--root", a.root] if a.root else []),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             flo = subprocess.Popen([a.floor, str(a.secs), "100", "1"],
                                    stdout=subprocess.DEVNULL)
