@@ -1,7 +1,7 @@
 //! Checkpoint payload: the files of one snapshot side (what `doctor` reads),
-//! deflated at the fastest level. A file whose bytes equal those in the previous checkpoint is
-//! stored as a reference to it, so a checkpoint a minute costs little when
-//! little changed.
+//! deflated at the fastest level. A file whose bytes equal those in the
+//! previous checkpoint is stored as a reference to it, so a checkpoint a
+//! minute costs little when little changed.
 
 use super::codec::{err, pack_with, put_bytes, put_str, put_u64, unpack, DResult, Dec, Effort};
 use std::collections::BTreeMap;

@@ -118,10 +118,10 @@ impl StatEncoder {
 
     fn same_layout(&self, s: &ProcStat) -> bool {
         let mut rows = stat_rows(s);
-        self.layout
-            .iter()
-            .all(|&(lk, ln)| rows.next().is_some_and(|(k, t)| k == lk && t.column_count() == ln as usize))
-            && rows.next().is_none()
+        self.layout.iter().all(|&(lk, ln)| {
+            rows.next()
+                .is_some_and(|(k, t)| k == lk && t.column_count() == ln as usize)
+        }) && rows.next().is_none()
     }
 
     /// Adds a sample. A CPU set or column change (hotplug) closes the open

@@ -19,7 +19,10 @@ struct Reference {
 
 fn rows(s: &ProcStat) -> Vec<(u32, stat::CpuTimes)> {
     let total = s.total.clone().map(|t| (0, t));
-    let cpus = s.cpus.iter().filter_map(|r| Some((r.cpu? + 1, r.times.clone())));
+    let cpus = s
+        .cpus
+        .iter()
+        .filter_map(|r| Some((r.cpu? + 1, r.times.clone())));
     total.into_iter().chain(cpus).collect()
 }
 
@@ -29,7 +32,11 @@ impl Reference {
             .iter()
             .map(|(k, t)| (*k, t.column_count() as u8))
             .collect();
-        let closed = if layout == self.layout { None } else { self.take() };
+        let closed = if layout == self.layout {
+            None
+        } else {
+            self.take()
+        };
         self.layout = layout;
         let t = t_ns.max(self.last_t);
         put_u64(&mut self.body, t - self.last_t);
@@ -79,7 +86,13 @@ fn sample(i: u64) -> ProcStat {
             .map(|c| {
                 let x = i * (c as u64 + 1) * 37 + k;
                 // A counter that goes back now and then, and a huge one.
-                if c == 4 && i % 5 == 0 { 3 } else if c == 9 { u64::MAX - x } else { x }
+                if c == 4 && i % 5 == 0 {
+                    3
+                } else if c == 9 {
+                    u64::MAX - x
+                } else {
+                    x
+                }
             })
             .map(|x| x.to_string())
             .collect();
@@ -97,13 +110,16 @@ fn sample(i: u64) -> ProcStat {
 #[test]
 fn batches_are_the_bytes_of_the_sample_at_a_time_encoder() {
     let start = 1_000;
-    let (mut new, mut old) = (StatEncoder::new(start), Reference {
-        body: Vec::new(),
-        n: 0,
-        last_t: start,
-        layout: Vec::new(),
-        prev: Vec::new(),
-    });
+    let (mut new, mut old) = (
+        StatEncoder::new(start),
+        Reference {
+            body: Vec::new(),
+            n: 0,
+            last_t: start,
+            layout: Vec::new(),
+            prev: Vec::new(),
+        },
+    );
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let mut dec = StatDecoder::new(start);
     let mut decoded = 0;
