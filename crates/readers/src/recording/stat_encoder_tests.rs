@@ -18,11 +18,8 @@ struct Reference {
 }
 
 fn rows(s: &ProcStat) -> Vec<(u32, stat::CpuTimes)> {
-    let total = s.total.clone().map(|t| (0, t));
-    let cpus = s
-        .cpus
-        .iter()
-        .filter_map(|r| Some((r.cpu? + 1, r.times.clone())));
+    let total = s.total.map(|t| (0, t));
+    let cpus = s.cpus.iter().filter_map(|r| Some((r.cpu? + 1, r.times)));
     total.into_iter().chain(cpus).collect()
 }
 
@@ -86,7 +83,7 @@ fn sample(i: u64) -> ProcStat {
             .map(|c| {
                 let x = i * (c as u64 + 1) * 37 + k;
                 // A counter that goes back now and then, and a huge one.
-                if c == 4 && i % 5 == 0 {
+                if c == 4 && i.is_multiple_of(5) {
                     3
                 } else if c == 9 {
                     u64::MAX - x
