@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_model::observation::{collect, Observation, Side};
+use stealscope_readers::kmsg::RuleRecords;
 use stealscope_readers::perf::CounterCapture;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
 use stealscope_readers::{cpuid, MemFs, ReadError, Recorder, RootFs, Source};
@@ -35,16 +36,14 @@ pub fn record_side(
     name: &str,
     side: Side,
 ) -> Result<(MemFs, Observation), ReadError> {
-    let rec = Recorder::new(RootFs::new(root));
+    // The rules read a few kernel messages; the rest stays on this machine
+    // and is neither kept nor parsed.
+    let rec = Recorder::new(RuleRecords(RootFs::new(root)));
     let obs = collect(&rec, side)?;
     // The hostname is not a rule input, but meta.json records it.
     let _ = rec.read("/proc/sys/kernel/hostname");
     let mut fs = MemFs::new(name);
     fs.files = rec.into_files();
-    // The rules read a few kernel messages; the rest stays on this machine.
-    if let Some(log) = fs.files.get_mut(stealscope_readers::kmsg::PATH) {
-        *log = stealscope_readers::kmsg::keep_rule_records(log);
-    }
     Ok((fs, obs))
 }
 

@@ -25,22 +25,63 @@ pub const RULE_MARKERS: &[(&str, &str)] = &[
 
 /// Whether a message is one some rule reads.
 pub fn read_by_rules(message: &str) -> bool {
-    RULE_MARKERS.iter().any(|(m, _)| message.contains(m))
+    markers().is_match(message)
+}
+
+/// All the markers in one automaton: one pass over a message instead of a
+/// substring search per marker (the log has hundreds of records).
+fn markers() -> &'static aho_corasick::AhoCorasick {
+    static M: std::sync::OnceLock<aho_corasick::AhoCorasick> = std::sync::OnceLock::new();
+    // The crate's own choice of automaton (a DFA for so few patterns): a
+    // contiguous NFA builds in a quarter of the time but searches at half
+    // the speed, about even over two checkpoints' log (callgrind).
+    M.get_or_init(|| {
+        aho_corasick::AhoCorasick::new(RULE_MARKERS.iter().map(|(m, _)| m))
+            .expect("a handful of short literal markers build an automaton")
+    })
 }
 
 /// The raw log with only the records some rule reads (continuation lines
 /// dropped too).
 pub fn keep_rule_records(raw: &[u8]) -> Vec<u8> {
-    let text = String::from_utf8_lossy(raw);
-    let mut out = String::new();
-    for line in text.lines() {
-        let msg = line.split_once(';').map_or(line, |(_, m)| m);
-        if !line.starts_with(' ') && read_by_rules(msg) {
-            out.push_str(line);
-            out.push('\n');
+    let mut out = Vec::new();
+    // Byte lines: a marker is ASCII, so a record that holds one holds it
+    // whatever bytes a driver put around it, and is kept as it was.
+    for line in raw.split(|&b| b == b'\n') {
+        let msg = match line.iter().position(|&b| b == b';') {
+            Some(i) => &line[i + 1..],
+            None => line,
+        };
+        if !line.is_empty() && line[0] != b' ' && markers().is_match(msg) {
+            out.extend_from_slice(line);
+            out.push(b'\n');
         }
     }
-    out.into_bytes()
+    out
+}
+
+/// A source whose /dev/kmsg holds only the records some rule reads, as a
+/// snapshot keeps it: what is recorded and parsed is that much, not the
+/// whole log (hundreds of records, each parsed for nothing).
+pub struct RuleRecords<S>(pub S);
+
+impl<S: crate::Source> crate::Source for RuleRecords<S> {
+    fn read(&self, path: &str) -> crate::Result<Option<Vec<u8>>> {
+        let data = self.0.read(path)?;
+        Ok(if path == PATH {
+            data.map(|d| keep_rule_records(&d))
+        } else {
+            data
+        })
+    }
+
+    fn list(&self, dir: &str) -> crate::Result<Option<Vec<String>>> {
+        self.0.list(dir)
+    }
+
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +141,29 @@ mod tests {
             kept,
             "6,1,0,-;Hypervisor detected: KVM\n4,3,9,-;clocksource: Marking clocksource 'tsc' as unstable\n"
         );
+    }
+
+    #[test]
+    fn a_source_s_log_holds_only_the_kept_records() {
+        use crate::{MemFs, Source};
+        let raw = b"6,1,0,-;Hypervisor detected: KVM\n6,2,5,-;usb \xff\xfe plugged\n4,3,9,-;x86/PTI: page tables isolation: enabled \xff\n";
+        let src = RuleRecords(MemFs::new("t").with(PATH, raw).with("/proc/x", "1\n"));
+        let kept = src.read(PATH).unwrap().unwrap();
+        assert_eq!(kept, keep_rule_records(raw));
+        // A kept record keeps its bytes; the dropped one is gone.
+        assert_eq!(
+            kept,
+            b"6,1,0,-;Hypervisor detected: KVM\n4,3,9,-;x86/PTI: page tables isolation: enabled \xff\n"
+        );
+        let msgs: Vec<String> = parse(&String::from_utf8_lossy(&kept))
+            .into_iter()
+            .map(|r| r.message)
+            .collect();
+        assert_eq!(msgs.len(), 2);
+        assert!(RULE_MARKERS.iter().all(|(m, _)| read_by_rules(m)));
+        assert!(!read_by_rules("systemd[1]: Hostname set"));
+        assert_eq!(src.read("/proc/x").unwrap().unwrap(), b"1\n");
+        assert_eq!(src.read("/nope").unwrap(), None);
     }
 
     #[test]

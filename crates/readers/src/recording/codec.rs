@@ -10,16 +10,22 @@ use std::io::Read;
 /// Payload flag byte of the series frames: bit 0 = the rest is deflated.
 pub const FLAG_DEFLATE: u8 = 1;
 
-pub fn put_u64(out: &mut Vec<u8>, v: u64) {
-    let mut b = [0u8; 10];
-    let n = v.encode_var(&mut b);
-    out.extend_from_slice(&b[..n]);
+/// LEB128, written byte by byte into `out`: the same bytes as
+/// `integer_encoding`'s `encode_var`, without the staging array (the
+/// encoders call this ~30 times a sample).
+#[inline]
+pub fn put_u64(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
+/// Zigzag, then LEB128 (as `integer_encoding` does for i64).
+#[inline]
 pub fn put_i64(out: &mut Vec<u8>, v: i64) {
-    let mut b = [0u8; 10];
-    let n = v.encode_var(&mut b);
-    out.extend_from_slice(&b[..n]);
+    put_u64(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
 /// `cur - prev` as a zigzag varint: lossless for any two u64 (a counter
@@ -168,17 +174,39 @@ impl<'a> Dec<'a> {
     }
 }
 
+/// How hard to compress. Any level inflates the same way, so this is the
+/// writer's choice alone, and not part of the format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    /// The series frames: a few KiB a second, written at every flush.
+    Default,
+    /// Checkpoints (tens of KiB of /proc text, at the start and the end of
+    /// every recording): miniz's fastest level takes a third of the
+    /// instructions for a file a few percent larger (callgrind).
+    Fast,
+}
+
 thread_local! {
-    // One compressor per thread, reset for each payload: a new one allocates
-    // and frees ~300 KB of tables, which was most of what `record` spent
-    // per second beyond its reads (callgrind). Same settings, same bytes.
+    // One compressor per thread and level, reset for each payload: a new
+    // one allocates and frees ~300 KB of tables, which was most of what
+    // `record` spent per second beyond its reads (callgrind).
     static DEFLATE: std::cell::RefCell<flate2::Compress> =
         std::cell::RefCell::new(flate2::Compress::new(flate2::Compression::default(), false));
+    static DEFLATE_FAST: std::cell::RefCell<flate2::Compress> =
+        std::cell::RefCell::new(flate2::Compress::new(flate2::Compression::fast(), false));
 }
 
 /// Raw deflate (no zlib header) of `data`.
 pub fn deflate(data: &[u8]) -> Vec<u8> {
-    DEFLATE.with(|c| {
+    deflate_with(data, Effort::Default)
+}
+
+pub fn deflate_with(data: &[u8], effort: Effort) -> Vec<u8> {
+    let key = match effort {
+        Effort::Default => &DEFLATE,
+        Effort::Fast => &DEFLATE_FAST,
+    };
+    key.with(|c| {
         let mut c = c.borrow_mut();
         c.reset();
         let mut out = Vec::with_capacity(data.len() / 2 + 64);
@@ -208,11 +236,24 @@ pub fn inflate(data: &[u8]) -> DResult<Vec<u8>> {
     Ok(out)
 }
 
+/// Bodies shorter than this are stored: deflate saves a few bytes on them
+/// (an interrupt or counter batch of 45-90 bytes: 0-30 bytes) and each
+/// compression first zeroes ~300 KB of the compressor's tables.
+pub const STORE_BELOW: usize = 128;
+
 /// A series payload: flag byte, then `body` deflated when that is smaller.
 pub fn pack(body: &[u8]) -> Vec<u8> {
-    let z = deflate(body);
+    pack_with(body, Effort::Default)
+}
+
+pub fn pack_with(body: &[u8], effort: Effort) -> Vec<u8> {
+    let z = if body.len() < STORE_BELOW {
+        Vec::new()
+    } else {
+        deflate_with(body, effort)
+    };
     let mut out = Vec::with_capacity(1 + body.len().min(z.len()));
-    if z.len() < body.len() {
+    if !z.is_empty() && z.len() < body.len() {
         out.push(FLAG_DEFLATE);
         out.extend_from_slice(&z);
     } else {

@@ -11,6 +11,8 @@ pub mod series;
 pub mod writer;
 
 #[cfg(test)]
+mod stat_encoder_tests;
+#[cfg(test)]
 mod tests;
 
 pub use format::*;

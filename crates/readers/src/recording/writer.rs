@@ -17,8 +17,9 @@ use crate::stat::ProcStat;
 use std::fs::File;
 use std::io::Write;
 
-/// A stat batch is closed early past this size (1000 Hz on a big host).
-const MAX_BATCH_BYTES: usize = 1 << 20;
+/// A stat batch is closed early past this many values (1000 Hz on a big
+/// host; ~1 MiB encoded, 8 MiB held).
+const MAX_BATCH_VALUES: usize = 1 << 20;
 
 pub struct RecordingWriter {
     file: File,
@@ -88,7 +89,7 @@ impl RecordingWriter {
         if let Some(p) = self.stat.push(t_ns, s) {
             self.frame(Kind::Stat, &p)?;
         }
-        if self.stat.pending_bytes() > MAX_BATCH_BYTES {
+        if self.stat.pending_values() > MAX_BATCH_VALUES {
             if let Some(p) = self.stat.take() {
                 self.frame(Kind::Stat, &p)?;
             }
