@@ -38,6 +38,10 @@
 //!   away from the idle task among them): `prev`'s pending charge is
 //!   dropped and the other threads' goes to `unknown` (see
 //!   `Aggregator::confirm`).
+//! - What the trace misses is made up from the kernel's count: the route
+//!   reads each watched thread's schedstat `run_delay` now and then, and
+//!   when it exceeds what closed episodes were charged, the difference
+//!   goes to `unknown` ([`Aggregator::reconcile`]).
 //! - A switch resets c's interrupt nesting: no switch happens inside a hard
 //!   or soft interrupt handler, so a lost exit cannot charge irq forever.
 
@@ -225,6 +229,20 @@ enum State {
 struct Watched {
     state: State,
     waits: ThreadWaits,
+    /// Charged in the episode still open (schedstat adds an episode only
+    /// when it ends).
+    open_ns: u64,
+    /// The kernel's own count, for [`Aggregator::reconcile`].
+    kernel: Kernel,
+}
+
+/// What the kernel counted against what the trace charged.
+#[derive(Default)]
+struct Kernel {
+    /// run_delay and closed charges at the first reconciliation.
+    base: Option<(u64, u64)>,
+    /// Added to `unknown_ns` so far: the largest shortfall seen.
+    topped: u64,
 }
 
 /// Most (tid, comm) identities kept before the cache starts over.
@@ -268,6 +286,8 @@ impl Aggregator {
         }
         for &tid in tids {
             self.threads.entry(tid).or_insert_with(|| Watched {
+                open_ns: 0,
+                kernel: Kernel::default(),
                 state: State::Unknown,
                 waits: ThreadWaits {
                     tid,
@@ -275,6 +295,13 @@ impl Aggregator {
                 },
             });
         }
+    }
+
+    /// The watched threads, ascending.
+    pub fn watched(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.threads.keys().copied().collect();
+        v.sort_unstable();
+        v
     }
 
     /// Events applied so far.
@@ -303,6 +330,39 @@ impl Aggregator {
         let t = self.clock(ts);
         for cpu in 0..self.cpus.len() as u32 {
             self.settle(cpu, t);
+        }
+    }
+
+    /// Tops up `unknown` with wait the kernel counted and the trace did
+    /// not show. `run_delay` is each watched thread's schedstat wait, read
+    /// before `ts` was: every episode in it has its switch-in stamped
+    /// before `ts`, so once the events up to `ts` are applied the trace's
+    /// closed episodes can only hold more (their stamps come after the
+    /// pick), never less, unless switches were missing (6.18 drops some
+    /// switches away from the idle task: the woken thread's wait is then
+    /// dropped, see `confirm`). The first call sets each thread's base.
+    pub fn reconcile(&mut self, ts: u64, run_delay: &[(u32, u64)]) {
+        self.advance(ts);
+        for &(tid, rd) in run_delay {
+            let Some(w) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            let open = match w.state {
+                State::Queued { .. } => w.open_ns,
+                _ => 0,
+            };
+            let closed = w.waits.wait_ns().saturating_sub(open + w.kernel.topped);
+            let Some((rd0, closed0)) = w.kernel.base else {
+                w.kernel.base = Some((rd, closed));
+                continue;
+            };
+            let short = rd
+                .saturating_sub(rd0)
+                .saturating_sub(closed.saturating_sub(closed0));
+            if short > w.kernel.topped {
+                w.waits.unknown_ns += short - w.kernel.topped;
+                w.kernel.topped = short;
+            }
         }
     }
 
@@ -484,6 +544,8 @@ impl Aggregator {
             *from -= ns;
             if tid != prev {
                 waits.unknown_ns += ns;
+            } else {
+                w.open_ns = w.open_ns.saturating_sub(ns);
             }
         }
         let w = &mut self.threads;
@@ -497,6 +559,9 @@ impl Aggregator {
         let Some(w) = self.threads.get_mut(&tid) else {
             return;
         };
+        if since == t {
+            w.open_ns = 0;
+        }
         w.state = State::Queued {
             cpu,
             since,
@@ -567,6 +632,7 @@ impl Aggregator {
             if ns == 0 {
                 continue;
             }
+            w.open_ns += ns;
             let waits = &mut w.waits;
             let to = if *uncertain { Target::Unknown } else { target };
             match pending.iter_mut().find(|p| p.0 == tid && p.1 == to) {

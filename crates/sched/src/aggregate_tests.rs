@@ -361,3 +361,54 @@ fn a_confirmed_switch_keeps_every_charge() {
     assert_eq!(charged(&w, A), 200);
     assert_eq!(a.missed_switches(), 0);
 }
+
+#[test]
+fn reconcile_tops_up_what_a_missing_switch_dropped() {
+    // V is woken on idle CPU 1 twice; the second switch idle -> V is not
+    // traced, so its 30 ns of wait is dropped. schedstat counted 20 + 30.
+    let mut a = agg();
+    a.apply(&sw(1, 0, A, false, 0));
+    a.reconcile(10, &[(V, 1_000)]);
+    let w = run(
+        &mut a,
+        &[
+            wake(100, V, 1),
+            sw(1, 120, 0, false, V),
+            sw(1, 500, V, false, 0),
+            wake(600, V, 1),
+            sw(1, 900, V, false, 0),
+        ],
+    );
+    assert_eq!((w.idle_ns, w.unknown_ns), (20, 0), "{w:?}");
+    a.reconcile(1_000, &[(V, 1_050)]);
+    let w = a.waits().remove(&V).unwrap();
+    assert_eq!((w.idle_ns, w.unknown_ns, w.wait_ns()), (20, 30, 50));
+    // Read again with nothing new: nothing is added twice.
+    a.reconcile(1_100, &[(V, 1_050)]);
+    assert_eq!(a.waits()[&V].unknown_ns, 30);
+}
+
+#[test]
+fn reconcile_leaves_a_trace_that_holds_more_and_an_open_episode_alone() {
+    // The trace stamps switches after the pick: it charges a little more
+    // than schedstat. An episode still open at the reading is not yet in
+    // schedstat either. Neither is a shortfall.
+    let mut a = agg();
+    a.apply(&sw(1, 0, A, false, 0));
+    a.reconcile(10, &[(V, 0)]);
+    for e in [
+        wake(100, V, 1),
+        sw(1, 150, 0, false, V),
+        sw(1, 200, V, true, A),
+    ] {
+        a.apply(&e);
+    }
+    // Closed: 50 in the trace, 45 in schedstat; open: 800 behind A.
+    a.reconcile(1_000, &[(V, 45)]);
+    let w = a.waits().remove(&V).unwrap();
+    assert_eq!((w.idle_ns, charged(&w, A), w.unknown_ns), (50, 800, 0));
+    // A thread never reconciled before only sets its base.
+    a.watch(&[V, B]);
+    a.reconcile(1_100, &[(V, 45), (B, 5_000)]);
+    assert_eq!(a.waits()[&B].unknown_ns, 0);
+}

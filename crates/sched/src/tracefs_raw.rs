@@ -33,6 +33,7 @@ use crate::model::{Route, SchedSample, SchedStats};
 use crate::ringbuf::{Missed, PageFormat};
 use crate::route::RouteImpl;
 use crate::tracefs_text::read_text;
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -239,8 +240,29 @@ impl TracefsRoute {
         lock(&self.shared.agg).watch(tids);
     }
 
-    /// Drains every CPU and returns the cumulative counters.
+    /// Drains every CPU and returns the cumulative counters. Two drains a
+    /// commit margin apart: the second applies the first's schedstat
+    /// reading ([`Aggregator::reconcile`]).
     pub fn read(&mut self) -> Result<SchedSample> {
+        self.drain()?;
+        std::thread::sleep(Duration::from_nanos(COMMIT_MARGIN_NS + 500_000));
+        let lost = self.drain()?;
+        let agg = lock(&self.shared.agg);
+        Ok(SchedSample {
+            route: Route::Tracefs,
+            monotonic_ns: monotonic_ns(),
+            threads: agg.waits(),
+            stats: SchedStats {
+                events: agg.events(),
+                lost_events: lost,
+                overflows: 0,
+                missed_switches: agg.missed_switches(),
+            },
+        })
+    }
+
+    /// Asks the reader for a drain and waits for it; events lost so far.
+    fn drain(&mut self) -> Result<u64> {
         let asked = {
             let mut s = lock(&self.shared.state);
             s.asked += 1;
@@ -274,19 +296,7 @@ impl TracefsRoute {
             let kernel = self.kernel_lost(cpu)?;
             lost += kernel.max(s.missed.get(i).copied().unwrap_or(0));
         }
-        drop(s);
-        let agg = lock(&self.shared.agg);
-        Ok(SchedSample {
-            route: Route::Tracefs,
-            monotonic_ns: monotonic_ns(),
-            threads: agg.waits(),
-            stats: SchedStats {
-                events: agg.events(),
-                lost_events: lost,
-                overflows: 0,
-                missed_switches: agg.missed_switches(),
-            },
-        })
+        Ok(lost)
     }
 
     /// `overrun` plus `dropped events` of a CPU's stats file.
@@ -298,6 +308,18 @@ impl TracefsRoute {
         })?;
         Ok(stats_lost(&text))
     }
+}
+
+/// schedstat `run_delay` of each thread still there.
+fn run_delays(tids: &[u32]) -> Vec<(u32, u64)> {
+    tids.iter()
+        .filter_map(|&tid| {
+            let path = format!("/proc/{tid}/schedstat");
+            let text = std::fs::read_to_string(&path).ok()?;
+            let s = stealscope_readers::process::parse_schedstat(&text, &path).ok()?;
+            Some((tid, s.wait_ns))
+        })
+        .collect()
 }
 
 /// `overrun: N` plus `dropped events: N` of a per-CPU stats file.
@@ -366,6 +388,9 @@ impl Reader {
         let mut bad_pages = 0u64;
         let mut last_error = None;
         let mut buf = vec![0u8; self.page_len];
+        // (time, run_delay per watched thread) read at each drain, applied
+        // once the events up to that time are.
+        let mut marks: VecDeque<(u64, Vec<(u32, u64)>)> = VecDeque::new();
         loop {
             self.wait(wake);
             let asked = {
@@ -375,7 +400,12 @@ impl Reader {
                 }
                 s.asked
             };
+            // schedstat first, then the clock: what run_delay holds was
+            // stamped in the trace before t0.
+            let watched = lock(&shared.agg).watched();
+            let delays = run_delays(&watched);
             let t0 = monotonic_ns();
+            marks.push_back((t0, delays));
             for (i, (cpu, pipe)) in self.cpus.iter_mut().enumerate() {
                 let cpu = *cpu;
                 // Bounded so a CPU writing as fast as we read cannot keep
@@ -437,6 +467,11 @@ impl Reader {
             let wm = t0.saturating_sub(COMMIT_MARGIN_NS);
             {
                 let mut agg = lock(&shared.agg);
+                while marks.front().is_some_and(|m| m.0 <= wm) {
+                    let (ts, delays) = marks.pop_front().unwrap_or_default();
+                    merger.release(ts, |e| agg.apply(e));
+                    agg.reconcile(ts, &delays);
+                }
                 merger.release(wm, |e| agg.apply(e));
                 agg.advance(wm);
             }

@@ -470,9 +470,10 @@ fn a_mostly_sleeping_thread_sums_to_schedstat() {
         let lost = after.stats.lost_events - before.stats.lost_events;
         let (wait, times) = (s1.1 - s0.1, s1.2 - s0.2);
         eprintln!(
-            "charged {} ns vs schedstat wait {wait} ns; {} episodes vs {times} runs; lost {lost}",
+            "charged {} ns vs schedstat wait {wait} ns; {} episodes vs {times} runs; lost {lost}; missed {}",
             d.wait_ns(),
-            d.episodes.count
+            d.episodes.count,
+            after.stats.missed_switches - before.stats.missed_switches
         );
         assert!(times > 500, "the sleeper ran {times} times");
         assert!(
