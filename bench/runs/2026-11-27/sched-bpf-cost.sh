@@ -18,7 +18,7 @@ run() { # label binary tids...
   local ops; ops=$(${PIN:-} perf bench sched pipe -l 100000 2>/dev/null | awk '/ops\/sec/{print $1}')
   b1=$(busy)
   local pct; pct=$(echo "$b0 $b1" | awk '{printf "%.0f%%", 100*($3-$1)/($4-$2)}')
-  local c; c=$(bpftool prog show | awk '/handle_(switch|wakeup) / {for(i=1;i<=NF;i++){if($i=="name")n=$(i+1);if($i=="run_time_ns")t=$(i+1);if($i=="run_cnt")c=$(i+1)}; if(c>0) printf "%s %.1f (%d) ", n, t/c, c}')
+  local c; c=$(bpftool prog show | awk '/handle_(switch|wakeup|irq_ent|irq_exi)/ {for(i=1;i<=NF;i++){if($i=="name")n=$(i+1);if($i=="run_time_ns")t=$(i+1);if($i=="run_cnt")c=$(i+1)}; if(c>0) printf "%s %.1f (%d) ", n, t/c, c}')
   echo "$label busy=$pct ops=$ops $c"
   kill $holder; wait $holder 2>/dev/null
   sysctl -q kernel.bpf_stats_enabled=0

@@ -42,8 +42,8 @@ struct thread_info {
 
 // The kernel's own wait accounting (kernel/sched/stats.h): run_delay grows
 // by rq->clock - last_queued when a queued task arrives on its CPU or is
-// dequeued to migrate. rq->clock is sched_clock, not bpf_ktime_get_ns, so
-// it is only ever subtracted from itself.
+// dequeued to migrate. rq->clock is sched_clock (one clock for all CPUs
+// when sched_clock_stable(), as with kvm-clock or an invariant TSC).
 struct sched_info {
 	unsigned long pcount;
 	u64 run_delay;
@@ -244,6 +244,18 @@ static __always_inline u64 kdelay(struct task_struct *p)
 	return d;
 }
 
+// The clock of p's run queue (sched_clock, updated at every __schedule,
+// enqueue and wake-up under the rq lock): where stretches start and end.
+// A load, not a clock read, and the clock of kdelay's lengths. Reading
+// bpf_ktime_get_ns instead (kvm-clock in this VM) cost ~70 ns of the
+// ~150 ns a switch took where a watched thread waits (BENCHMARKS.md).
+// At a migration p's rq is still the origin's: its stretch ends on that
+// clock, and the new one starts on it too.
+static __always_inline u64 rq_now(struct task_struct *p)
+{
+	return p->se.cfs_rq->rq->clock;
+}
+
 // The kernel's length k of a stretch measured as m ns, as a ratio in
 // 2^-20 units applied to x >> sh (x < m). sh keeps x >> sh below 2^32 and
 // f is capped at 16 (k < 16 m always but for a clock oddity), so x * f
@@ -327,8 +339,8 @@ static __always_inline void add_culprit(struct victim *v, u32 vtid,
 // Charges the kernel's length `k` of the stretch [v->since, t1) on CPU
 // `cpu`, split like the measured time: walks that CPU's stretches
 // backwards from the newest, each piece scaled from the measured m = t1 -
-// since onto k (the stamps here lag the kernel's rq clock by a few µs at
-// both ends, which adds up to percents over many short waits).
+// since onto k (the rq clock skips its update at a switch right after a
+// wake-up preemption, so m and k differ by a little).
 static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
                                    u64 t1, u64 k, struct cpu_state *me)
 {
@@ -426,8 +438,8 @@ int handle_switch(u64 *ctx)
 	me->events++;
 	if (gated())
 		return 0;
-	// The clock is read only when a watched thread is involved or queued
-	// here: most switches on a host concern no one watched.
+	// The rq clock is read only when a watched thread is involved or
+	// queued here: most switches on a host concern no one watched.
 	u64 now = 0;
 	u32 ntid = next->pid, ptid = prev->pid;
 	u64 h = me->head;
@@ -443,7 +455,7 @@ int handle_switch(u64 *ctx)
 
 	struct victim *v = watched_victim(ntid);
 	if (v) {
-		now = bpf_ktime_get_ns();
+		now = rq_now(next);
 		u32 cpu = bpf_get_smp_processor_id();
 		u64 kd = kdelay(next);
 		u64 lq = next->sched_info.last_queued;
@@ -480,7 +492,7 @@ int handle_switch(u64 *ctx)
 		// Still running in the kernel's eyes: last_queued is set from
 		// this same rq clock right after.
 		if (!now)
-			now = bpf_ktime_get_ns();
+			now = rq_now(prev);
 		u64 kd = kdelay(prev);
 		resync(v, kd, prev->sched_info.pcount, me);
 		leave_queue(v); // a switch-in it missed
@@ -497,7 +509,7 @@ int handle_switch(u64 *ctx)
 	// (the walk stops at the first record not after it), so 0 will do.
 	struct rec *r = &me->ring[h & (RING - 1)];
 	if (me->nq > 0) {
-		r->start = now ? now : bpf_ktime_get_ns();
+		r->start = now ? now : rq_now(next);
 		r->irq_start = me->irq_ns;
 	} else {
 		r->start = 0;
@@ -526,7 +538,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	struct victim *v = watched_victim(tid);
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
 		return 0;
-	u64 now = bpf_ktime_get_ns();
+	u64 now = rq_now(p);
 	u64 kd = kdelay(p);
 	resync(v, kd, p->sched_info.pcount, me);
 	v->ep_kd = kd;
@@ -561,7 +573,7 @@ int handle_migrate(u64 *ctx)
 	struct victim *v = watched_victim(tid);
 	if (!v || v->state != ST_QUEUED || !v->pcount)
 		return 0;
-	u64 now = bpf_ktime_get_ns();
+	u64 now = rq_now(p);
 	u64 kd = kdelay(p);
 	u64 k = kd > v->st_kd ? kd - v->st_kd : 0;
 	charge(v, tid, v->cpu, now, k, me);
@@ -583,8 +595,12 @@ int handle_irq_entry(void *ctx)
 	struct cpu_state *me = this_cpu();
 	if (!me || gated())
 		return 0;
+	// Timed only while a watched thread is queued here: irq time matters
+	// only inside a wait (the stretch records and queue_on take irq_ns
+	// only then). One woken inside this handler charges its remainder to
+	// the culprit, a few µs at most.
 	if (me->irq_depth++ == 0)
-		me->irq_since = bpf_ktime_get_ns();
+		me->irq_since = me->nq > 0 ? bpf_ktime_get_ns() : 0;
 	return 0;
 }
 
@@ -594,7 +610,7 @@ int handle_irq_exit(void *ctx)
 	struct cpu_state *me = this_cpu();
 	if (!me || me->irq_depth == 0)
 		return 0;
-	if (--me->irq_depth == 0)
+	if (--me->irq_depth == 0 && me->irq_since)
 		me->irq_ns += bpf_ktime_get_ns() - me->irq_since;
 	return 0;
 }

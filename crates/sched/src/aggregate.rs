@@ -19,9 +19,9 @@
 //!   entry/exit) whoever was current; to `unknown` when no record of c
 //!   covers it (before the first switch seen on c, or older than the
 //!   per-CPU record kept).
-//! - Time is the event timestamps' clock (the trace clock: `mono` for the
-//!   tracefs instance, `bpf_ktime_get_ns` for BPF, both CLOCK_MONOTONIC),
-//!   never the reader's.
+//! - Time is the event timestamps' clock (the trace clock `mono` for the
+//!   tracefs instance; the run queue's clock for BPF, the one schedstat
+//!   uses), never the reader's.
 //!
 //! User-space details the rules leave open (the tracefs route):
 //! - A wake-up of a thread already running or queued changes nothing (the
