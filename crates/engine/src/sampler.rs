@@ -17,12 +17,12 @@ use crate::stop::{next_due, Rate, Wait};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stealscope_model::host::sched_store::StoredSched;
 use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;
 use stealscope_readers::stat::{self, ProcStat};
 use stealscope_readers::{ReadError, RootFs, Source};
-use stealscope_model::host::sched_store::StoredSched;
 use stealscope_sched::SchedSample;
 
 /// When the hardware counter groups are read.

@@ -161,8 +161,14 @@ mod tests {
     /// reasons each time while the note is still said once at a scan.
     #[test]
     fn checkpoints_store_the_reading_or_the_reasons_each_time() {
-        assert!(SchedSlot::new(true).stored().is_none(), "no vCPU yet: no file");
-        assert!(SchedSlot::new(false).stored().is_none(), "not asked: no file");
+        assert!(
+            SchedSlot::new(true).stored().is_none(),
+            "no vCPU yet: no file"
+        );
+        assert!(
+            SchedSlot::new(false).stored().is_none(),
+            "not asked: no file"
+        );
         let tid = nix::unistd::gettid().as_raw() as u32;
         let mut slot = SchedSlot::load();
         slot.watch_tids(vec![tid]);
@@ -184,7 +190,10 @@ mod tests {
                         assert_eq!(s.route, "tracefs", "{s:?}");
                     }
                 }
-                assert!(matches!(slot.read(), Some(Ok(_))), "the scans still read it");
+                assert!(
+                    matches!(slot.read(), Some(Ok(_))),
+                    "the scans still read it"
+                );
             }
             Err(e) => {
                 let want = StoredSched::Unavailable {
