@@ -278,6 +278,10 @@ fn recorded_culprits_reach_the_report() {
     // page points to the scans instead.
     let route = &j["host"]["attribution"]["route"];
     assert_eq!(route, "bpf", "{}", j["host"]["attribution"]);
+    // Its own check against the vCPU's schedstat over the same interval
+    // (read right after each checkpoint's reading) passed.
+    let reason = j["host"]["attribution"]["reason"].as_str().unwrap();
+    assert!(!reason.contains("differs from schedstat"), "{reason}");
     let said = part.contains("collector's reading at each host scan");
     assert!(!said, "{part}");
     let who = &dom[dom.find("id=\"who-stole\"").expect("who-stole")..];
