@@ -205,4 +205,23 @@ mod tests {
             }
         }
     }
+
+    /// A collector that could not start (built here as the slot keeps it,
+    /// whatever this kernel allows): every checkpoint stores the routes'
+    /// reasons, as a snapshot side does, and the scans say it once.
+    #[test]
+    fn a_collector_that_could_not_run_is_stored_as_its_reasons() {
+        let reasons = vec!["bpf: refused".to_string(), "tracefs: absent".to_string()];
+        let mut slot = SchedSlot::Gone {
+            reasons: reasons.clone(),
+            unsaid: Some("no scheduler events: bpf: refused; tracefs: absent".into()),
+        };
+        let want = Some(StoredSched::Unavailable {
+            unavailable: reasons,
+        });
+        assert_eq!(slot.stored(), want);
+        assert!(matches!(slot.read(), Some(Err(e)) if e.contains("tracefs: absent")));
+        assert_eq!(slot.read(), None, "said once");
+        assert_eq!(slot.stored(), want, "stored each time");
+    }
 }
