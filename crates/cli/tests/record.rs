@@ -59,6 +59,18 @@ fn start_record(out: &Path, extra: &[&str]) -> Child {
         .unwrap()
 }
 
+/// Waits until the recorder has started sampling: its header, written
+/// right before the first sample, is in the file. On a host with VMs the
+/// start includes loading the scheduler-event collector before the first
+/// checkpoint (~0.3 s of verifier CPU, several times that on a busy host).
+fn wait_started(out: &Path) {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(out).map_or(0, |m| m.len()) == 0 {
+        assert!(std::time::Instant::now() < until, "record never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn finish(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -308,6 +320,7 @@ fn sigint_leaves_a_complete_file_and_sigkill_a_readable_one() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("int.ssr");
     let child = start_record(&p, &["--rate", "50"]);
+    wait_started(&p);
     std::thread::sleep(Duration::from_millis(1500));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let msg = finish(child);
@@ -327,6 +340,7 @@ fn sigint_leaves_a_complete_file_and_sigkill_a_readable_one() {
     // SIGKILL: no end frame, the batches flushed each second survive.
     let p = dir.path().join("kill.ssr");
     let mut child = start_record(&p, &["--rate", "100"]);
+    wait_started(&p);
     std::thread::sleep(Duration::from_millis(2600));
     child.kill().unwrap();
     child.wait().unwrap();

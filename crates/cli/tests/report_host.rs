@@ -140,7 +140,9 @@ fn report_of_a_host_opens_with_the_verdict_and_a_vm_table_in_chromium() {
 /// Who stole it over time: a recording on a host with a busy 1-vCPU QEMU
 /// (TCG) VM pinned beside a host loop carries culprits per scan; they add
 /// up to the vCPU's schedstat wait the same recording holds, and the
-/// report shows a real table naming the loop, and the stacked plot.
+/// report shows a real table naming the loop, and the stacked plot. Its
+/// checkpoints carry the collector's reading too, so the whole-recording
+/// section names the loop with the share the scans give it.
 #[test]
 fn recorded_culprits_reach_the_report() {
     use common::testenv;
@@ -201,7 +203,7 @@ fn recorded_culprits_reach_the_report() {
         }
     }
     let sum: f64 = by.values().sum();
-    eprintln!("recorded culprits {sum:.4} s vs schedstat {wait:.4} s: {by:?}");
+    eprintln!("recorded culprits {sum:.6} s vs schedstat {wait:.6} s: {by:?}");
     assert!(wait > 1.0, "the pinned vCPU hardly waited: {wait} s");
     assert!((sum - wait).abs() <= 0.02 * wait, "{sum} vs {wait}: {by:?}");
     // The loop is named; it cannot be charged more than it ran over the
@@ -271,15 +273,22 @@ fn recorded_culprits_reach_the_report() {
         .expect("the text section");
     let part = &text[at..];
     eprintln!("{part}");
-    // The checkpoints' whole-recording section had no collector reading
-    // while the scans did: the text says so rather than seem to disagree.
+    // The checkpoints carry the collector's reading: the whole-recording
+    // section is attributed, by the BPF route, so neither the text nor the
+    // page points to the scans instead.
+    let route = &j["host"]["attribution"]["route"];
+    assert_eq!(route, "bpf", "{}", j["host"]["attribution"]);
+    // Its own check against the vCPU's schedstat over the same interval
+    // (read right after each checkpoint's reading) passed.
+    let reason = j["host"]["attribution"]["reason"].as_str().unwrap();
+    assert!(!reason.contains("differs from schedstat"), "{reason}");
     let said = part.contains("collector's reading at each host scan");
-    assert_eq!(said, j["host"]["attribution"]["route"] == "none", "{part}");
-    // And the page's whole-recording section points to the scans.
+    assert!(!said, "{part}");
     let who = &dom[dom.find("id=\"who-stole\"").expect("who-stole")..];
     let who = &who[..who.find("</section>").unwrap()];
-    let points = who.contains("see who stole it over time below");
-    assert_eq!(points, j["host"]["attribution"]["route"] == "none", "{who}");
+    assert!(!who.contains("see who stole it over time below"), "{who}");
+    assert!(who.contains("recburn"), "the loop in the page: {who}");
+    whole_recording_agrees_with_the_scans(&j, burn / sum, ran);
     let mut lines = part.lines().skip_while(|l| !l.starts_with("  rwV waited"));
     let head = lines.next().expect("rwV's line");
     assert!(head.contains(&format!("recburn {pct}")), "{head}");
@@ -291,6 +300,41 @@ fn recorded_culprits_reach_the_report() {
     for l in text.lines() {
         assert!(l.chars().count() <= 80, "wider than 80: {l}");
     }
+}
+
+/// The whole-recording attribution (first to last checkpoint) of rwV's
+/// vCPU: the loop's share of its attributed wait is within 5 pp of the
+/// share the per-scan culprits give it (`scans`: they cover nearly the
+/// same time, from the first scan to the last), and it is charged no more
+/// than the loop ran by its own schedstat (`ran`, read around the record).
+fn whole_recording_agrees_with_the_scans(j: &serde_json::Value, scans: f64, ran: f64) {
+    let vm = j["host"]["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "rwV")
+        .expect("rwV in the whole-recording section");
+    let rows: Vec<&serde_json::Value> = vm["vcpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["wait_by"].as_array().unwrap())
+        .collect();
+    let total: f64 = rows.iter().map(|w| w["seconds"].as_f64().unwrap()).sum();
+    let burn: f64 = rows
+        .iter()
+        .filter(|w| w["name"] == "recburn" && w["kind"] == "host-process")
+        .map(|w| w["seconds"].as_f64().unwrap())
+        .sum();
+    let share = burn / total.max(1e-9);
+    eprintln!(
+        "whole recording: recburn {burn:.6} s of {total:.6} s ({:.3}%), scans {:.3}%",
+        100.0 * share,
+        100.0 * scans
+    );
+    assert!(total > 1.0, "attributed wait {total} s: {vm}");
+    assert!((share - scans).abs() <= 0.05, "{share} vs {scans}: {vm}");
+    assert!(burn <= ran * 1.02 + 0.01, "charged {burn} s, ran {ran} s");
 }
 
 /// A recording written before the culprits frame existed (by the build of

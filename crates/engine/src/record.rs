@@ -2,17 +2,20 @@
 //! open, pread), the hardware counters with each sample when any opened,
 //! /proc/interrupts at its own lower rate (it costs ~8x a /proc/stat read),
 //! every vCPU thread's schedstat once per host scan, probe windows handed
-//! in by the caller, and a checkpoint (the files `doctor` reads) at the
-//! start, every checkpoint period and at the end. Batches go to the file
+//! in by the caller, and a checkpoint (the files `doctor` reads, with the
+//! scheduler-event collector's cumulative reading on a host with VMs) at
+//! the start, every checkpoint period and at the end. Batches go to the file
 //! once a second, so memory stays flat however long it runs. The series
 //! is the engine's sampling loop ([`Sampler`]); this is its subscriber.
 
 use crate::capture::{clk_tck, monotonic_ns, record_side};
 use crate::host::answers::{self as host_live, HostLiveOptions};
+use crate::host::sched_hook;
 use crate::host::HostTracker;
 use crate::hw_sampler::is_live_root;
 use crate::record_probe::{ProbeSource, WakeupWindows};
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
+use crate::sched::SchedSlot;
 use crate::stop::{next_due, Rate};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -21,6 +24,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::running_wait_by::{scan_culprits, TOP_CULPRITS};
+use stealscope_model::host::sched_store::StoredSched;
 use stealscope_model::host::vm_labels;
 use stealscope_model::host::HostObservation;
 use stealscope_model::observation::Side;
@@ -249,13 +253,25 @@ impl Subscriber for Feed<'_> {
             self.w.flush()?;
             self.next_flush = next_due(self.next_flush, FLUSH_EVERY, now);
         }
-        if now >= self.next_checkpoint {
-            let (t, side, _) = checkpoint(&self.root, Side::End)?;
-            self.w.checkpoint(t, &side.files)?;
-            self.sum.checkpoints += 1;
-            self.next_checkpoint =
-                next_due(self.next_checkpoint, self.checkpoint_every, Instant::now());
+        Ok(())
+    }
+
+    fn checkpoint_due(&mut self, now: Instant, last: bool) -> bool {
+        last || now >= self.next_checkpoint
+    }
+
+    /// The collector's reading, taken right before the files (as doctor's
+    /// t1), goes in as /stealscope/sched.json: `report` then attributes
+    /// the whole recording from the first and last checkpoints.
+    fn checkpoint(&mut self, sched: Option<StoredSched>) -> Result<(), ReadError> {
+        let (t, mut side, _) = checkpoint(&self.root, Side::End)?;
+        if let Some(s) = &sched {
+            sched_hook::put(&mut side, s);
         }
+        self.w.checkpoint(t, &side.files)?;
+        self.sum.checkpoints += 1;
+        self.next_checkpoint =
+            next_due(self.next_checkpoint, self.checkpoint_every, Instant::now());
         Ok(())
     }
 }
@@ -289,7 +305,28 @@ pub fn record(
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let start_mono_ns = monotonic_ns();
-    let (t0, side0, host0) = checkpoint(root, Side::Start)?;
+    let live = is_live_root(root);
+    // Who stole the vCPUs' time, on a live host: loaded before the first
+    // checkpoint when a VMM runs (as doctor's before its t0), else started
+    // with the first scan that finds vCPU threads. The scans and the
+    // checkpoints read this one collector.
+    let mut sched = if live && sched_hook::vmm_running(root) {
+        SchedSlot::load()
+    } else {
+        SchedSlot::new(live)
+    };
+    let (t0, mut side0, host0) = checkpoint(root, Side::Start)?;
+    // Its first reading right after the checkpoint's thread times.
+    sched.watch_tids(
+        host0
+            .vms
+            .iter()
+            .flat_map(|v| v.vcpus.iter().map(|(_, t)| t.tid))
+            .collect(),
+    );
+    if let Some(s) = sched.stored() {
+        sched_hook::put(&mut side0, &s);
+    }
     let sampler = Sampler::open(
         SamplerOptions {
             // A lone TSC gives a constant TSC MHz: once a second is enough.
@@ -299,15 +336,13 @@ pub fn record(
             host_every: Some(opts.host_scan),
             watch_every: Some(VMM_WATCH_EVERY),
             duration: opts.duration,
-            // Who stole the vCPUs' time, on a live host (the collector
-            // starts with the first scan that finds vCPU threads).
-            sched: is_live_root(root),
             ..SamplerOptions::new(root)
         },
         Some(&side0),
     )?
     // The start checkpoint walked /proc already: its VMs start the scans.
-    .with_host(HostTracker::start_from(root, &side0, host0));
+    .with_host(HostTracker::start_from(root, &side0, host0))
+    .with_sched(sched);
     let header = Header {
         irq_rate_hz: (opts.irq_rate_hz > 0.0).then_some(opts.irq_rate_hz),
         host_scan_s: Some(opts.host_scan.as_secs_f64()),
@@ -319,7 +354,7 @@ pub fn record(
             .flatten(),
         clk_tck: clk_tck(),
         stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-        cpuid: is_live_root(root).then(cpuid::read_live),
+        cpuid: live.then(cpuid::read_live),
         counters: sampler.counters().map(|c| CounterInfo {
             opened: c.opened().to_vec(),
             missing: c.missing().to_vec(),
@@ -379,9 +414,6 @@ pub fn record(
         p.drain(&mut windows, &mut probe_notes);
     }
     write_probes(&mut w, &mut windows, &mut probe_notes, &mut sum)?;
-    let (t, side, _) = checkpoint(root, Side::End)?;
-    w.checkpoint(t, &side.files)?;
-    sum.checkpoints += 1;
     sum.seconds = start.elapsed().as_secs_f64();
     sum.reason = match ended {
         Ended::Stopped => "signal",

@@ -3,7 +3,8 @@
 //! hardware counter groups read right after it (so their windows are the
 //! steal windows), every vCPU thread's schedstat once per host scan
 //! (rediscovering VMs when a VMM process starts), and the scheduler-event
-//! collector read right before each host scan ([`crate::sched`]). What each command
+//! collector read right before each host scan and each checkpoint a
+//! subscriber takes ([`crate::sched`]). What each command
 //! does with a reading is its [`Subscriber`]'s business: serve updates its
 //! metrics, top its view, record writes the file, doctor keeps one
 //! interval ([`crate::capture`]: no host scans, a last sample at t1).
@@ -16,6 +17,7 @@ use crate::stop::{next_due, Rate, Wait};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stealscope_model::host::sched_store::StoredSched;
 use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;
@@ -122,6 +124,18 @@ pub trait Subscriber {
     fn tick(&mut self, _now: Instant) -> Result<(), ReadError> {
         Ok(())
     }
+    /// Whether the subscriber takes a checkpoint now (record: each
+    /// checkpoint period after a tick, and `last` when the loop ends);
+    /// if so, [`Subscriber::checkpoint`] follows.
+    fn checkpoint_due(&mut self, _now: Instant, _last: bool) -> bool {
+        false
+    }
+    /// A checkpoint: the collector's cumulative reading, read right
+    /// before this call, as a snapshot side stores it (None: not asked
+    /// for, or no vCPU thread to watch yet).
+    fn checkpoint(&mut self, _sched: Option<StoredSched>) -> Result<(), ReadError> {
+        Ok(())
+    }
 }
 
 /// Why the loop ended.
@@ -139,6 +153,9 @@ pub struct Sampler {
     hw: Option<HwSampler>,
     /// VMs found by the caller (see [`Sampler::with_host`]).
     tracker: Option<(HostTracker, Option<ReadError>)>,
+    /// The scheduler-event collector: read before each host scan and
+    /// checkpoint.
+    sched: SchedSlot,
 }
 
 impl Sampler {
@@ -162,11 +179,12 @@ impl Sampler {
             s.set_counters(c.opened().to_vec(), c.missing().to_vec());
         }
         Ok(Sampler {
-            opts,
             stat,
             parsed: ProcStat::default(),
             hw,
             tracker: None,
+            sched: SchedSlot::new(opts.sched),
+            opts,
         })
     }
 
@@ -174,6 +192,13 @@ impl Sampler {
     /// [`HostTracker::start_from`]) instead of discovering them in `run`.
     pub fn with_host(mut self, tracker: (HostTracker, Option<ReadError>)) -> Sampler {
         self.tracker = Some(tracker);
+        self
+    }
+
+    /// Runs the collector the caller started (record: before its first
+    /// checkpoint, whose reading it is) instead of a new one.
+    pub(crate) fn with_sched(mut self, slot: SchedSlot) -> Sampler {
+        self.sched = slot;
         self
     }
 
@@ -187,9 +212,35 @@ impl Sampler {
         self.hw.as_ref().map(HwSampler::counters)
     }
 
-    /// Samples at `rate` until stopped or the duration is over.
+    /// Samples at `rate` until stopped or the duration is over, then
+    /// hands the subscriber its last checkpoint if it takes one.
     pub fn run(
         mut self,
+        rate: &Rate,
+        sub: &mut dyn Subscriber,
+        stop: &dyn Wait,
+    ) -> Result<Ended, ReadError> {
+        let ended = self.run_loop(rate, sub, stop)?;
+        self.checkpoint(sub, Instant::now(), true)?;
+        Ok(ended)
+    }
+
+    /// A checkpoint when the subscriber takes one now, with the
+    /// collector's reading right before it.
+    fn checkpoint(
+        &mut self,
+        sub: &mut dyn Subscriber,
+        now: Instant,
+        last: bool,
+    ) -> Result<(), ReadError> {
+        if sub.checkpoint_due(now, last) {
+            sub.checkpoint(self.sched.stored())?;
+        }
+        Ok(())
+    }
+
+    fn run_loop(
+        &mut self,
         rate: &Rate,
         sub: &mut dyn Subscriber,
         stop: &dyn Wait,
@@ -222,7 +273,6 @@ impl Sampler {
         }
         .map(|(t, err)| sub.host_started(err).map(|()| t))
         .transpose()?;
-        let mut sched = SchedSlot::new(self.opts.sched);
         let start = self.opts.from.unwrap_or_else(Instant::now);
         let end = self.opts.duration.map(|d| start + d);
         let (mut next, mut next_host) = (start, start);
@@ -265,11 +315,12 @@ impl Sampler {
                         }
                         Some(_) => false,
                     };
-                    self.scan(host, &mut sched, watch, sub)?;
+                    self.scan(host, watch, sub)?;
                     next_host = next_due(next_host, every, now);
                 }
             }
             sub.tick(now)?;
+            self.checkpoint(sub, now, false)?;
             if let Some(e) = ending {
                 return Ok(e);
             }
@@ -292,20 +343,19 @@ impl Sampler {
 
     /// A host scan, with the collector read right before it.
     fn scan(
-        &self,
+        &mut self,
         host: &mut HostTracker,
-        sched: &mut SchedSlot,
         watch: bool,
         sub: &mut dyn Subscriber,
     ) -> Result<(), ReadError> {
         // The collector is read right before each scan, so its intervals
         // are the scans' (schedstat bounds them) and a 100 Hz recording
         // does not pay for 100 reads a second.
-        if let Some(r) = sched.read() {
+        if let Some(r) = self.sched.read() {
             sub.sched(r.as_ref().map_err(String::clone))?;
         }
         let r = host.scan(&self.opts.root, watch);
-        sched.watch(host);
+        self.sched.watch(host);
         // Stamped at the reads, not before the collector's read and the
         // VMM check: schedstat deltas are over the reads' times.
         sub.host(host.read_ns(), host, r)

@@ -1,11 +1,16 @@
 //! The engine's place for the scheduler-event collector (stealscope-sched,
 //! issue 17): started at the first host scan that finds vCPU threads (so a
-//! guest, or a host without VMs, pays nothing for it), told the vCPU
-//! threads of every later scan, read right before each scan. When it cannot run,
-//! the reason reaches the subscriber once and the slot stays quiet.
+//! guest, or a host without VMs, pays nothing for it), or by `record`
+//! before its first checkpoint ([`SchedSlot::load`]), told the vCPU
+//! threads of every later scan, read right before each scan and at each
+//! checkpoint ([`SchedSlot::stored`]). When it cannot run, the reason
+//! reaches the subscriber once and the slot stays quiet; checkpoints keep
+//! storing it.
 
+use crate::host::sched_hook;
 use crate::host::HostTracker;
 use stealscope_model::host::discovery::ThreadRole;
+use stealscope_model::host::sched_store::StoredSched;
 use stealscope_sched::{Collector, Preference, SchedSample};
 
 pub(crate) enum SchedSlot {
@@ -17,8 +22,12 @@ pub(crate) enum SchedSlot {
         c: Collector,
         tids: Vec<u32>,
     },
-    /// Could not start or stopped; the reason until it was said.
-    Gone(Option<String>),
+    /// Could not start or stopped: one reason per route (what a checkpoint
+    /// stores), and the message for the subscriber until it was said.
+    Gone {
+        reasons: Vec<String>,
+        unsaid: Option<String>,
+    },
 }
 
 impl SchedSlot {
@@ -30,19 +39,67 @@ impl SchedSlot {
         }
     }
 
+    /// Starts the collector now, watching nothing yet (record: before its
+    /// first checkpoint, so that BPF's ~0.3 s of verifier CPU is not
+    /// inside the recording's whole interval).
+    pub fn load() -> SchedSlot {
+        match Collector::start(Preference::Auto) {
+            Ok(c) => SchedSlot::Running {
+                c,
+                tids: Vec::new(),
+            },
+            Err(e) => SchedSlot::Gone {
+                unsaid: Some(e.to_string()),
+                reasons: e.reasons,
+            },
+        }
+    }
+
     /// Reads the collector: None when off, not started yet or already
     /// said gone, else the reading or why there is none.
     pub fn read(&mut self) -> Option<Result<SchedSample, String>> {
         match self {
-            SchedSlot::Gone(why) => why.take().map(Err),
+            SchedSlot::Gone { unsaid, .. } => unsaid.take().map(Err),
             SchedSlot::Running { c, .. } => match c.read() {
                 Ok(s) => Some(Ok(s)),
                 Err(e) => {
-                    *self = SchedSlot::Gone(None);
+                    let route = c.route().as_str();
+                    *self = SchedSlot::Gone {
+                        reasons: vec![format!("{route}: {e}")],
+                        unsaid: None,
+                    };
                     Some(Err(format!("scheduler events stopped: {e}")))
                 }
             },
             SchedSlot::Off | SchedSlot::Pending => None,
+        }
+    }
+
+    /// The cumulative reading now as a snapshot side stores it (each
+    /// thread's schedstat read right after), or why there is none; None
+    /// when off or not started (no vCPU thread yet): no file, as in a
+    /// snapshot of a host without VMs. A read that fails here is still
+    /// said at the next scan.
+    pub fn stored(&mut self) -> Option<StoredSched> {
+        match self {
+            SchedSlot::Off | SchedSlot::Pending => None,
+            SchedSlot::Gone { reasons, .. } => Some(StoredSched::Unavailable {
+                unavailable: reasons.clone(),
+            }),
+            SchedSlot::Running { c, .. } => match c.read() {
+                Ok(s) => Some(sched_hook::store(&s)),
+                Err(e) => {
+                    let route = c.route().as_str();
+                    let reasons = vec![format!("{route}: {e}")];
+                    *self = SchedSlot::Gone {
+                        reasons: reasons.clone(),
+                        unsaid: Some(format!("scheduler events stopped: {e}")),
+                    };
+                    Some(StoredSched::Unavailable {
+                        unavailable: reasons,
+                    })
+                }
+            },
         }
     }
 
@@ -58,15 +115,9 @@ impl SchedSlot {
     }
 
     /// Starts the collector at the first non-empty set of threads.
-    fn watch_tids(&mut self, now: Vec<u32>) {
+    pub fn watch_tids(&mut self, now: Vec<u32>) {
         if matches!(self, SchedSlot::Pending) && !now.is_empty() {
-            *self = match Collector::start(Preference::Auto) {
-                Ok(c) => SchedSlot::Running {
-                    c,
-                    tids: Vec::new(),
-                },
-                Err(e) => SchedSlot::Gone(Some(e.to_string())),
-            };
+            *self = SchedSlot::load();
         }
         let SchedSlot::Running { c, tids } = self else {
             return;
@@ -103,5 +154,74 @@ mod tests {
                 assert_eq!(read, 0);
             }
         }
+    }
+
+    /// What record's checkpoints store: the cumulative reading each time,
+    /// with the thread's schedstat read right after it, or the routes'
+    /// reasons each time while the note is still said once at a scan.
+    #[test]
+    fn checkpoints_store_the_reading_or_the_reasons_each_time() {
+        assert!(
+            SchedSlot::new(true).stored().is_none(),
+            "no vCPU yet: no file"
+        );
+        assert!(
+            SchedSlot::new(false).stored().is_none(),
+            "not asked: no file"
+        );
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        let mut slot = SchedSlot::load();
+        slot.watch_tids(vec![tid]);
+        let a = slot.stored().expect("loaded: a reading or reasons");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let b = slot.stored().expect("still there");
+        match Collector::start(Preference::Auto) {
+            Ok(c) => {
+                let (StoredSched::Sample(a), StoredSched::Sample(b)) = (&a, &b) else {
+                    panic!("{a:?} {b:?}")
+                };
+                assert_eq!(a.route, c.route().as_str());
+                assert!(b.monotonic_ns > a.monotonic_ns);
+                for s in [a, b] {
+                    // Only the BPF route lists a watched thread that never waited.
+                    if let Some(t) = s.threads.iter().find(|t| t.tid == tid) {
+                        assert!(t.schedstat.is_some_and(|x| x[0] > 0), "{t:?}");
+                    } else {
+                        assert_eq!(s.route, "tracefs", "{s:?}");
+                    }
+                }
+                assert!(
+                    matches!(slot.read(), Some(Ok(_))),
+                    "the scans still read it"
+                );
+            }
+            Err(e) => {
+                let want = StoredSched::Unavailable {
+                    unavailable: e.reasons.clone(),
+                };
+                assert_eq!((&a, &b), (&want, &want));
+                assert_eq!(slot.read(), Some(Err(e.to_string())), "said at a scan");
+                assert_eq!(slot.read(), None, "once");
+            }
+        }
+    }
+
+    /// A collector that could not start (built here as the slot keeps it,
+    /// whatever this kernel allows): every checkpoint stores the routes'
+    /// reasons, as a snapshot side does, and the scans say it once.
+    #[test]
+    fn a_collector_that_could_not_run_is_stored_as_its_reasons() {
+        let reasons = vec!["bpf: refused".to_string(), "tracefs: absent".to_string()];
+        let mut slot = SchedSlot::Gone {
+            reasons: reasons.clone(),
+            unsaid: Some("no scheduler events: bpf: refused; tracefs: absent".into()),
+        };
+        let want = Some(StoredSched::Unavailable {
+            unavailable: reasons,
+        });
+        assert_eq!(slot.stored(), want);
+        assert!(matches!(slot.read(), Some(Err(e)) if e.contains("tracefs: absent")));
+        assert_eq!(slot.read(), None, "said once");
+        assert_eq!(slot.stored(), want, "stored each time");
     }
 }

@@ -19,7 +19,7 @@ use stealscope_model::host::discovery::vmm_comm;
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::sched_store::{StoredSched, SCHED_FILE};
 use stealscope_readers::MemFs;
-use stealscope_sched::{Collector, Preference};
+use stealscope_sched::{Collector, Preference, SchedSample};
 
 pub struct SchedHook {
     collector: Option<Collector>,
@@ -62,15 +62,7 @@ impl SchedHook {
     /// t1, then [`put`] it into the t1 side).
     pub fn read(&mut self) -> StoredSched {
         match self.collector.as_mut().map(|c| (c.route(), c.read())) {
-            Some((_, Ok(s))) => {
-                let mut stored = StoredSched::from(&s);
-                if let StoredSched::Sample(x) = &mut stored {
-                    for t in &mut x.threads {
-                        t.schedstat = schedstat(t.tid);
-                    }
-                }
-                stored
-            }
+            Some((_, Ok(s))) => store(&s),
             Some((route, Err(e))) => StoredSched::Unavailable {
                 unavailable: vec![format!("{}: {e}", route.as_str())],
             },
@@ -79,6 +71,19 @@ impl SchedHook {
             },
         }
     }
+}
+
+/// A reading as a side stores it, with each thread's schedstat read right
+/// after it (the same instant, for the check of attributed wait against
+/// schedstat). `record`'s checkpoints store theirs the same way.
+pub(crate) fn store(s: &SchedSample) -> StoredSched {
+    let mut stored = StoredSched::from(s);
+    if let StoredSched::Sample(x) = &mut stored {
+        for t in &mut x.threads {
+            t.schedstat = schedstat(t.tid);
+        }
+    }
+    stored
 }
 
 /// /proc/TID/schedstat: (run ns, wait ns, times run); None once it is gone.

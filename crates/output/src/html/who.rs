@@ -21,8 +21,9 @@ fn label(c: &CulpritShare) -> String {
     }
 }
 
-/// `over_time`: the recording has culprits per host scan (its checkpoints,
-/// which this section reads, never do): then the section points there.
+/// `over_time`: the recording has culprits per host scan; when its
+/// checkpoints, which this section reads, hold no collector reading
+/// (recordings from before they did), the section points there.
 pub fn render(host: Option<&HostSection>, over_time: bool) -> Markup {
     let Some(h) = host else {
         return svg::no_data(ID, TITLE, "no VMs on this machine");

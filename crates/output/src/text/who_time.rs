@@ -22,8 +22,9 @@ fn secs(s: f64) -> String {
 }
 
 /// `attributed`: whether the whole-recording "Who stole it" above had the
-/// collector's reading (a recording's checkpoints have none, while its
-/// host scans do: said here, or the two sections seem to disagree).
+/// collector's reading (the checkpoints of a recording from before they
+/// carried it have none, while its host scans do: said here, or the two
+/// sections seem to disagree).
 pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime], attributed: bool) {
     let bin = vms.iter().find_map(|v| v.bins.first()).map(|b| b.width_s);
     let _ = writeln!(
