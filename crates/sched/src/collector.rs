@@ -28,9 +28,10 @@ fn try_routes(pref: Preference) -> &'static [Route] {
     match pref {
         // BPF first: it aggregates in the kernel, and its wait lengths are
         // the kernel's own (run_delay), so sums equal schedstat; tracefs
-        // only approximates them from trace stamps. BPF's start-up costs
-        // 0.2-0.4 s of verifier CPU, so the one-interval commands load it
-        // before their t0 (engine::host::sched_hook); started inside the
+        // only approximates them from trace stamps. BPF's start-up cost
+        // 0.2-0.4 s of verifier CPU (0.06 s since the charge walk became a
+        // bpf_loop callback), so the one-interval commands load it before
+        // their t0 (engine::host::sched_hook); started inside the
         // interval, the victims' wait behind the loader was in schedstat
         // but in no charge (host_who tests, 2026-11-27: cbN 0.998 charged
         // vs 0.852-0.874 of schedstat; 0.96-1.00 with the load moved out).

@@ -6,8 +6,9 @@
 //! readings: this live part sits in the engine, the model stays pure.
 //!
 //! Timing: the collector is loaded before t0 is read ([`SchedHook::load`])
-//! so that its start-up, which for the BPF route is ~0.3 s of verifier CPU
-//! time, is not inside the interval it measures: a vCPU waiting behind the
+//! so that its start-up (for the BPF route ~0.06 s of verifier CPU time,
+//! 0.3 s before the charge walk became a `bpf_loop` callback) is not
+//! inside the interval it measures: a vCPU waiting behind the
 //! loader would be in schedstat's wait but not in any charge. Its first
 //! reading follows t0's thread times by the time the rest of t0 took to
 //! read, and the t1 reading is taken just before t1's thread times;
