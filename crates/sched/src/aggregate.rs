@@ -37,7 +37,9 @@
 //!   not, a switch was missing from the trace (6.18 drops some, the switch
 //!   away from the idle task among them): `prev`'s pending charge is
 //!   dropped and the other threads' goes to `unknown` (see
-//!   `Aggregator::confirm`).
+//!   `Aggregator::confirm`), unless `prev` had been woken onto that idle
+//!   CPU: the missing switch was then the one to it, the CPU idled until
+//!   its wake-up and ran it after.
 //! - What the trace misses is made up from the kernel's count: the route
 //!   reads each watched thread's schedstat `run_delay` now and then, and
 //!   when it exceeds what closed episodes were charged, the difference
@@ -49,85 +51,7 @@ use crate::model::{Culprit, ThreadWaits};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-/// A task's comm as the kernel stores it (NUL-padded).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Comm(pub [u8; 16]);
-
-impl Comm {
-    pub fn new(s: &str) -> Comm {
-        let mut c = [0u8; 16];
-        let n = s.len().min(15);
-        c[..n].copy_from_slice(&s.as_bytes()[..n]);
-        Comm(c)
-    }
-
-    pub fn as_string(&self) -> String {
-        let end = self.0.iter().position(|&b| b == 0).unwrap_or(16);
-        String::from_utf8_lossy(&self.0[..end]).into_owned()
-    }
-}
-
-/// A decoded scheduler event, timestamps in ns of the trace clock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    Switch {
-        cpu: u32,
-        ts: u64,
-        prev_tid: u32,
-        /// Preempted, or `prev_state` TASK_RUNNING: it stays queued.
-        prev_runnable: bool,
-        next_tid: u32,
-        next_comm: Comm,
-    },
-    /// `sched_wakeup` or `sched_wakeup_new`.
-    Wakeup {
-        ts: u64,
-        tid: u32,
-        target_cpu: u32,
-    },
-    Migrate {
-        ts: u64,
-        tid: u32,
-        orig_cpu: u32,
-        dest_cpu: u32,
-    },
-    IrqEnter {
-        cpu: u32,
-        ts: u64,
-    },
-    IrqExit {
-        cpu: u32,
-        ts: u64,
-    },
-    SoftirqEnter {
-        cpu: u32,
-        ts: u64,
-    },
-    SoftirqExit {
-        cpu: u32,
-        ts: u64,
-    },
-    /// The kernel dropped events of `cpu` after `ts` (buffer overrun).
-    Lost {
-        cpu: u32,
-        ts: u64,
-    },
-}
-
-impl Event {
-    pub fn ts(&self) -> u64 {
-        match *self {
-            Event::Switch { ts, .. }
-            | Event::Wakeup { ts, .. }
-            | Event::Migrate { ts, .. }
-            | Event::IrqEnter { ts, .. }
-            | Event::IrqExit { ts, .. }
-            | Event::SoftirqEnter { ts, .. }
-            | Event::SoftirqExit { ts, .. }
-            | Event::Lost { ts, .. } => ts,
-        }
-    }
-}
+pub use crate::event::{Comm, Event};
 
 /// Thread-group id and kernel-thread flag of a culprit, which `sched_switch`
 /// does not carry.
@@ -181,6 +105,9 @@ impl Identify for ProcIdentity {
 enum Current {
     Unknown,
     Idle,
+    /// Idle, and this thread was woken onto the CPU since: it runs next
+    /// unless a traced switch says otherwise (see `confirm`).
+    Woken(u32),
     Task(u32, Comm),
 }
 
@@ -194,6 +121,9 @@ struct Cpu {
     /// What was charged here since the last switch on this CPU: the next
     /// switch confirms it (its `prev` is `current`) or revokes it.
     pending: Vec<(u32, Target, u64)>,
+    /// Threads woken onto this CPU while idle since its last switch, in
+    /// order.
+    woken: Vec<u32>,
 }
 
 impl Default for Cpu {
@@ -203,6 +133,7 @@ impl Default for Cpu {
             irq: 0,
             queued: Vec::new(),
             pending: Vec::new(),
+            woken: Vec::new(),
         }
     }
 }
@@ -373,14 +304,19 @@ impl Aggregator {
             Event::Switch {
                 cpu,
                 prev_tid,
+                prev_comm,
                 prev_runnable,
                 next_tid,
                 next_comm,
                 ..
-            } => self.switch(cpu, t, prev_tid, prev_runnable, next_tid, next_comm),
+            } => {
+                let prev = (prev_tid, prev_comm);
+                self.switch(cpu, t, prev, prev_runnable, next_tid, next_comm)
+            }
             Event::Wakeup {
                 tid, target_cpu, ..
             } => {
+                self.woken_on(target_cpu, tid, t);
                 if let Some(w) = self.threads.get(&tid) {
                     match w.state {
                         State::Unknown | State::Sleeping => self.enqueue(tid, target_cpu, t, t),
@@ -426,6 +362,7 @@ impl Aggregator {
                 c.current = Current::Unknown;
                 c.irq = 0;
                 c.pending.clear();
+                c.woken.clear();
                 for w in self.threads.values_mut() {
                     match &mut w.state {
                         State::Running { cpu: r } if *r == cpu => w.state = State::Unknown,
@@ -450,9 +387,31 @@ impl Aggregator {
         &mut self.cpus[i]
     }
 
-    fn switch(&mut self, cpu: u32, t: u64, prev: u32, runnable: bool, next: u32, comm: Comm) {
+    /// A wake-up onto an idle CPU: the woken thread is what runs there
+    /// next, as far as the trace can tell.
+    fn woken_on(&mut self, cpu: u32, tid: u32, t: u64) {
+        if tid == 0 || !matches!(self.cpu(cpu).current, Current::Idle | Current::Woken(_)) {
+            return;
+        }
         self.settle(cpu, t);
-        self.confirm(cpu, prev);
+        let c = self.cpu(cpu);
+        if !c.woken.contains(&tid) {
+            c.woken.push(tid);
+        }
+        c.current = Current::Woken(tid);
+    }
+
+    fn switch(
+        &mut self,
+        cpu: u32,
+        t: u64,
+        (prev, prev_comm): (u32, Comm),
+        runnable: bool,
+        next: u32,
+        comm: Comm,
+    ) {
+        self.settle(cpu, t);
+        self.confirm(cpu, prev, prev_comm);
         if self.threads.contains_key(&prev) && prev != 0 {
             // Queued while it was running means an event was missed: the
             // stretch so far stays charged, no episode is recorded.
@@ -500,20 +459,29 @@ impl Aggregator {
     /// CPU ran other tasks, then `prev`. That stretch was charged to a
     /// current that may not have run: `prev`'s own charge is dropped (it
     /// ran for an unknown part of it; the kernel lets a woken task on an
-    /// idle CPU run at once), the others' goes to `unknown`.
-    fn confirm(&mut self, cpu: u32, prev: u32) {
+    /// idle CPU run at once), the others' goes to `unknown`. When `prev`
+    /// was woken onto the idle CPU since, the missing switch is the one to
+    /// it: the CPU idled until that wake-up, and what others were charged
+    /// as idle after it was `prev`'s.
+    fn confirm(&mut self, cpu: u32, prev: u32, prev_comm: Comm) {
         let Some(c) = self.cpus.get_mut(cpu as usize) else {
             return;
         };
         let pending = std::mem::take(&mut c.pending);
+        let woken = std::mem::take(&mut c.woken);
         let missed = match c.current {
             Current::Unknown => false,
-            Current::Idle => prev != 0,
+            Current::Idle | Current::Woken(_) => prev != 0,
             Current::Task(tid, _) => tid != prev,
         };
         if !missed {
             return;
         }
+        // Where `prev` woke among the CPU's wake-ups, and the culprit it is
+        // (none without its comm: then its share stays unknown).
+        let order = |x: u32| woken.iter().position(|&w| w == x);
+        let at = order(prev).filter(|_| prev_comm != Comm::default());
+        let thief = at.map(|_| culprit(&mut self.culprits, self.ident.as_mut(), prev, prev_comm));
         self.missed_switches += 1;
         if let Some(Watched {
             state: State::Queued { uncertain, .. },
@@ -527,10 +495,19 @@ impl Aggregator {
             let Some(w) = self.threads.get_mut(&tid) else {
                 continue;
             };
+            // Idle before `prev` was woken: it was.
+            let before = match target {
+                Target::Idle => true,
+                Target::WokenIdle(y) => at.is_some_and(|at| order(y).is_some_and(|i| i < at)),
+                _ => false,
+            };
+            if at.is_some() && tid != prev && before {
+                continue;
+            }
             let waits = &mut w.waits;
             let from = match target {
                 Target::Unknown => &mut waits.unknown_ns,
-                Target::Idle => &mut waits.idle_ns,
+                Target::Idle | Target::WokenIdle(_) => &mut waits.idle_ns,
                 Target::Irq => &mut waits.irq_ns,
                 Target::Task(ctid, comm) => {
                     let culprit = culprit(&mut self.culprits, self.ident.as_mut(), ctid, comm);
@@ -543,7 +520,12 @@ impl Aggregator {
             let ns = ns.min(*from);
             *from -= ns;
             if tid != prev {
-                waits.unknown_ns += ns;
+                match (&thief, target) {
+                    (Some(c), Target::WokenIdle(_)) => {
+                        *waits.by_thread.entry(c.clone()).or_insert(0) += ns;
+                    }
+                    _ => waits.unknown_ns += ns,
+                }
             } else {
                 w.open_ns = w.open_ns.saturating_sub(ns);
             }
@@ -612,6 +594,7 @@ impl Aggregator {
             match c.current {
                 Current::Unknown => Target::Unknown,
                 Current::Idle => Target::Idle,
+                Current::Woken(tid) => Target::WokenIdle(tid),
                 Current::Task(tid, comm) => Target::Task(tid, comm),
             }
         };
@@ -641,7 +624,7 @@ impl Aggregator {
             }
             match to {
                 Target::Unknown => waits.unknown_ns += ns,
-                Target::Idle => waits.idle_ns += ns,
+                Target::Idle | Target::WokenIdle(_) => waits.idle_ns += ns,
                 Target::Irq => waits.irq_ns += ns,
                 Target::Task(ctid, comm) => {
                     let culprit = culprit(&mut self.culprits, self.ident.as_mut(), ctid, comm);
@@ -663,6 +646,9 @@ impl Default for Aggregator {
 enum Target {
     Unknown,
     Idle,
+    /// Idle while this thread was woken onto the CPU: idle until the next
+    /// switch confirms it, the woken thread's if that switch was missed.
+    WokenIdle(u32),
     Irq,
     Task(u32, Comm),
 }

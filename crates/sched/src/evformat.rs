@@ -131,6 +131,7 @@ pub fn preempt_bit(print_fmt: &str) -> u64 {
 struct Switch {
     id: u16,
     prev_pid: Field,
+    prev_comm: Option<Field>,
     prev_state: Field,
     next_pid: Field,
     next_comm: Field,
@@ -171,6 +172,7 @@ impl Decoder {
         let sw = Switch {
             id: switch.id,
             prev_pid: f(switch, "prev_pid")?,
+            prev_comm: switch.field("prev_comm").ok(),
             prev_state: f(switch, "prev_state")?,
             next_pid: f(switch, "next_pid")?,
             next_comm: f(switch, "next_comm")?,
@@ -215,6 +217,11 @@ impl Decoder {
                 cpu,
                 ts,
                 prev_tid: u(&s.prev_pid)?,
+                prev_comm: s
+                    .prev_comm
+                    .as_ref()
+                    .and_then(|f| f.comm(data))
+                    .unwrap_or_default(),
                 prev_runnable: state & s.sleep_mask == 0,
                 next_tid: u(&s.next_pid)?,
                 next_comm: s.next_comm.comm(data)?,

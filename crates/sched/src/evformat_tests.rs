@@ -57,6 +57,8 @@ fn decodes_switches_by_the_format_offsets() {
     put(&mut rec, sw.field("next_pid").unwrap(), 42);
     let c = sw.field("next_comm").unwrap();
     rec[c.offset..c.offset + 6].copy_from_slice(b"stress");
+    let pc = sw.field("prev_comm").unwrap();
+    rec[pc.offset..pc.offset + 4].copy_from_slice(b"kvm1");
     let state = sw.field("prev_state").unwrap();
     let mut runnable = |s: i64| {
         put(&mut rec, state, s);
@@ -64,6 +66,7 @@ fn decodes_switches_by_the_format_offsets() {
             Event::Switch {
                 prev_runnable,
                 prev_tid,
+                prev_comm,
                 next_tid,
                 next_comm,
                 cpu,
@@ -71,6 +74,7 @@ fn decodes_switches_by_the_format_offsets() {
             } => {
                 assert_eq!((prev_tid, next_tid, cpu, ts), (41, 42, 1, 9));
                 assert_eq!(next_comm.as_string(), "stress");
+                assert_eq!(prev_comm.as_string(), "kvm1");
                 prev_runnable
             }
             e => panic!("{e:?}"),

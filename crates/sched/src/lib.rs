@@ -17,6 +17,7 @@ pub mod aggregate;
 mod bpf;
 pub mod collector;
 pub mod error;
+pub mod event;
 pub mod evformat;
 pub mod hist;
 pub mod merge;
