@@ -79,10 +79,19 @@ pub fn task_schedstat_path(pid: u32, tid: u32) -> String {
 }
 
 pub fn task_schedstat(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<TaskSchedstat>> {
-    let path = task_schedstat_path(pid, tid);
-    match vanished_ok(src.read_text(&path))? {
+    read_schedstat(src, &task_schedstat_path(pid, tid))
+}
+
+/// A thread's schedstat by its id alone: /proc/TID answers for any thread
+/// of any process (the scheduler-event collector knows only tids).
+pub fn thread_schedstat(src: &dyn Source, tid: u32) -> Result<Option<TaskSchedstat>> {
+    read_schedstat(src, &format!("/proc/{tid}/schedstat"))
+}
+
+fn read_schedstat(src: &dyn Source, path: &str) -> Result<Option<TaskSchedstat>> {
+    match vanished_ok(src.read_text(path))? {
         None => Ok(None),
-        Some(t) => parse_schedstat(&t, &path).map(Some),
+        Some(t) => parse_schedstat(&t, path).map(Some),
     }
 }
 
@@ -254,6 +263,16 @@ mod tests {
         .unwrap();
         assert_eq!(st.cpus_allowed, Some(vec![0, 1]));
         assert_eq!(st.vm_rss_kb, Some(1024));
+    }
+
+    #[test]
+    fn a_thread_schedstat_by_tid_alone() {
+        let mut fs = crate::MemFs::new("t");
+        fs.files
+            .insert("/proc/42/schedstat".into(), b"10 20 3\n".to_vec());
+        let s = thread_schedstat(&fs, 42).unwrap().unwrap();
+        assert_eq!((s.run_ns, s.wait_ns, s.slices), (10, 20, 3));
+        assert_eq!(thread_schedstat(&fs, 43).unwrap(), None, "gone");
     }
 
     proptest::proptest! {

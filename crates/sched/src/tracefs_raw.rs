@@ -43,6 +43,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 use stealscope_readers::clock::monotonic_ns;
 use stealscope_readers::tracefs::Instance;
+use stealscope_readers::{process, RootFs};
 
 /// Prefix of the instance name (`<prefix><pid>-<n>`).
 pub const INSTANCE_PREFIX: &str = "stealscope-sched-";
@@ -246,7 +247,8 @@ impl TracefsRoute {
     pub fn read(&mut self) -> Result<SchedSample> {
         self.drain()?;
         std::thread::sleep(Duration::from_nanos(COMMIT_MARGIN_NS + 500_000));
-        let lost = self.drain()?;
+        self.drain()?;
+        let lost = self.lost()?;
         let agg = lock(&self.shared.agg);
         Ok(SchedSample {
             route: Route::Tracefs,
@@ -261,8 +263,8 @@ impl TracefsRoute {
         })
     }
 
-    /// Asks the reader for a drain and waits for it; events lost so far.
-    fn drain(&mut self) -> Result<u64> {
+    /// Asks the reader for a drain and waits for it.
+    fn drain(&mut self) -> Result<()> {
         let asked = {
             let mut s = lock(&self.shared.state);
             s.asked += 1;
@@ -291,6 +293,12 @@ impl TracefsRoute {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+        Ok(())
+    }
+
+    /// Events lost so far: the reader's own count and the kernel's.
+    fn lost(&self) -> Result<u64> {
+        let s = lock(&self.shared.state);
         let mut lost = s.late + s.bad_pages;
         for (i, &cpu) in self.cpus.iter().enumerate() {
             let kernel = self.kernel_lost(cpu)?;
@@ -312,11 +320,10 @@ impl TracefsRoute {
 
 /// schedstat `run_delay` of each thread still there.
 fn run_delays(tids: &[u32]) -> Vec<(u32, u64)> {
+    let live = RootFs::live();
     tids.iter()
         .filter_map(|&tid| {
-            let path = format!("/proc/{tid}/schedstat");
-            let text = std::fs::read_to_string(&path).ok()?;
-            let s = stealscope_readers::process::parse_schedstat(&text, &path).ok()?;
+            let s = process::thread_schedstat(&live, tid).ok()??;
             Some((tid, s.wait_ns))
         })
         .collect()

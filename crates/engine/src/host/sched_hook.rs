@@ -19,7 +19,7 @@ use std::path::Path;
 use stealscope_model::host::discovery::vmm_comm;
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::sched_store::{StoredSched, SCHED_FILE};
-use stealscope_readers::MemFs;
+use stealscope_readers::{process, MemFs, RootFs};
 use stealscope_sched::{Collector, Preference, SchedSample};
 
 pub struct SchedHook {
@@ -89,9 +89,8 @@ pub(crate) fn store(s: &SchedSample) -> StoredSched {
 
 /// /proc/TID/schedstat: (run ns, wait ns, times run); None once it is gone.
 fn schedstat(tid: u32) -> Option<[u64; 3]> {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?;
-    let mut v = s.split_whitespace().map(|x| x.parse::<u64>().ok());
-    Some([v.next()??, v.next()??, v.next()??])
+    let s = process::thread_schedstat(&RootFs::live(), tid).ok()??;
+    Some([s.run_ns, s.wait_ns, s.slices])
 }
 
 /// Whether a VMM process runs under `root`: a cheap look at each
