@@ -9,7 +9,7 @@ use crate::hist::{EpisodeHist, BUCKETS};
 use crate::model::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
 use crate::route::RouteImpl;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
-use aya::programs::{BtfTracePoint, RawTracePoint};
+use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint};
 use aya::{Btf, Ebpf, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_readers::clock::monotonic_ns;
@@ -117,6 +117,17 @@ fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
 }
 
 /// An error with its sources, on one line.
+/// A program of the object as its type, or why not.
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> std::result::Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object"))?
+        .try_into()
+        .map_err(|e: ProgramError| chain(&e))
+}
+
 fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
@@ -146,22 +157,14 @@ impl BpfRoute {
         let btf = Btf::from_sys_fs().map_err(|e| format!("{BTF}: {}", chain(&e)))?;
         let mut ebpf = Ebpf::load(OBJECT).map_err(|e| explain(&chain(&e)))?;
         for (name, tp) in PROGRAMS {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| format!("program {name} missing from the object"))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| chain(&e))?;
+            let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
             prog.load(tp, &btf)
                 .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
             prog.attach()
                 .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
         }
         for (name, tps) in RAW_PROGRAMS {
-            let prog: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| format!("program {name} missing from the object"))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| chain(&e))?;
+            let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
             prog.load()
                 .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
             for tp in *tps {
