@@ -40,8 +40,8 @@ impl SchedSlot {
     }
 
     /// Starts the collector now, watching nothing yet (record: before its
-    /// first checkpoint, so that BPF's ~0.3 s of verifier CPU is not
-    /// inside the recording's whole interval).
+    /// first checkpoint, so that BPF's start-up, ~0.06 s of verifier CPU,
+    /// is not inside the recording's whole interval).
     pub fn load() -> SchedSlot {
         match Collector::start(Preference::Auto) {
             Ok(c) => SchedSlot::Running {

@@ -20,22 +20,6 @@ fn opts(interval: Duration, sample_hz: f64) -> CaptureOptions {
     }
 }
 
-/// Sums of (user+nice+system+irq+softirq, steal) ticks over the cpuN rows.
-fn busy_steal(stat: &str) -> (u64, u64) {
-    stat.lines()
-        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
-        .map(|l| {
-            let v: Vec<u64> = l
-                .split_whitespace()
-                .skip(1)
-                .map(|x| x.parse().unwrap())
-                .collect();
-            let g = |i: usize| v.get(i).copied().unwrap_or(0);
-            (g(0) + g(1) + g(2) + g(5) + g(6), g(7))
-        })
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-}
-
 fn t_ns(s: &[RawSample]) -> Vec<u64> {
     s.iter().map(|s| s.t_ns).collect()
 }
@@ -100,17 +84,19 @@ fn the_series_ends_with_one_sample_at_t1() {
     assert_eq!(m.sample_hz, Some(10.0));
 }
 
-/// Per-CPU (busy, steal) ticks of an independent /proc/stat read.
+/// Per-CPU (busy, steal) ticks of an independent /proc/stat read: busy is
+/// user+nice+system+irq+softirq.
 fn per_cpu() -> Vec<(u64, (u64, u64))> {
     std::fs::read_to_string("/proc/stat")
         .unwrap()
         .lines()
         .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
         .map(|l| {
-            (
-                l[3..].split(' ').next().unwrap().parse().unwrap(),
-                busy_steal(l),
-            )
+            let mut f = l.split_whitespace();
+            let cpu = f.next().unwrap()[3..].parse().unwrap();
+            let v: Vec<u64> = f.map(|x| x.parse().unwrap()).collect();
+            let g = |i: usize| v.get(i).copied().unwrap_or(0);
+            (cpu, (g(0) + g(1) + g(2) + g(5) + g(6), g(7)))
         })
         .collect()
 }

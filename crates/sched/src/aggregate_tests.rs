@@ -414,26 +414,22 @@ fn reconcile_leaves_a_trace_that_holds_more_and_an_open_episode_alone() {
     assert_eq!(a.waits()[&B].unknown_ns, 0);
 }
 
+/// CPU 1 goes idle, V is woken onto it at 50 and A at 100; then `rest`.
+/// V's (idle, A, unknown) charges and the aggregator.
+fn woken_onto_idle(rest: &[Event]) -> ((u64, u64, u64), ThreadWaits, Aggregator) {
+    let mut a = agg();
+    let mut evs = vec![sw(1, 0, B, false, 0), wake(50, V, 1), wake(100, A, 1)];
+    evs.extend_from_slice(rest);
+    let w = run(&mut a, &evs);
+    ((w.idle_ns, charged(&w, A), w.unknown_ns), w, a)
+}
+
 #[test]
 fn a_missing_switch_to_a_woken_thread_charges_it_not_unknown() {
-    // A is woken onto idle CPU 1 and runs, but idle -> A is not traced; V,
-    // woken there meanwhile, waits for A until A switches to it.
-    let mut a = agg();
-    let w = run(
-        &mut a,
-        &[
-            sw(1, 0, B, false, 0),
-            wake(50, V, 1),
-            wake(100, A, 1),
-            sw(1, 500, A, false, V),
-        ],
-    );
+    // idle -> A is not traced; V waits for A until A switches to it.
+    let (split, w, a) = woken_onto_idle(&[sw(1, 500, A, false, V)]);
     // 50 ns of idle before A's wake-up, then A's 400 ns.
-    assert_eq!(
-        (w.idle_ns, charged(&w, A), w.unknown_ns),
-        (50, 400, 0),
-        "{w:?}"
-    );
+    assert_eq!(split, (50, 400, 0), "{w:?}");
     assert_eq!((w.episodes.count, w.episodes.sum_ns), (1, 450));
     assert_eq!(a.missed_switches(), 1);
     let (c, _) = w.by_thread.iter().find(|(c, _)| c.tid == A).unwrap();
@@ -443,42 +439,15 @@ fn a_missing_switch_to_a_woken_thread_charges_it_not_unknown() {
 #[test]
 fn a_traced_switch_from_idle_keeps_the_wait_before_it_idle() {
     // The same, with idle -> A traced at 300: idle until then, A after.
-    let mut a = agg();
-    let w = run(
-        &mut a,
-        &[
-            sw(1, 0, B, false, 0),
-            wake(50, V, 1),
-            wake(100, A, 1),
-            sw(1, 300, 0, false, A),
-            sw(1, 500, A, false, V),
-        ],
-    );
-    assert_eq!(
-        (w.idle_ns, charged(&w, A), w.unknown_ns),
-        (250, 200, 0),
-        "{w:?}"
-    );
+    let (split, w, a) = woken_onto_idle(&[sw(1, 300, 0, false, A), sw(1, 500, A, false, V)]);
+    assert_eq!(split, (250, 200, 0), "{w:?}");
     assert_eq!(a.missed_switches(), 0);
 }
 
 #[test]
 fn a_missing_switch_to_another_than_the_woken_stays_unknown() {
-    // A is woken onto idle CPU 1, but B turns out to have run: what V was
-    // charged since the last switch is unknown, as before.
-    let mut a = agg();
-    let w = run(
-        &mut a,
-        &[
-            sw(1, 0, B, false, 0),
-            wake(50, V, 1),
-            wake(100, A, 1),
-            sw(1, 500, B, false, V),
-        ],
-    );
-    assert_eq!(
-        (w.idle_ns, charged(&w, A), w.unknown_ns),
-        (0, 0, 450),
-        "{w:?}"
-    );
+    // B turns out to have run, not A: what V was charged since the last
+    // switch is unknown, as before.
+    let (split, w, _) = woken_onto_idle(&[sw(1, 500, B, false, V)]);
+    assert_eq!(split, (0, 0, 450), "{w:?}");
 }
