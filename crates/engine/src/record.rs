@@ -10,7 +10,7 @@
 
 use crate::capture::{clk_tck, monotonic_ns, record_side};
 use crate::host::answers::{self as host_live, HostLiveOptions};
-use crate::host::sched_hook;
+use crate::host::sched_hook::{self, End};
 use crate::host::HostTracker;
 use crate::hw_sampler::is_live_root;
 use crate::record_probe::{ProbeSource, WakeupWindows};
@@ -324,7 +324,7 @@ pub fn record(
             .flat_map(|v| v.vcpus.iter().map(|(_, t)| t.tid))
             .collect(),
     );
-    if let Some(s) = sched.stored() {
+    if let Some(s) = sched.stored(End::Start) {
         sched_hook::put(&mut side0, &s);
     }
     let sampler = Sampler::open(

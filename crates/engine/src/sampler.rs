@@ -9,6 +9,7 @@
 //! metrics, top its view, record writes the file, doctor keeps one
 //! interval ([`crate::capture`]: no host scans, a last sample at t1).
 
+use crate::host::sched_hook::End;
 use crate::host::HostTracker;
 use crate::hw_sampler::{open_counters, HwSampler};
 use crate::sched::SchedSlot;
@@ -234,7 +235,7 @@ impl Sampler {
         last: bool,
     ) -> Result<(), ReadError> {
         if sub.checkpoint_due(now, last) {
-            sub.checkpoint(self.sched.stored())?;
+            sub.checkpoint(self.sched.stored(End::Later))?;
         }
         Ok(())
     }

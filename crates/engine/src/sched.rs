@@ -7,7 +7,7 @@
 //! reaches the subscriber once and the slot stays quiet; checkpoints keep
 //! storing it.
 
-use crate::host::sched_hook;
+use crate::host::sched_hook::{self, End};
 use crate::host::HostTracker;
 use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::sched_store::StoredSched;
@@ -80,14 +80,14 @@ impl SchedSlot {
     /// when off or not started (no vCPU thread yet): no file, as in a
     /// snapshot of a host without VMs. A read that fails here is still
     /// said at the next scan.
-    pub fn stored(&mut self) -> Option<StoredSched> {
+    pub fn stored(&mut self, end: End) -> Option<StoredSched> {
         match self {
             SchedSlot::Off | SchedSlot::Pending => None,
             SchedSlot::Gone { reasons, .. } => Some(StoredSched::Unavailable {
                 unavailable: reasons.clone(),
             }),
-            SchedSlot::Running { c, .. } => match c.read() {
-                Ok(s) => Some(sched_hook::store(&s)),
+            SchedSlot::Running { c, tids } => match sched_hook::store(tids, end, || c.read()) {
+                Ok(s) => Some(s),
                 Err(e) => {
                     let route = c.route().as_str();
                     let reasons = vec![format!("{route}: {e}")];
@@ -162,19 +162,21 @@ mod tests {
     #[test]
     fn checkpoints_store_the_reading_or_the_reasons_each_time() {
         assert!(
-            SchedSlot::new(true).stored().is_none(),
+            SchedSlot::new(true).stored(End::Start).is_none(),
             "no vCPU yet: no file"
         );
         assert!(
-            SchedSlot::new(false).stored().is_none(),
+            SchedSlot::new(false).stored(End::Start).is_none(),
             "not asked: no file"
         );
         let tid = nix::unistd::gettid().as_raw() as u32;
         let mut slot = SchedSlot::load();
         slot.watch_tids(vec![tid]);
-        let a = slot.stored().expect("loaded: a reading or reasons");
+        let a = slot
+            .stored(End::Start)
+            .expect("loaded: a reading or reasons");
         std::thread::sleep(std::time::Duration::from_millis(20));
-        let b = slot.stored().expect("still there");
+        let b = slot.stored(End::Later).expect("still there");
         match Collector::start(Preference::Auto) {
             Ok(c) => {
                 let (StoredSched::Sample(a), StoredSched::Sample(b)) = (&a, &b) else {
@@ -219,9 +221,9 @@ mod tests {
         let want = Some(StoredSched::Unavailable {
             unavailable: reasons,
         });
-        assert_eq!(slot.stored(), want);
+        assert_eq!(slot.stored(End::Start), want);
         assert!(matches!(slot.read(), Some(Err(e)) if e.contains("tracefs: absent")));
         assert_eq!(slot.read(), None, "said once");
-        assert_eq!(slot.stored(), want, "stored each time");
+        assert_eq!(slot.stored(End::Later), want, "stored each time");
     }
 }

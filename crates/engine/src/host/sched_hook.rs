@@ -15,6 +15,7 @@
 //! attribution therefore covers a few ms less than the schedstat interval
 //! (the `host` report compares the two).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use stealscope_model::host::discovery::vmm_comm;
 use stealscope_model::host::observation::VmObs;
@@ -56,35 +57,69 @@ impl SchedHook {
                 self.collector = None;
             }
         }
-        self.read()
+        self.reading(&tids, End::Start)
     }
 
     /// The collector's cumulative reading now (call right before reading
     /// t1, then [`put`] it into the t1 side).
     pub fn read(&mut self) -> StoredSched {
-        match self.collector.as_mut().map(|c| (c.route(), c.read())) {
-            Some((_, Ok(s))) => store(&s),
-            Some((route, Err(e))) => StoredSched::Unavailable {
-                unavailable: vec![format!("{}: {e}", route.as_str())],
-            },
-            None => StoredSched::Unavailable {
+        self.reading(&[], End::Later)
+    }
+
+    fn reading(&mut self, tids: &[u32], end: End) -> StoredSched {
+        let Some(c) = self.collector.as_mut() else {
+            return StoredSched::Unavailable {
                 unavailable: self.unavailable.clone(),
+            };
+        };
+        let route = c.route();
+        match store(tids, end, || c.read()) {
+            Ok(s) => s,
+            Err(e) => StoredSched::Unavailable {
+                unavailable: vec![format!("{}: {e}", route.as_str())],
             },
         }
     }
 }
 
-/// A reading as a side stores it, with each thread's schedstat read right
-/// after it (the same instant, for the check of attributed wait against
-/// schedstat). `record`'s checkpoints store theirs the same way.
-pub(crate) fn store(s: &SchedSample) -> StoredSched {
-    let mut stored = StoredSched::from(s);
+/// Which end of an interval a reading is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    Start,
+    Later,
+}
+
+/// A reading as a side stores it, with each thread's schedstat (for the
+/// check of attributed wait and episodes against schedstat) read on the
+/// outside of the collector's read: before it at the interval's start
+/// (the threads `tids`), after it later. Schedstat's interval then holds
+/// the collector's, and an episode the collector counted is in its
+/// count too (read after at both ends, one that ended between the first
+/// read and its schedstat was counted by the collector alone: a CI run
+/// had 102 episodes against 101 runs). `record`'s checkpoints store
+/// theirs the same way.
+pub(crate) fn store<E>(
+    tids: &[u32],
+    end: End,
+    read: impl FnOnce() -> Result<SchedSample, E>,
+) -> Result<StoredSched, E> {
+    let before: BTreeMap<u32, [u64; 3]> = match end {
+        End::Start => tids
+            .iter()
+            .filter_map(|&t| Some((t, schedstat(t)?)))
+            .collect(),
+        End::Later => BTreeMap::new(),
+    };
+    let mut stored = StoredSched::from(&read()?);
     if let StoredSched::Sample(x) = &mut stored {
         for t in &mut x.threads {
-            t.schedstat = schedstat(t.tid);
+            t.schedstat = match end {
+                End::Start => before.get(&t.tid).copied(),
+                End::Later => schedstat(t.tid),
+            };
         }
     }
-    stored
+    Ok(stored)
 }
 
 /// /proc/TID/schedstat: (run ns, wait ns, times run); None once it is gone.
