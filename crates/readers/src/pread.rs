@@ -1,5 +1,14 @@
 //! A file kept open and re-read with pread into a reused buffer: the cheapest
 //! way to sample a /proc file repeatedly (no open/close, no allocation).
+//!
+//! Where a file ends: files the kernel prints whole in one `show` call
+//! (/proc/stat, a task's schedstat, sysfs attributes) come whole in one read
+//! that is large enough, so a short read is their end, and asking again
+//! would make the kernel print all of /proc/stat a second time. Files of
+//! many records (/proc/interrupts: a row per interrupt) come one seq_file
+//! buffer (a page) per read whatever the read asks for, so for those only
+//! a read of 0 bytes is the end: on a host of 16 CPUs /proc/interrupts is
+//! several pages.
 
 use crate::error::{ReadError, Result};
 use std::io::ErrorKind;
@@ -12,6 +21,15 @@ pub struct PreadFile {
     file: std::fs::File,
     buf: Vec<u8>,
     path: String,
+    /// Printed whole in one show: a short read is the end.
+    one_show: bool,
+}
+
+/// The files [`PreadFile`] may take to end at a short read.
+fn one_show(path: &str) -> bool {
+    path == "/proc/stat"
+        || (path.starts_with("/proc/") && path.ends_with("/schedstat"))
+        || path.starts_with("/sys/")
 }
 
 impl PreadFile {
@@ -23,6 +41,7 @@ impl PreadFile {
             file,
             buf: vec![0; 16 * 1024],
             path: path.to_string(),
+            one_show: one_show(path),
         })
     }
 
@@ -37,12 +56,11 @@ impl PreadFile {
             while len < self.buf.len() {
                 match self.file.read_at(&mut self.buf[len..], len as u64) {
                     Ok(0) => return Ok(&self.buf[..len]),
-                    // procfs and sysfs (seq_file) fill the buffer up to the
-                    // end of the file, so a short read is the end. Asking
-                    // again at the offset would make the kernel generate the
-                    // whole of /proc/stat a second time to skip to it: half
-                    // the sampling cost at 100 Hz.
-                    Ok(n) if len + n < self.buf.len() => return Ok(&self.buf[..len + n]),
+                    // One show: a short read is the end (module comment);
+                    // asking again would cost half the sampling at 100 Hz.
+                    Ok(n) if self.one_show && len + n < self.buf.len() => {
+                        return Ok(&self.buf[..len + n])
+                    }
                     Ok(n) => len += n,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => return Err(ReadError::io(&self.path, e)),
@@ -82,6 +100,18 @@ mod tests {
             // Again, with the buffer grown by the first read.
             assert_eq!(f.read_text().unwrap(), text, "{len} bytes, re-read");
         }
+    }
+
+    /// A file of many records comes a page per read: read to its end, not
+    /// to the first short read (/proc/kallsyms: megabytes, fixed while no
+    /// module loads).
+    #[test]
+    fn a_file_of_many_records_is_read_past_its_first_page() {
+        let mut f = PreadFile::open(Path::new("/"), "/proc/kallsyms").unwrap();
+        let ours = f.read().unwrap().len();
+        let whole = std::fs::read("/proc/kallsyms").unwrap().len();
+        assert!(whole > 16 * 1024, "{whole} bytes");
+        assert_eq!(ours, whole);
     }
 
     #[test]
