@@ -18,6 +18,7 @@ pub mod record;
 pub mod record_probe;
 pub mod report;
 pub mod rules;
+pub mod sample_batch;
 pub mod sampler;
 mod sched;
 pub mod series;

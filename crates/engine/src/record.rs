@@ -336,6 +336,8 @@ pub fn record(
             host_every: Some(opts.host_scan),
             watch_every: Some(VMM_WATCH_EVERY),
             duration: opts.duration,
+            // Parsed and encoded once a second, warm (sample_batch).
+            batch: Some(FLUSH_EVERY),
             ..SamplerOptions::new(root)
         },
         Some(&side0),
@@ -377,7 +379,10 @@ pub fn record(
     } else {
         None
     };
+    // The sampling grid, the batches and the file's flushes all count from
+    // here, so a batch is handed over on the tick that flushes it.
     let start = Instant::now();
+    let sampler = sampler.starting_at(start);
     let mut feed = Feed {
         root: root.to_path_buf(),
         w,

@@ -12,6 +12,7 @@
 use crate::host::sched_hook::End;
 use crate::host::HostTracker;
 use crate::hw_sampler::{open_counters, HwSampler};
+use crate::sample_batch::{Delivered, SampleBatch};
 use crate::sched::SchedSlot;
 use crate::series::Series;
 use crate::stop::{next_due, Rate, Wait};
@@ -64,6 +65,11 @@ pub struct SamplerOptions {
     pub series: Option<Arc<Series>>,
     /// Read the scheduler-event collector before every host scan.
     pub sched: bool,
+    /// Hand the samples to the subscriber this often, and before each
+    /// host scan and checkpoint, instead of with each read: the reads keep
+    /// their times, and parsing runs warm ([`crate::sample_batch`]).
+    /// Ignored with `series`, whose rule runner wants each sample at once.
+    pub batch: Option<Duration>,
 }
 
 impl SamplerOptions {
@@ -80,6 +86,7 @@ impl SamplerOptions {
             wake_every: None,
             series: None,
             sched: false,
+            batch: None,
         }
     }
 }
@@ -157,6 +164,8 @@ pub struct Sampler {
     /// The scheduler-event collector: read before each host scan and
     /// checkpoint.
     sched: SchedSlot,
+    /// Reads not handed over yet (`SamplerOptions::batch`).
+    held: SampleBatch,
 }
 
 impl Sampler {
@@ -185,6 +194,7 @@ impl Sampler {
             hw,
             tracker: None,
             sched: SchedSlot::new(opts.sched),
+            held: SampleBatch::default(),
             opts,
         })
     }
@@ -200,6 +210,13 @@ impl Sampler {
     /// checkpoint, whose reading it is) instead of a new one.
     pub(crate) fn with_sched(mut self, slot: SchedSlot) -> Sampler {
         self.sched = slot;
+        self
+    }
+
+    /// Counts the duration and the sampling grid from `start` (see
+    /// `SamplerOptions::from`), fixed after opening.
+    pub(crate) fn starting_at(mut self, start: Instant) -> Sampler {
+        self.opts.from = Some(start);
         self
     }
 
@@ -222,6 +239,7 @@ impl Sampler {
         stop: &dyn Wait,
     ) -> Result<Ended, ReadError> {
         let ended = self.run_loop(rate, sub, stop)?;
+        self.deliver(sub)?;
         self.checkpoint(sub, Instant::now(), true)?;
         Ok(ended)
     }
@@ -235,6 +253,7 @@ impl Sampler {
         last: bool,
     ) -> Result<(), ReadError> {
         if sub.checkpoint_due(now, last) {
+            self.deliver(sub)?;
             sub.checkpoint(self.sched.stored(End::Later))?;
         }
         Ok(())
@@ -279,6 +298,8 @@ impl Sampler {
         let (mut next, mut next_host) = (start, start);
         let mut next_tsc = start + tsc_every.unwrap_or_default();
         let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
+        let batch = self.opts.batch.filter(|_| self.opts.series.is_none());
+        let mut next_batch = start + batch.unwrap_or_default();
         // Set once the sample under way is the last: why the loop ends.
         let mut ending = None;
         // One clock read per sample: t_ns and `now` are the same instant,
@@ -286,25 +307,39 @@ impl Sampler {
         let clock = stealscope_readers::clock::base();
         loop {
             let (t_ns, now) = clock.now();
-            let keep_text = self.opts.series.is_some();
-            match self.read_stat(keep_text) {
-                Ok(text) => {
-                    let due = ending.is_some() || tsc_every.is_none_or(|_| now >= next_tsc);
-                    let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
-                    if let Some(p) = tsc_every.filter(|_| due) {
-                        next_tsc = next_due(next_tsc, p, now);
-                    }
-                    if let (Some(s), Some(stat)) = (&self.opts.series, text) {
-                        s.push(RawSample { t_ns, stat }, counters.clone());
-                    }
-                    sub.sample(Sample {
-                        t_ns,
-                        now,
-                        stat: &self.parsed,
-                        counters: counters.as_ref(),
-                    })?;
+            if let Some(p) = batch {
+                let due = ending.is_some() || tsc_every.is_none_or(|_| now >= next_tsc);
+                let read = self.stat.read();
+                let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
+                if let Some(p) = tsc_every.filter(|_| due) {
+                    next_tsc = next_due(next_tsc, p, now);
                 }
-                Err(e) => sub.sample_error(e)?,
+                self.held.hold(t_ns, now, read, counters);
+                if now >= next_batch || ending.is_some() {
+                    self.deliver(sub)?;
+                    next_batch = next_due(next_batch, p, now);
+                }
+            } else {
+                let keep_text = self.opts.series.is_some();
+                match self.read_stat(keep_text) {
+                    Ok(text) => {
+                        let due = ending.is_some() || tsc_every.is_none_or(|_| now >= next_tsc);
+                        let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
+                        if let Some(p) = tsc_every.filter(|_| due) {
+                            next_tsc = next_due(next_tsc, p, now);
+                        }
+                        if let (Some(s), Some(stat)) = (&self.opts.series, text) {
+                            s.push(RawSample { t_ns, stat }, counters.clone());
+                        }
+                        sub.sample(Sample {
+                            t_ns,
+                            now,
+                            stat: &self.parsed,
+                            counters: counters.as_ref(),
+                        })?;
+                    }
+                    Err(e) => sub.sample_error(e)?,
+                }
             }
             if let (Some(host), Some(every)) = (host.as_mut(), self.opts.host_every) {
                 if now >= next_host {
@@ -352,6 +387,7 @@ impl Sampler {
         // The collector is read right before each scan, so its intervals
         // are the scans' (schedstat bounds them) and a 100 Hz recording
         // does not pay for 100 reads a second.
+        self.deliver(sub)?;
         if let Some(r) = self.sched.read() {
             sub.sched(r.as_ref().map_err(String::clone))?;
         }
@@ -360,6 +396,27 @@ impl Sampler {
         // Stamped at the reads, not before the collector's read and the
         // VMM check: schedstat deltas are over the reads' times.
         sub.host(host.read_ns(), host, r)
+    }
+
+    /// Hands the held reads to the subscriber, in order.
+    fn deliver(&mut self, sub: &mut dyn Subscriber) -> Result<(), ReadError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        self.held.deliver(&mut self.parsed, |d| match d {
+            Delivered::Sample {
+                t_ns,
+                now,
+                stat,
+                counters,
+            } => sub.sample(Sample {
+                t_ns,
+                now,
+                stat,
+                counters,
+            }),
+            Delivered::Error(e) => sub.sample_error(e),
+        })
     }
 
     /// Sleeps until `next`, waking every `wake_every` to tick; true when
