@@ -42,6 +42,11 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// a VM guest: once a second it would be a tenth of the recorder's cost).
 /// Known vCPU threads are read every host scan.
 pub const VMM_WATCH_EVERY: Duration = Duration::from_secs(10);
+/// How often a lone TSC counter is read. Reading another CPU's counter is
+/// an IPI that waits for that CPU to wake: once a second it cost 4-6 µs a
+/// sample on average here (alternating runs with and without counters), a
+/// constant TSC MHz's worth.
+pub const LONE_TSC_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
@@ -329,10 +334,10 @@ pub fn record(
     }
     let sampler = Sampler::open(
         SamplerOptions {
-            // A lone TSC gives a constant TSC MHz: once a second is enough.
-            // Any other counter is read with every sample, so its windows
-            // line up with the steal windows.
-            counters: CounterReads::EverySampleOrTscEvery(FLUSH_EVERY),
+            // A lone TSC gives a constant TSC MHz: read at the start and
+            // every LONE_TSC_EVERY. Any other counter is read with every
+            // sample, so its windows line up with the steal windows.
+            counters: CounterReads::EverySampleOrTscEvery(LONE_TSC_EVERY),
             host_every: Some(opts.host_scan),
             watch_every: Some(VMM_WATCH_EVERY),
             duration: opts.duration,

@@ -34,8 +34,9 @@ pub enum CounterReads {
     Off,
     /// With every sample.
     EverySample,
-    /// With every sample, or only this often when the TSC alone opened (a
-    /// constant TSC MHz: at 100 Hz its reads would be most of a recording).
+    /// With every sample, or with the first and then this often when the
+    /// TSC alone opened (a constant TSC MHz: at 100 Hz its reads would be
+    /// most of a recording).
     EverySampleOrTscEvery(Duration),
 }
 
@@ -296,7 +297,8 @@ impl Sampler {
         let start = self.opts.from.unwrap_or_else(Instant::now);
         let end = self.opts.duration.map(|d| start + d);
         let (mut next, mut next_host) = (start, start);
-        let mut next_tsc = start + tsc_every.unwrap_or_default();
+        // A lone TSC is read with the first sample, then at its period.
+        let mut next_tsc = start;
         let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
         let batch = self.opts.batch.filter(|_| self.opts.series.is_none());
         let mut next_batch = start + batch.unwrap_or_default();
