@@ -310,8 +310,10 @@ impl Sampler {
         loop {
             let (t_ns, now) = clock.now();
             if let Some(p) = batch {
-                let due = ending.is_some() || tsc_every.is_none_or(|_| now >= next_tsc);
+                // As below: counters only with a read that worked.
                 let read = self.stat.read();
+                let due =
+                    read.is_ok() && (ending.is_some() || tsc_every.is_none_or(|_| now >= next_tsc));
                 let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
                 if let Some(p) = tsc_every.filter(|_| due) {
                     next_tsc = next_due(next_tsc, p, now);
