@@ -8,8 +8,11 @@ use crate::series::Series;
 use crate::stop::{Rate, Stop};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use stealscope_readers::{ReadError, Source};
+
+/// How long [`Live::stop`] waits for a rule run under way.
+pub const RULES_GRACE: Duration = Duration::from_secs(1);
 
 pub struct Live {
     stop: Arc<Stop>,
@@ -103,11 +106,26 @@ impl Live {
         self.threads.iter().any(JoinHandle::is_finished)
     }
 
-    /// Stops both threads and waits for them.
+    /// Stops both threads; waits for the sampler, and for the rule runner
+    /// at most [`RULES_GRACE`]. The runner sees the stop only between its
+    /// reads: one caught in an interval's end and next start (every file
+    /// `doctor` reads, twice) took over 10 s to return on a host with both
+    /// CPUs busy, so `top` did not quit on `q`. Its result would go
+    /// nowhere; the process ends with it.
     pub fn stop(self) {
         self.stop.stop();
-        for t in self.threads {
-            let _ = t.join();
+        let mut threads = self.threads.into_iter();
+        if let Some(sampler) = threads.next() {
+            let _ = sampler.join();
+        }
+        let deadline = Instant::now() + RULES_GRACE;
+        for t in threads {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }
