@@ -3,7 +3,10 @@
 //! on the live root, `sample()` per window; model::hw turns consecutive
 //! readings into windows.
 
-use stealscope_readers::perf::{CounterSample, CpuCounters};
+use crate::sampler::CounterReads;
+use crate::stop::next_due;
+use std::time::{Duration, Instant};
+use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::{cpu_topology, stat, RootFs, Source};
 
 /// Live per-window counters: opens the groups once, reads them per window.
@@ -27,6 +30,45 @@ impl HwSampler {
     pub fn sample(&mut self) -> CounterSample {
         self.counters
             .read(stealscope_readers::clock::monotonic_ns())
+    }
+}
+
+/// When the sampling loop reads the groups it opened: with every sample,
+/// or, when the TSC alone opened, with the first and then at its period.
+pub(crate) struct CounterSchedule {
+    /// None when nothing opened: no read at all.
+    hw: Option<HwSampler>,
+    lone_tsc_every: Option<Duration>,
+    next_tsc: Instant,
+}
+
+impl CounterSchedule {
+    pub(crate) fn new(hw: Option<HwSampler>, reads: CounterReads, start: Instant) -> Self {
+        let hw = hw.filter(|h| !h.counters().opened().is_empty());
+        let lone_tsc = hw
+            .as_ref()
+            .is_some_and(|h| h.counters().opened().iter().all(|&c| c == Counter::Tsc));
+        CounterSchedule {
+            hw,
+            lone_tsc_every: match reads {
+                CounterReads::EverySampleOrTscEvery(p) if lone_tsc => Some(p),
+                _ => None,
+            },
+            next_tsc: start,
+        }
+    }
+
+    /// The reading that goes with a sample taken at `now`, if one is due
+    /// (`last`: the sample that ends the loop, which always has one).
+    pub(crate) fn read(&mut self, now: Instant, last: bool) -> Option<CounterSample> {
+        let hw = self.hw.as_mut()?;
+        if let Some(p) = self.lone_tsc_every {
+            if !last && now < self.next_tsc {
+                return None;
+            }
+            self.next_tsc = next_due(self.next_tsc, p, now);
+        }
+        Some(hw.sample())
     }
 }
 

@@ -261,6 +261,14 @@ impl Subscriber for Feed<'_> {
         Ok(())
     }
 
+    fn next_tick(&self) -> Option<Instant> {
+        let irq = self.irq.as_ref().map(|_| self.next_irq);
+        [Some(self.next_flush), Some(self.next_checkpoint), irq]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
     fn checkpoint_due(&mut self, now: Instant, last: bool) -> bool {
         last || now >= self.next_checkpoint
     }

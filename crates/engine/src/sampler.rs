@@ -11,7 +11,7 @@
 
 use crate::host::sched_hook::End;
 use crate::host::HostTracker;
-use crate::hw_sampler::{open_counters, HwSampler};
+use crate::hw_sampler::{open_counters, CounterSchedule, HwSampler};
 use crate::sample_batch::{Delivered, SampleBatch};
 use crate::sched::SchedSlot;
 use crate::series::Series;
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_model::host::sched_store::StoredSched;
-use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
+use stealscope_readers::perf::{CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;
 use stealscope_readers::stat::{self, ProcStat};
@@ -132,6 +132,12 @@ pub trait Subscriber {
     /// After each sample and scan: periodic work of the command's own.
     fn tick(&mut self, _now: Instant) -> Result<(), ReadError> {
         Ok(())
+    }
+    /// The earliest time `tick` or `checkpoint_due` can have work, asked
+    /// after each call of both; None: call them with every sample. In
+    /// batch mode the samples before it are taken without either.
+    fn next_tick(&self) -> Option<Instant> {
+        None
     }
     /// Whether the subscriber takes a checkpoint now (record: each
     /// checkpoint period after a tick, and `last` when the loop ends);
@@ -266,25 +272,6 @@ impl Sampler {
         sub: &mut dyn Subscriber,
         stop: &dyn Wait,
     ) -> Result<Ended, ReadError> {
-        if self
-            .hw
-            .as_ref()
-            .is_some_and(|h| h.counters().opened().is_empty())
-        {
-            self.hw = None;
-        }
-        // A lone TSC is read at its own period; anything else every sample.
-        let tsc_every = match self.opts.counters {
-            CounterReads::EverySampleOrTscEvery(p)
-                if self
-                    .hw
-                    .as_ref()
-                    .is_some_and(|h| h.counters().opened().iter().all(|&c| c == Counter::Tsc)) =>
-            {
-                Some(p)
-            }
-            _ => None,
-        };
         let root = self.opts.root.clone();
         // Discovery reads every process: here, not on a caller's thread.
         let mut host = match (self.opts.host_every, self.tracker.take()) {
@@ -295,10 +282,9 @@ impl Sampler {
         .map(|(t, err)| sub.host_started(err).map(|()| t))
         .transpose()?;
         let start = self.opts.from.unwrap_or_else(Instant::now);
+        let mut counters = CounterSchedule::new(self.hw.take(), self.opts.counters, start);
         let end = self.opts.duration.map(|d| start + d);
         let (mut next, mut next_host) = (start, start);
-        // A lone TSC is read with the first sample, then at its period.
-        let mut next_tsc = start;
         let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
         let batch = self.opts.batch.filter(|_| self.opts.series.is_none());
         let mut next_batch = start + batch.unwrap_or_default();
@@ -308,18 +294,11 @@ impl Sampler {
         // and the sleep is to an absolute deadline (clock::sleep_until).
         let clock = stealscope_readers::clock::base();
         loop {
-            let (t_ns, now) = clock.now();
+            let (t_ns, mut now) = clock.now();
+            let last = ending.is_some();
             if let Some(p) = batch {
-                // As below: counters only with a read that worked.
-                let read = self.stat.read();
-                let due =
-                    read.is_ok() && (ending.is_some() || tsc_every.is_none_or(|_| now >= next_tsc));
-                let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
-                if let Some(p) = tsc_every.filter(|_| due) {
-                    next_tsc = next_due(next_tsc, p, now);
-                }
-                self.held.hold(t_ns, now, read, counters);
-                if now >= next_batch || ending.is_some() {
+                self.hold(t_ns, now, &mut counters, last);
+                if now >= next_batch || last {
                     self.deliver(sub)?;
                     next_batch = next_due(next_batch, p, now);
                 }
@@ -327,11 +306,7 @@ impl Sampler {
                 let keep_text = self.opts.series.is_some();
                 match self.read_stat(keep_text) {
                     Ok(text) => {
-                        let due = ending.is_some() || tsc_every.is_none_or(|_| now >= next_tsc);
-                        let counters = self.hw.as_mut().filter(|_| due).map(|h| h.sample());
-                        if let Some(p) = tsc_every.filter(|_| due) {
-                            next_tsc = next_due(next_tsc, p, now);
-                        }
+                        let counters = counters.read(now, last);
                         if let (Some(s), Some(stat)) = (&self.opts.series, text) {
                             s.push(RawSample { t_ns, stat }, counters.clone());
                         }
@@ -365,6 +340,19 @@ impl Sampler {
                 return Ok(e);
             }
             next = next_due(next, rate.period(), now);
+            // Held samples until the next one due with anything else: the
+            // path of nearly every sample in batch mode (`quiet`).
+            if batch.is_some() && self.opts.wake_every.is_none() {
+                if let Some(t) = sub.next_tick() {
+                    let host_due = host.as_ref().map(|_| next_host);
+                    let until = [Some(next_batch), host_due, Some(t), end]
+                        .into_iter()
+                        .flatten()
+                        .min()
+                        .unwrap_or(t);
+                    now = self.quiet(&mut next, until, rate.period(), &mut counters, stop, now);
+                }
+            }
             if let Some(e) = end.filter(|&e| next > e || now >= e) {
                 // The last sample at the end itself, unless this one was.
                 if !self.opts.last_at_end || now >= e {
@@ -379,6 +367,44 @@ impl Sampler {
                 ending = Some(Ended::Stopped);
             }
         }
+    }
+
+    /// Takes and holds samples at `period` while the next one is due
+    /// before `until`, with nothing else in between: no subscriber call,
+    /// no scan, no parse. Why: at 100 Hz each sample wakes on cold caches
+    /// and TLBs (a VM's nested paging makes each miss dear), so the less
+    /// code and data a sample touches the less it costs; this loop touches
+    /// the clock, the stat file and the held bytes. Returns the time of
+    /// its last sample (`now` if it took none); leaves on a stop unslept,
+    /// for the caller's `wait` to see it.
+    fn quiet(
+        &mut self,
+        next: &mut Instant,
+        until: Instant,
+        period: Duration,
+        counters: &mut CounterSchedule,
+        stop: &dyn Wait,
+        mut now: Instant,
+    ) -> Instant {
+        let clock = stealscope_readers::clock::base();
+        while *next < until {
+            if stop.wait_until(*next) {
+                break;
+            }
+            let t_ns;
+            (t_ns, now) = clock.now();
+            self.hold(t_ns, now, counters, false);
+            *next = next_due(*next, period, now);
+        }
+        now
+    }
+
+    /// Reads /proc/stat and holds the read for the next delivery, with
+    /// the counters when due (only with a read that worked).
+    fn hold(&mut self, t_ns: u64, now: Instant, counters: &mut CounterSchedule, last: bool) {
+        let read = self.stat.read();
+        let c = read.as_ref().ok().and_then(|_| counters.read(now, last));
+        self.held.hold(t_ns, now, read, c);
     }
 
     /// A host scan, with the collector read right before it.
