@@ -11,7 +11,7 @@
 
 use crate::host::sched_hook::End;
 use crate::host::HostTracker;
-use crate::hw_sampler::{open_counters, CounterSchedule, HwSampler};
+use crate::hw_sampler::{is_live_root, open_counters, CounterSchedule, HwSampler};
 use crate::sample_batch::{Delivered, SampleBatch};
 use crate::sched::SchedSlot;
 use crate::series::Series;
@@ -24,6 +24,7 @@ use stealscope_readers::perf::{CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;
 use stealscope_readers::stat::{self, ProcStat};
+use stealscope_readers::tsc_clock::TscClock;
 use stealscope_readers::{ReadError, RootFs, Source};
 use stealscope_sched::SchedSample;
 
@@ -173,6 +174,9 @@ pub struct Sampler {
     sched: SchedSlot,
     /// Reads not handed over yet (`SamplerOptions::batch`).
     held: SampleBatch,
+    /// Stamps the quiet loop's samples in batch mode on the live root
+    /// ([`TscClock`]); anchored by every other sample.
+    tsc: Option<TscClock>,
 }
 
 impl Sampler {
@@ -202,6 +206,7 @@ impl Sampler {
             tracker: None,
             sched: SchedSlot::new(opts.sched),
             held: SampleBatch::default(),
+            tsc: None,
             opts,
         })
     }
@@ -287,6 +292,9 @@ impl Sampler {
         let (mut next, mut next_host) = (start, start);
         let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
         let batch = self.opts.batch.filter(|_| self.opts.series.is_none());
+        if batch.is_some() && is_live_root(&root) {
+            self.tsc = TscClock::open(&RootFs::new(&root));
+        }
         let mut next_batch = start + batch.unwrap_or_default();
         // Set once the sample under way is the last: why the loop ends.
         let mut ending = None;
@@ -294,7 +302,13 @@ impl Sampler {
         // and the sleep is to an absolute deadline (clock::sleep_until).
         let clock = stealscope_readers::clock::base();
         loop {
-            let (t_ns, mut now) = clock.now();
+            let (t_ns, mut now) = match self.tsc.as_mut() {
+                Some(c) => {
+                    let ns = c.anchor();
+                    (ns, clock.instant(ns))
+                }
+                None => clock.now(),
+            };
             let last = ending.is_some();
             if let Some(p) = batch {
                 self.hold(t_ns, now, &mut counters, last);
@@ -374,7 +388,7 @@ impl Sampler {
     /// no scan, no parse. Why: at 100 Hz each sample wakes on cold caches
     /// and TLBs (a VM's nested paging makes each miss dear), so the less
     /// code and data a sample touches the less it costs; this loop touches
-    /// the clock, the stat file and the held bytes. Returns the time of
+    /// the TSC ([`TscClock`]), the stat file and the held bytes. Returns the time of
     /// its last sample (`now` if it took none); leaves on a stop unslept,
     /// for the caller's `wait` to see it.
     fn quiet(
@@ -392,7 +406,10 @@ impl Sampler {
                 break;
             }
             let t_ns;
-            (t_ns, now) = clock.now();
+            (t_ns, now) = match self.tsc.as_ref().and_then(TscClock::now_ns) {
+                Some(ns) => (ns, clock.instant(ns)),
+                None => clock.now(),
+            };
             self.hold(t_ns, now, counters, false);
             *next = next_due(*next, period, now);
         }

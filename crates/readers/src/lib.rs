@@ -37,6 +37,7 @@ pub mod snapshot;
 pub mod source;
 pub mod stat;
 pub mod tracefs;
+pub mod tsc_clock;
 pub mod vm_dirty;
 pub mod vulnerabilities;
 
