@@ -74,3 +74,44 @@ fn thread_times_come_right_after_the_clock_and_before_files_that_wait_for_a_vm()
         }
     }
 }
+
+/// With no VMM-looking process, a side reads every comm and no thread:
+/// there are no vCPUs for other work to compete with (on a guest this was
+/// most of a snapshot side's reads). The same processes with a VMM among
+/// them have their threads read.
+#[test]
+fn without_a_vmm_no_thread_is_read() {
+    let snap = snapshot::open(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fixtures/snapshots/host-2node-pinned-qemu-img/snapshot.tar.gz"),
+    )
+    .unwrap();
+    let mut no_vmm = snap.t1.clone();
+    let comms: Vec<String> = no_vmm
+        .files
+        .keys()
+        .filter(|p| p.ends_with("/comm") && !p.contains("/task/"))
+        .cloned()
+        .collect();
+    assert!(comms.len() > 1, "the fixture has processes");
+    for p in &comms {
+        no_vmm.files.insert(p.clone(), b"bash\n".to_vec());
+    }
+    for (fs, vmm) in [(&snap.t1, true), (&no_vmm, false)] {
+        let src = Logged {
+            inner: fs.clone(),
+            reads: RefCell::new(Vec::new()),
+        };
+        let host = collect(&src, Side::End).unwrap().host;
+        let reads = src.reads.into_inner();
+        let threads = reads.iter().filter(|p| p.contains("/task/")).count();
+        let comm_reads = reads.iter().filter(|p| comms.contains(p)).count();
+        assert_eq!(comm_reads, comms.len(), "every comm is read");
+        if vmm {
+            assert!(threads > 0 && !host.vms.is_empty(), "{threads} thread reads");
+        } else {
+            assert_eq!(threads, 0, "threads read without a VMM");
+            assert!(host.vms.is_empty() && host.procs.is_empty());
+        }
+    }
+}

@@ -291,6 +291,13 @@ pub fn host_model(
         m.exits = Some(exits_by_vm(c, &t1.vms));
     }
     m.host_work = host_work(t0, t1, wall_s);
+    if t0.procs.is_empty() && !t1.vms.is_empty() {
+        m.notes.push(
+            "host work: not measured: no VMM ran at the start, so no other \
+             process was read then"
+                .into(),
+        );
+    }
     let mut a = attribute(t0, t1);
     for c in m.vms.iter_mut().flat_map(|v| v.vcpus.iter_mut()) {
         if let Some((by, ep)) = a.by_tid.remove(&c.tid) {

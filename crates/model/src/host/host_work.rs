@@ -46,7 +46,9 @@ impl HostWork {
 /// Non-VM work between the two sides; `wall_s` is the interval length.
 pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> HostWork {
     let mut w = HostWork::default();
-    if wall_s <= 0.0 {
+    // No process read at the start (no VMM ran then: thread_times): every
+    // thread would count from zero, its whole life as this interval's.
+    if wall_s <= 0.0 || t0.procs.is_empty() {
         return w;
     }
     let mut items: BTreeMap<(&'static str, String, Option<u32>), (u64, u64)> = BTreeMap::new();
@@ -158,5 +160,23 @@ mod tests {
         assert_eq!((kw.name.as_str(), kw.pid), ("kworker", None));
         assert!((kw.run_cpus - 0.1).abs() < 1e-9);
         assert_eq!(w.top.len(), 3);
+    }
+
+    /// A start side that read no process (no VMM ran then) measures no
+    /// host work: counted from zero, a process's whole life would be put
+    /// in the interval.
+    #[test]
+    fn nothing_without_a_start_reading() {
+        let t1 = HostObservation {
+            procs: vec![proc_(10, "bash", Some(false), &[(10, 9_000_000_000, 0)])],
+            ..Default::default()
+        };
+        let w = host_work(&HostObservation::default(), &t1, 2.0);
+        assert_eq!(w, HostWork::default());
+        let t0 = HostObservation {
+            procs: vec![proc_(10, "bash", None, &[(10, 0, 0)])],
+            ..Default::default()
+        };
+        assert!((host_work(&t0, &t1, 2.0).run_cpus - 4.5).abs() < 1e-9);
     }
 }

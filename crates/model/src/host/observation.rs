@@ -310,13 +310,22 @@ pub struct ThreadTimes {
 
 /// Reads [`ThreadTimes`]: only /proc/<pid>/comm, the task list and each
 /// thread's schedstat, none of which waits for the process; for every
-/// process, since all runnable work competes with the vCPUs.
+/// process, since all runnable work competes with the vCPUs. Every comm
+/// comes first: with no VMM-looking process there are no vCPUs to compete
+/// with, and no thread is read (on a guest, most of a snapshot side's
+/// reads; [`super::host_work`] then says it was not measured).
 pub fn thread_times(src: &dyn Source) -> Result<ThreadTimes, ReadError> {
     let mut t = ThreadTimes::default();
+    let mut comms = Vec::new();
     for pid in proc_::pids(src)? {
-        let Some(comm) = proc_::comm(src, pid)? else {
-            continue;
-        };
+        if let Some(comm) = proc_::comm(src, pid)? {
+            comms.push((pid, comm));
+        }
+    }
+    if !comms.iter().any(|(_, c)| vmm_comm(c)) {
+        return Ok(t);
+    }
+    for (pid, comm) in comms {
         let Some(tids) = proc_::tids(src, pid)? else {
             continue;
         };
