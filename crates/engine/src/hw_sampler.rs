@@ -4,8 +4,7 @@
 //! readings into windows.
 
 use crate::sampler::CounterReads;
-use crate::stop::next_due;
-use std::time::{Duration, Instant};
+use crate::stop::next_due_ns;
 use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::{cpu_topology, stat, RootFs, Source};
 
@@ -38,12 +37,13 @@ impl HwSampler {
 pub(crate) struct CounterSchedule {
     /// None when nothing opened: no read at all.
     hw: Option<HwSampler>,
-    lone_tsc_every: Option<Duration>,
-    next_tsc: Instant,
+    /// The period and the next read's time, in CLOCK_MONOTONIC ns.
+    lone_tsc_every: Option<u64>,
+    next_tsc: u64,
 }
 
 impl CounterSchedule {
-    pub(crate) fn new(hw: Option<HwSampler>, reads: CounterReads, start: Instant) -> Self {
+    pub(crate) fn new(hw: Option<HwSampler>, reads: CounterReads, start_ns: u64) -> Self {
         let hw = hw.filter(|h| !h.counters().opened().is_empty());
         let lone_tsc = hw
             .as_ref()
@@ -51,22 +51,23 @@ impl CounterSchedule {
         CounterSchedule {
             hw,
             lone_tsc_every: match reads {
-                CounterReads::EverySampleOrTscEvery(p) if lone_tsc => Some(p),
+                CounterReads::EverySampleOrTscEvery(p) if lone_tsc => Some(p.as_nanos() as u64),
                 _ => None,
             },
-            next_tsc: start,
+            next_tsc: start_ns,
         }
     }
 
-    /// The reading that goes with a sample taken at `now`, if one is due
+    /// The reading that goes with a sample taken at `t_ns`, if one is due
     /// (`last`: the sample that ends the loop, which always has one).
-    pub(crate) fn read(&mut self, now: Instant, last: bool) -> Option<CounterSample> {
+    #[inline]
+    pub(crate) fn read(&mut self, t_ns: u64, last: bool) -> Option<CounterSample> {
         let hw = self.hw.as_mut()?;
         if let Some(p) = self.lone_tsc_every {
-            if !last && now < self.next_tsc {
+            if !last && t_ns < self.next_tsc {
                 return None;
             }
-            self.next_tsc = next_due(self.next_tsc, p, now);
+            self.next_tsc = next_due_ns(self.next_tsc, p, t_ns);
         }
         Some(hw.sample())
     }

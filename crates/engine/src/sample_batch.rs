@@ -15,14 +15,15 @@
 
 use std::time::Instant;
 use stealscope_readers::perf::CounterSample;
+use stealscope_readers::pread::PreadFile;
 use stealscope_readers::stat::{self, ProcStat};
 use stealscope_readers::ReadError;
 
-/// One read as taken: its clock, and the end of its rows in `bytes` (or
-/// why the read failed), with the counter reading taken right after it.
+/// One read as taken: its clock (the `Instant` is derived at delivery),
+/// and the end of its rows in `bytes` (or why the read failed), with the
+/// counter reading taken right after it.
 struct Held {
     t_ns: u64,
-    now: Instant,
     rows: Result<usize, ReadError>,
     counters: Option<CounterSample>,
 }
@@ -47,10 +48,10 @@ pub enum Delivered<'a> {
 
 impl SampleBatch {
     /// Keeps the cpu rows of one read (`Err`: the read failed).
+    #[inline]
     pub fn hold(
         &mut self,
         t_ns: u64,
-        now: Instant,
         read: Result<&[u8], ReadError>,
         counters: Option<CounterSample>,
     ) {
@@ -60,7 +61,30 @@ impl SampleBatch {
         });
         self.held.push(Held {
             t_ns,
-            now,
+            rows,
+            counters,
+        });
+    }
+
+    /// Reads `file` (/proc/stat) straight into the batch and keeps its
+    /// cpu rows, with the counter reading `counters` gives when the read
+    /// worked ([`PreadFile::read_append`]: no copy).
+    #[inline]
+    pub fn hold_read(
+        &mut self,
+        t_ns: u64,
+        file: &mut PreadFile,
+        counters: impl FnOnce() -> Option<CounterSample>,
+    ) {
+        let start = self.bytes.len();
+        let rows = file.read_append(&mut self.bytes).map(|_| {
+            let end = start + stat::cpu_block_end(&self.bytes[start..]);
+            self.bytes.truncate(end);
+            end
+        });
+        let counters = rows.as_ref().ok().and_then(|_| counters());
+        self.held.push(Held {
+            t_ns,
             rows,
             counters,
         });
@@ -77,6 +101,7 @@ impl SampleBatch {
         parsed: &mut ProcStat,
         mut f: impl FnMut(Delivered<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
+        let clock = stealscope_readers::clock::base();
         let mut start = 0;
         let mut out = Ok(());
         for h in self.held.drain(..) {
@@ -90,7 +115,7 @@ impl SampleBatch {
                     match stat::parse_cpu_rows(rows, stat::PATH, parsed) {
                         Ok(()) => Delivered::Sample {
                             t_ns: h.t_ns,
-                            now: h.now,
+                            now: clock.instant(h.t_ns),
                             stat: parsed,
                             counters: h.counters.as_ref(),
                         },
@@ -120,12 +145,11 @@ mod tests {
     fn delivers_what_an_immediate_parse_gives_in_order() {
         let reads: Vec<Vec<u8>> = (0..3).map(|_| live()).collect();
         let mut b = SampleBatch::default();
-        let t = Instant::now();
-        b.hold(1, t, Ok(&reads[0]), None);
-        b.hold(2, t, Err(ReadError::parse(stat::PATH, "gone")), None);
-        b.hold(3, t, Ok(&reads[1]), None);
-        b.hold(4, t, Ok(b"cpu  x\n"), None);
-        b.hold(5, t, Ok(&reads[2]), None);
+        b.hold(1, Ok(&reads[0]), None);
+        b.hold(2, Err(ReadError::parse(stat::PATH, "gone")), None);
+        b.hold(3, Ok(&reads[1]), None);
+        b.hold(4, Ok(b"cpu  x\n"), None);
+        b.hold(5, Ok(&reads[2]), None);
         let mut got = Vec::new();
         let mut parsed = ProcStat::default();
         b.deliver(&mut parsed, |d| {
@@ -151,13 +175,55 @@ mod tests {
         assert!(!got[0].as_ref().unwrap().1.cpus.is_empty());
     }
 
+    /// Read straight into the batch, a read parses as the same bytes held
+    /// by copy: on a file of one show that fits and on one past the pread
+    /// buffer (many CPUs), each with the counters asked only then.
+    #[test]
+    fn reads_held_in_place_parse_as_copies() {
+        let live = live();
+        let mut big = live.clone();
+        let rows: String = (2..1000)
+            .map(|c| format!("cpu{c} 1 2 3 4 5 6 7 8 0 0\n"))
+            .collect();
+        let at = big.windows(5).position(|w| w == b"\nintr").unwrap() + 1;
+        big.splice(at..at, rows.into_bytes());
+        assert!(big.len() > 16 * 1024);
+        for text in [live, big] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("proc")).unwrap();
+            std::fs::write(dir.path().join("proc/stat"), &text).unwrap();
+            let mut f = PreadFile::open(dir.path(), stat::PATH).unwrap();
+            let mut b = SampleBatch::default();
+            let mut asked = 0;
+            b.hold_read(1, &mut f, || {
+                asked += 1;
+                None
+            });
+            b.hold(2, Ok(&text), None);
+            b.hold_read(3, &mut f, || None);
+            let mut got = Vec::new();
+            b.deliver(&mut ProcStat::default(), |d| {
+                if let Delivered::Sample { t_ns, stat, .. } = d {
+                    got.push((t_ns, stat.clone()));
+                }
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            assert_eq!(asked, 1);
+            assert_eq!(got.len(), 3, "{} bytes", text.len());
+            assert!(got[0].1.cpus.len() >= 2);
+            assert_eq!(got[0].1, got[1].1);
+            assert_eq!(got[2].1, got[1].1);
+        }
+    }
+
     /// A subscriber's error stops the delivery; the batch is emptied.
     #[test]
     fn a_subscriber_error_ends_the_delivery() {
         let mut b = SampleBatch::default();
         let s = live();
         for t in 0..3 {
-            b.hold(t, Instant::now(), Ok(&s), None);
+            b.hold(t, Ok(&s), None);
         }
         let mut n = 0;
         let r = b.deliver(&mut ProcStat::default(), |_| {

@@ -15,11 +15,13 @@ use crate::hw_sampler::{is_live_root, open_counters, CounterSchedule, HwSampler}
 use crate::sample_batch::{Delivered, SampleBatch};
 use crate::sched::SchedSlot;
 use crate::series::Series;
-use crate::stop::{next_due, Rate, Wait};
+use crate::stop::{next_due, next_due_ns, Rate, Wait};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_model::host::sched_store::StoredSched;
+use stealscope_readers::clock::{monotonic_ns, sleep_until_ns};
 use stealscope_readers::perf::{CounterSample, CpuCounters};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::snapshot::RawSample;
@@ -287,7 +289,9 @@ impl Sampler {
         .map(|(t, err)| sub.host_started(err).map(|()| t))
         .transpose()?;
         let start = self.opts.from.unwrap_or_else(Instant::now);
-        let mut counters = CounterSchedule::new(self.hw.take(), self.opts.counters, start);
+        let clock = stealscope_readers::clock::base();
+        let mut counters =
+            CounterSchedule::new(self.hw.take(), self.opts.counters, clock.ns(start));
         let end = self.opts.duration.map(|d| start + d);
         let (mut next, mut next_host) = (start, start);
         let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
@@ -300,7 +304,6 @@ impl Sampler {
         let mut ending = None;
         // One clock read per sample: t_ns and `now` are the same instant,
         // and the sleep is to an absolute deadline (clock::sleep_until).
-        let clock = stealscope_readers::clock::base();
         loop {
             let (t_ns, mut now) = match self.tsc.as_mut() {
                 Some(c) => {
@@ -311,7 +314,7 @@ impl Sampler {
             };
             let last = ending.is_some();
             if let Some(p) = batch {
-                self.hold(t_ns, now, &mut counters, last);
+                self.hold(t_ns, &mut counters, last);
                 if now >= next_batch || last {
                     self.deliver(sub)?;
                     next_batch = next_due(next_batch, p, now);
@@ -320,7 +323,7 @@ impl Sampler {
                 let keep_text = self.opts.series.is_some();
                 match self.read_stat(keep_text) {
                     Ok(text) => {
-                        let counters = counters.read(now, last);
+                        let counters = counters.read(t_ns, last);
                         if let (Some(s), Some(stat)) = (&self.opts.series, text) {
                             s.push(RawSample { t_ns, stat }, counters.clone());
                         }
@@ -355,17 +358,17 @@ impl Sampler {
             }
             next = next_due(next, rate.period(), now);
             // Held samples until the next one due with anything else: the
-            // path of nearly every sample in batch mode (`quiet`).
-            if batch.is_some() && self.opts.wake_every.is_none() {
-                if let Some(t) = sub.next_tick() {
-                    let host_due = host.as_ref().map(|_| next_host);
-                    let until = [Some(next_batch), host_due, Some(t), end]
-                        .into_iter()
-                        .flatten()
-                        .min()
-                        .unwrap_or(t);
-                    now = self.quiet(&mut next, until, rate.period(), &mut counters, stop, now);
-                }
+            // path of nearly every sample in batch mode (`quiet`), with a
+            // stop flag the loop can check itself (record's).
+            let flag = stop.flag().filter(|_| self.opts.wake_every.is_none());
+            if let (Some(_), Some(flag), Some(t)) = (batch, flag, sub.next_tick()) {
+                let host_due = host.as_ref().map(|_| next_host);
+                let until = [Some(next_batch), host_due, Some(t), end]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(t);
+                now = self.quiet(&mut next, until, rate.period(), &mut counters, flag, now);
             }
             if let Some(e) = end.filter(|&e| next > e || now >= e) {
                 // The last sample at the end itself, unless this one was.
@@ -385,43 +388,44 @@ impl Sampler {
 
     /// Takes and holds samples at `period` while the next one is due
     /// before `until`, with nothing else in between: no subscriber call,
-    /// no scan, no parse. Why: at 100 Hz each sample wakes on cold caches
-    /// and TLBs (a VM's nested paging makes each miss dear), so the less
-    /// code and data a sample touches the less it costs; this loop touches
-    /// the TSC ([`TscClock`]), the stat file and the held bytes. Returns the time of
-    /// its last sample (`now` if it took none); leaves on a stop unslept,
-    /// for the caller's `wait` to see it.
+    /// no scan, no parse, no `Instant`. Why: at 100 Hz each sample wakes on
+    /// cold caches and TLBs (a VM's nested paging makes each miss dear),
+    /// so the less code and data a sample touches the less it costs; this
+    /// loop checks the stop flag, sleeps through libc, reads the TSC
+    /// ([`TscClock`]), preads the stat file and copies its rows. Returns
+    /// the time of its last sample (`now` if it took none); leaves on a
+    /// stop unslept, for the caller's `wait` to see it.
     fn quiet(
         &mut self,
         next: &mut Instant,
         until: Instant,
         period: Duration,
         counters: &mut CounterSchedule,
-        stop: &dyn Wait,
-        mut now: Instant,
+        stop: &AtomicBool,
+        now: Instant,
     ) -> Instant {
         let clock = stealscope_readers::clock::base();
-        while *next < until {
-            if stop.wait_until(*next) {
-                break;
-            }
-            let t_ns;
-            (t_ns, now) = match self.tsc.as_ref().and_then(TscClock::now_ns) {
-                Some(ns) => (ns, clock.instant(ns)),
-                None => clock.now(),
+        let (until, period) = (clock.ns(until), period.as_nanos() as u64);
+        let (mut next_ns, mut t_ns) = (clock.ns(*next), clock.ns(now));
+        while next_ns < until && !stop.load(Ordering::Relaxed) {
+            sleep_until_ns(next_ns);
+            t_ns = match self.tsc.as_ref().and_then(TscClock::now_ns) {
+                Some(ns) => ns,
+                None => monotonic_ns(),
             };
-            self.hold(t_ns, now, counters, false);
-            *next = next_due(*next, period, now);
+            self.hold(t_ns, counters, false);
+            next_ns = next_due_ns(next_ns, period, t_ns);
         }
-        now
+        *next = clock.instant(next_ns);
+        clock.instant(t_ns)
     }
 
     /// Reads /proc/stat and holds the read for the next delivery, with
     /// the counters when due (only with a read that worked).
-    fn hold(&mut self, t_ns: u64, now: Instant, counters: &mut CounterSchedule, last: bool) {
-        let read = self.stat.read();
-        let c = read.as_ref().ok().and_then(|_| counters.read(now, last));
-        self.held.hold(t_ns, now, read, c);
+    #[inline]
+    fn hold(&mut self, t_ns: u64, counters: &mut CounterSchedule, last: bool) {
+        self.held
+            .hold_read(t_ns, &mut self.stat, || counters.read(t_ns, last));
     }
 
     /// A host scan, with the collector read right before it.

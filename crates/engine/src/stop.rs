@@ -6,12 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Sleeps until a deadline unless told to stop.
-pub trait Wait: Sync {
-    /// Sleeps until `deadline`; true when told to stop (before or meanwhile).
-    fn wait_until(&self, deadline: Instant) -> bool;
-}
-
 /// Stop flag the background threads sleep on, so they end promptly.
 #[derive(Default)]
 pub struct Stop {
@@ -51,6 +45,17 @@ impl Wait for Stop {
     }
 }
 
+/// Sleeps until a deadline unless told to stop.
+pub trait Wait: Sync {
+    /// Sleeps until `deadline`; true when told to stop (before or meanwhile).
+    fn wait_until(&self, deadline: Instant) -> bool;
+    /// The flag alone, when this waits by checking it and sleeping on the
+    /// clock: the sampler's quiet loop then does both itself, inline.
+    fn flag(&self) -> Option<&AtomicBool> {
+        None
+    }
+}
+
 /// A flag a signal handler sets (`signals::stop_on_signals`): checked
 /// before the sleep, which is not cut short (a sample period at most).
 impl Wait for AtomicBool {
@@ -60,6 +65,10 @@ impl Wait for AtomicBool {
         }
         stealscope_readers::clock::sleep_until(deadline);
         false
+    }
+
+    fn flag(&self) -> Option<&AtomicBool> {
+        Some(self)
     }
 }
 
@@ -97,6 +106,16 @@ pub fn next_due(prev: Instant, period: Duration, now: Instant) -> Instant {
     n + period * behind.min(u32::MAX as u128) as u32
 }
 
+/// [`next_due`] in CLOCK_MONOTONIC ns (the sampler's quiet loop).
+#[inline]
+pub fn next_due_ns(prev: u64, period: u64, now: u64) -> u64 {
+    let n = prev + period;
+    if n > now {
+        return n;
+    }
+    n + period * ((now - n) / period.max(1) + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +145,10 @@ mod tests {
         // 25 ms late: the deadlines at 10 and 20 ms are gone, 30 ms is next.
         assert_eq!(next_due(t, p, t + Duration::from_millis(25)), t + 3 * p);
         assert_eq!(next_due(t, p, t + p), t + 2 * p);
+        let ms = 1_000_000;
+        assert_eq!(next_due_ns(100 * ms, 10 * ms, 103 * ms), 110 * ms);
+        assert_eq!(next_due_ns(100 * ms, 10 * ms, 125 * ms), 130 * ms);
+        assert_eq!(next_due_ns(100 * ms, 10 * ms, 110 * ms), 120 * ms);
     }
 
     #[test]

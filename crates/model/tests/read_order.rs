@@ -108,7 +108,10 @@ fn without_a_vmm_no_thread_is_read() {
         let comm_reads = reads.iter().filter(|p| comms.contains(p)).count();
         assert_eq!(comm_reads, comms.len(), "every comm is read");
         if vmm {
-            assert!(threads > 0 && !host.vms.is_empty(), "{threads} thread reads");
+            assert!(
+                threads > 0 && !host.vms.is_empty(),
+                "{threads} thread reads"
+            );
         } else {
             assert_eq!(threads, 0, "threads read without a VMM");
             assert!(host.vms.is_empty() && host.procs.is_empty());
