@@ -392,7 +392,8 @@ impl Sampler {
     /// cold caches and TLBs (a VM's nested paging makes each miss dear),
     /// so the less code and data a sample touches the less it costs; this
     /// loop checks the stop flag, sleeps through libc, reads the TSC
-    /// ([`TscClock`]), preads the stat file and copies its rows. Returns
+    /// ([`TscClock`]) and preads the stat file straight into the batch
+    /// ([`SampleBatch::hold_read`]). Returns
     /// the time of its last sample (`now` if it took none); leaves on a
     /// stop unslept, for the caller's `wait` to see it.
     fn quiet(

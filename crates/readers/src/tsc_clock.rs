@@ -103,7 +103,7 @@ impl TscClock {
         Some(self.last.ns + ((dt * m as u128) >> 32) as u64)
     }
 
-    /// Whether a rate is fitted (tests, and a note of which clock stamped).
+    /// Whether a rate is fitted.
     pub fn fitted(&self) -> bool {
         self.mult.is_some()
     }
