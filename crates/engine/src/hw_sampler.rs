@@ -3,8 +3,8 @@
 //! on the live root, `sample()` per window; model::hw turns consecutive
 //! readings into windows.
 
-use crate::sampler::CounterReads;
 use crate::stop::next_due_ns;
+use std::time::Duration;
 use stealscope_readers::perf::{Counter, CounterSample, CpuCounters};
 use stealscope_readers::{cpu_topology, stat, RootFs, Source};
 
@@ -30,6 +30,19 @@ impl HwSampler {
         self.counters
             .read(stealscope_readers::clock::monotonic_ns())
     }
+}
+
+/// When the hardware counter groups are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterReads {
+    /// Not opened at all.
+    Off,
+    /// With every sample.
+    EverySample,
+    /// With every sample, or with the first and then this often when the
+    /// TSC alone opened (a constant TSC MHz: at 100 Hz its reads would be
+    /// most of a recording).
+    EverySampleOrTscEvery(Duration),
 }
 
 /// When the sampling loop reads the groups it opened: with every sample,

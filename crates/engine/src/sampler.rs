@@ -11,6 +11,7 @@
 
 use crate::host::sched_hook::End;
 use crate::host::HostTracker;
+pub use crate::hw_sampler::CounterReads;
 use crate::hw_sampler::{is_live_root, open_counters, CounterSchedule, HwSampler};
 use crate::sample_batch::{Delivered, SampleBatch};
 use crate::sched::SchedSlot;
@@ -29,19 +30,6 @@ use stealscope_readers::stat::{self, ProcStat};
 use stealscope_readers::tsc_clock::TscClock;
 use stealscope_readers::{ReadError, RootFs, Source};
 use stealscope_sched::SchedSample;
-
-/// When the hardware counter groups are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CounterReads {
-    /// Not opened at all.
-    Off,
-    /// With every sample.
-    EverySample,
-    /// With every sample, or with the first and then this often when the
-    /// TSC alone opened (a constant TSC MHz: at 100 Hz its reads would be
-    /// most of a recording).
-    EverySampleOrTscEvery(Duration),
-}
 
 #[derive(Debug, Clone)]
 pub struct SamplerOptions {
