@@ -28,13 +28,18 @@ impl Source for Logged {
     }
 }
 
-#[test]
-fn thread_times_come_right_after_the_clock_and_before_files_that_wait_for_a_vm() {
-    let snap = snapshot::open(
+/// A host with two pinned QEMU VMs and a few other processes.
+fn pinned_host() -> snapshot::Snapshot {
+    snapshot::open(
         &Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../fixtures/snapshots/host-2node-pinned-qemu-img/snapshot.tar.gz"),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn thread_times_come_right_after_the_clock_and_before_files_that_wait_for_a_vm() {
+    let snap = pinned_host();
     for (side, fs) in [("t0", &snap.t0), ("t1", &snap.t1)] {
         let src = Logged {
             inner: fs.clone(),
@@ -81,11 +86,7 @@ fn thread_times_come_right_after_the_clock_and_before_files_that_wait_for_a_vm()
 /// them have their threads read.
 #[test]
 fn without_a_vmm_no_thread_is_read() {
-    let snap = snapshot::open(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../fixtures/snapshots/host-2node-pinned-qemu-img/snapshot.tar.gz"),
-    )
-    .unwrap();
+    let snap = pinned_host();
     let mut no_vmm = snap.t1.clone();
     let comms: Vec<String> = no_vmm
         .files
