@@ -398,10 +398,18 @@ impl Sampler {
         let (mut next_ns, mut t_ns) = (clock.ns(*next), clock.ns(now));
         while next_ns < until && !stop.load(Ordering::Relaxed) {
             sleep_until_ns(next_ns);
-            t_ns = match self.tsc.as_ref().and_then(TscClock::now_ns) {
+            let t = match self.tsc.as_ref().and_then(TscClock::now_ns) {
                 Some(ns) => ns,
                 None => monotonic_ns(),
             };
+            // Woken late, at or past `until`: this sample is due with the
+            // work there (a scan, a tick, the end). Leave it to the caller,
+            // with `next` the deadline just passed, so its `wait` returns
+            // at once and the sample is taken with that work.
+            if t >= until {
+                break;
+            }
+            t_ns = t;
             self.hold(t_ns, counters, false);
             next_ns = next_due_ns(next_ns, period, t_ns);
         }
