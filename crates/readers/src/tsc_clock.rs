@@ -26,8 +26,10 @@ use crate::Source;
 /// An anchor this long after the last fit fits the rate again: long enough
 /// that the ~1 µs of uncertainty of one anchor is a few ppm of rate.
 pub const MIN_BASELINE_NS: u64 = 400_000_000;
-/// A prediction further than this from the real clock drops the rate.
-pub const MAX_MISS_NS: u64 = 1_000_000;
+/// A prediction further than this from the real clock drops the rate:
+/// with a stable TSC the map is within a few µs a second after its fit,
+/// and 100 µs is 1 % of a 10 ms steal window.
+pub const MAX_MISS_NS: u64 = 100_000;
 /// An anchor whose two TSC reads are further apart than this (an
 /// interrupt came between them) is taken again.
 const MAX_ANCHOR_CYCLES: u64 = 20_000;
@@ -78,8 +80,10 @@ impl TscClock {
             a.tsc.wrapping_sub(self.fit_from.tsc),
             a.ns.saturating_sub(self.fit_from.ns),
         );
-        // A TSC behind the baseline's start reads as negative: no fit.
-        if dn >= MIN_BASELINE_NS && (dt as i64) > 0 {
+        if (dt as i64) <= 0 {
+            // A TSC behind the baseline's start: start a new baseline.
+            (self.mult, self.fit_from) = (None, a);
+        } else if dn >= MIN_BASELINE_NS {
             self.mult = Some((((dn as u128) << 32) / dt as u128) as u64);
             self.fit_from = a;
         }
@@ -110,14 +114,16 @@ impl TscClock {
 }
 
 /// A real clock read between two TSC reads, stamped with their midpoint;
-/// taken again (three times at most) when the two are far apart.
+/// taken again (three times at most) when the two are far apart, keeping
+/// the narrowest. A pair that reads backwards (the thread moved to a CPU
+/// whose TSC reads a little behind) is stamped with its first read.
 fn anchor() -> Anchor {
-    let mut best = None;
+    let mut best: Option<(u64, Anchor)> = None;
     for _ in 0..3 {
         let t0 = rdtsc();
         let ns = monotonic_ns();
         let t1 = rdtsc();
-        let spread = t1.wrapping_sub(t0);
+        let spread = t1.saturating_sub(t0);
         let a = Anchor {
             tsc: t0 + spread / 2,
             ns,
@@ -125,9 +131,11 @@ fn anchor() -> Anchor {
         if spread <= MAX_ANCHOR_CYCLES {
             return a;
         }
-        best.get_or_insert(a);
+        if best.is_none_or(|(s, _)| spread < s) {
+            best = Some((spread, a));
+        }
     }
-    best.expect("three tries")
+    best.expect("three tries").1
 }
 
 #[inline]
@@ -198,5 +206,19 @@ mod tests {
         let ns = c.anchor();
         assert!(!c.fitted(), "kept a rate 2x off");
         assert!(ns.abs_diff(monotonic_ns()) < 10_000_000);
+    }
+
+    /// A baseline whose start reads ahead of the TSC now (a move to a CPU
+    /// whose TSC reads behind) starts again instead of never fitting.
+    #[test]
+    fn a_backwards_baseline_starts_again() {
+        let Some(mut c) = live() else { return };
+        c.fit_from.tsc = u64::MAX / 2 + rdtsc();
+        c.anchor();
+        assert!(!c.fitted());
+        assert!((c.fit_from.tsc as i64) > 0 && c.fit_from.tsc <= rdtsc());
+        std::thread::sleep(std::time::Duration::from_millis(450));
+        c.anchor();
+        assert!(c.fitted(), "fits again after a baseline");
     }
 }
