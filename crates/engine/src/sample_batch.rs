@@ -182,7 +182,11 @@ mod tests {
     fn reads_held_in_place_parse_as_copies() {
         let live = live();
         let mut big = live.clone();
-        let rows: String = (2..1000)
+        // Numbered on from the live CPUs, so the rows stay in order.
+        let mut live_rows = ProcStat::default();
+        stat::parse_cpu_rows(&live, stat::PATH, &mut live_rows).unwrap();
+        let first = live_rows.cpus.iter().filter_map(|r| r.cpu).max().unwrap() + 1;
+        let rows: String = (first..first + 1000)
             .map(|c| format!("cpu{c} 1 2 3 4 5 6 7 8 0 0\n"))
             .collect();
         let at = big.windows(5).position(|w| w == b"\nintr").unwrap() + 1;
