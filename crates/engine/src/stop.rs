@@ -98,15 +98,12 @@ impl Rate {
 /// grid; deadlines already past (a stall, a loaded machine) are skipped,
 /// not caught up with back-to-back reads.
 pub fn next_due(prev: Instant, period: Duration, now: Instant) -> Instant {
-    let n = prev + period;
-    if n > now {
-        return n;
-    }
-    let behind = (now - n).as_nanos() / period.as_nanos().max(1) + 1;
-    n + period * behind.min(u32::MAX as u128) as u32
+    let behind = now.saturating_duration_since(prev).as_nanos() as u64;
+    prev + Duration::from_nanos(next_due_ns(0, period.as_nanos() as u64, behind))
 }
 
-/// [`next_due`] in CLOCK_MONOTONIC ns (the sampler's quiet loop).
+/// [`next_due`]'s rule on CLOCK_MONOTONIC ns, which the sampler's quiet
+/// loop keeps its times in.
 #[inline]
 pub fn next_due_ns(prev: u64, period: u64, now: u64) -> u64 {
     let n = prev + period;
