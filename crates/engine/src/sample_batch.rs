@@ -47,14 +47,10 @@ pub enum Delivered<'a> {
 }
 
 impl SampleBatch {
-    /// Keeps the cpu rows of one read (`Err`: the read failed).
-    #[inline]
-    pub fn hold(
-        &mut self,
-        t_ns: u64,
-        read: Result<&[u8], ReadError>,
-        counters: Option<CounterSample>,
-    ) {
+    /// Keeps the cpu rows of one read given as bytes (`Err`: the read
+    /// failed): the copy that [`SampleBatch::hold_read`] is checked against.
+    #[cfg(test)]
+    fn hold(&mut self, t_ns: u64, read: Result<&[u8], ReadError>, counters: Option<CounterSample>) {
         let rows = read.map(|b| {
             self.bytes.extend_from_slice(&b[..stat::cpu_block_end(b)]);
             self.bytes.len()

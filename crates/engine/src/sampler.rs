@@ -344,7 +344,8 @@ impl Sampler {
             if let Some(e) = ending {
                 return Ok(e);
             }
-            next = next_due(next, rate.period(), now);
+            let period = rate.period();
+            next = next_due(next, period, now);
             // Held samples until the next one due with anything else: the
             // path of nearly every sample in batch mode (`quiet`), with a
             // stop flag the loop can check itself (record's).
@@ -356,7 +357,7 @@ impl Sampler {
                     .flatten()
                     .min()
                     .unwrap_or(t);
-                now = self.quiet(&mut next, until, rate.period(), &mut counters, flag, now);
+                now = self.quiet(&mut next, until, period, &mut counters, flag, now);
             }
             if let Some(e) = end.filter(|&e| next > e || now >= e) {
                 // The last sample at the end itself, unless this one was.
@@ -381,9 +382,9 @@ impl Sampler {
     /// so the less code and data a sample touches the less it costs; this
     /// loop checks the stop flag, sleeps through libc, reads the TSC
     /// ([`TscClock`]) and preads the stat file straight into the batch
-    /// ([`SampleBatch::hold_read`]). Returns
-    /// the time of its last sample (`now` if it took none); leaves on a
-    /// stop unslept, for the caller's `wait` to see it.
+    /// ([`SampleBatch::hold_read`]). Returns the time of its last sample
+    /// (`now` if it took none); leaves on a stop unslept, for the caller's
+    /// `wait` to see it.
     fn quiet(
         &mut self,
         next: &mut Instant,

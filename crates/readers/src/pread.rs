@@ -74,9 +74,11 @@ impl PreadFile {
                 unsafe { out.set_len(out.len() + n as usize) };
                 return Ok(n as usize);
             }
-            let e = std::io::Error::last_os_error();
-            if n < 0 && e.kind() != ErrorKind::Interrupted {
-                return Err(ReadError::io(&self.path, e));
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != ErrorKind::Interrupted {
+                    return Err(ReadError::io(&self.path, e));
+                }
             }
             // Filled the room (the file grew) or interrupted: as below.
         }
