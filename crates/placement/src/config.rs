@@ -38,9 +38,14 @@ pub enum Fairness {
 pub enum VcpuMapping {
     /// Pinned one per pool CPU, balanced by demand, while the pool is
     /// overcommitted (demand per pool CPU at or above `pin_above`; released
-    /// below 90 % of it); the whole pool otherwise.
+    /// below 90 % of it) by vCPUs that are busy or idle (none wanting
+    /// between a quarter and three quarters of a CPU); the whole pool
+    /// otherwise. For hosts of steadily spinning guests.
     Auto,
     /// Always the whole pool: the kernel's load balancer places threads.
+    /// The default: in the simulated fleet (demand that changes) pinning
+    /// cut no steal and doubled the placement changes (BENCHMARKS.md,
+    /// issue 27).
     Pool,
     /// Always pinned one per pool CPU, balanced by demand.
     Pinned,
@@ -95,7 +100,7 @@ impl Default for Config {
             housekeeping_cpus: String::new(),
             fairness: Fairness::SharedGroup,
             shared_group: "/stealscope.shared".into(),
-            vcpu_mapping: VcpuMapping::Auto,
+            vcpu_mapping: VcpuMapping::Pool,
             pin_above: 1.0,
             interval_s: 10.0,
             min_move_interval_s: 600.0,

@@ -33,6 +33,8 @@ fn own_groups(host: &HostInput) -> BTreeSet<&str> {
         .collect()
 }
 
+/// The actions in apply order (groups, weights, affinity, memory) and the
+/// warnings of VMs whose fairness could not be set.
 pub fn actions(host: &HostInput, cfg: &Config, plans: &[VmPlan]) -> (Vec<Action>, Vec<String>) {
     let by_pid: BTreeMap<u32, &VmInput> = host.vms.iter().map(|v| (v.pid, v)).collect();
     let own = own_groups(host);
@@ -40,145 +42,199 @@ pub fn actions(host: &HostInput, cfg: &Config, plans: &[VmPlan]) -> (Vec<Action>
         .cpu_controller
         .as_ref()
         .map(|c| c.group(&cfg.shared_group));
-    let (mut groups, mut weights, mut affinity, mut memory) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut warnings = Vec::new();
+    let mut out = Sorted::default();
+    let mut shared_demand = 0.0;
     let mut shared_vcpus = 0usize;
     for p in plans {
         let Some(vm) = by_pid.get(&p.pid) else {
             continue;
         };
         if p.class == Class::Shared {
-            match (fairness_for(vm, cfg), &shared_group) {
-                (Fairness::SharedGroup, Some(target)) => {
-                    shared_vcpus += vm.vcpus.len();
-                    if vm.cpu_group.as_ref() != Some(target) {
-                        groups.push(Action::JoinGroup {
-                            vm: vm.name.clone(),
-                            pid: vm.pid,
-                            group: target.clone(),
-                            from: vm.cpu_group.clone(),
-                            reason: format!(
-                                "fairness: in one group with the other shared VMs the scheduler weighs its {} vCPU thread(s) one by one; in a group of its own it would get one VM's share whatever its size",
-                                vm.vcpus.len()
-                            ),
-                        });
-                    }
-                }
-                (Fairness::SharedGroup, None) => warnings.push(format!(
-                    "{}: no cpu controller mounted: fairness not applied",
-                    vm.name
-                )),
-                (Fairness::Weights, _) => match &vm.cpu_group {
-                    Some(g) if own.contains(g.dir.as_str()) => {
-                        let value = clamp_weight(g, vm.vcpus.len());
-                        if vm.cpu_weight != Some(value) {
-                            let (unit, ..) = g.weight_unit();
-                            weights.push(Action::CpuWeight {
-                                vm: vm.name.clone(),
-                                pid: vm.pid,
-                                group: g.clone(),
-                                value,
-                                from: vm.cpu_weight,
-                                via: vm.knob.clone(),
-                                reason: format!(
-                                    "fairness: {} vCPU(s) x the default weight {unit}, so the VM's group gets CPU in proportion to its vCPUs, not one VM's share",
-                                    vm.vcpus.len()
-                                ),
-                            });
-                        }
-                    }
-                    _ => warnings.push(format!(
-                        "{}: has no cpu group of its own (it shares {}): per-VM weight not set",
-                        vm.name,
-                        vm.cpu_group.as_ref().map_or("none", |g| g.dir.as_str())
-                    )),
-                },
-                (Fairness::None, _) => {}
+            let joined = fairness(vm, cfg, (&shared_group, &own), &mut out);
+            if joined {
+                shared_vcpus += vm.vcpus.len();
+                shared_demand += vm.demand();
             }
         }
-        for (idx, tid, cpus) in &p.vcpus {
-            let Some((_, t)) = vm.vcpus.iter().find(|(_, t)| t.tid == *tid) else {
-                continue;
-            };
-            if &t.cpus_allowed != cpus {
-                affinity.push(Action::Affinity {
-                    vm: vm.name.clone(),
-                    pid: vm.pid,
-                    tid: *tid,
-                    vcpu: Some(*idx),
-                    cpus: cpus.clone(),
-                    from: t.cpus_allowed.clone(),
-                    via: vm.knob.clone(),
-                    // The mapping's reasoning is said once, in the plan.
-                    reason: if p.mapping.is_some() {
-                        crate::mapping::ACTION_REASON.to_string()
-                    } else {
-                        p.reasons.first().cloned().unwrap_or_default()
-                    },
-                });
-            }
+        affinity(vm, p, &mut out.affinity);
+        memory(vm, p, cfg, &mut out.memory);
+    }
+    if let (Some(g), true) = (&shared_group, shared_vcpus > 0) {
+        if let Some(a) = shared_weight(host, g, (shared_vcpus, shared_demand)) {
+            out.weights.insert(0, a);
         }
-        for t in &vm.others {
-            if !p.other_cpus.is_empty() && t.cpus_allowed != p.other_cpus {
-                affinity.push(Action::Affinity {
+    }
+    let mut all = out.groups;
+    all.extend(out.weights);
+    all.extend(out.affinity);
+    all.extend(out.memory);
+    (all, out.warnings)
+}
+
+/// Actions by kind, to be applied kind by kind.
+#[derive(Default)]
+struct Sorted {
+    groups: Vec<Action>,
+    weights: Vec<Action>,
+    affinity: Vec<Action>,
+    memory: Vec<Action>,
+    warnings: Vec<String>,
+}
+
+/// A shared VM's fairness: into the shared group, or its own group's
+/// weight by its vCPUs. True when the VM is (to be) in the shared group.
+fn fairness(
+    vm: &VmInput,
+    cfg: &Config,
+    (shared_group, own): (&Option<CgroupRef>, &BTreeSet<&str>),
+    out: &mut Sorted,
+) -> bool {
+    match (fairness_for(vm, cfg), shared_group) {
+        (Fairness::SharedGroup, Some(target)) => {
+            if vm.cpu_group.as_ref() != Some(target) {
+                out.groups.push(Action::JoinGroup {
                     vm: vm.name.clone(),
                     pid: vm.pid,
-                    tid: t.tid,
-                    vcpu: None,
-                    cpus: p.other_cpus.clone(),
-                    from: t.cpus_allowed.clone(),
-                    via: vm.knob.clone(),
-                    reason: "emulator/I/O thread: on housekeeping CPUs when there are any, else with its VM's vCPUs".into(),
-                });
-            }
-        }
-        if let (Some(node), Some(m)) = (p.node, &vm.mem_by_node) {
-            let from: BTreeMap<u32, u64> = m
-                .iter()
-                .filter(|(n, b)| **n != node && **b > 0)
-                .map(|(n, b)| (*n, *b))
-                .collect();
-            let bytes: u64 = from.values().sum();
-            if bytes >= cfg.migrate_min_mib << 20 {
-                memory.push(Action::MigrateMemory {
-                    vm: vm.name.clone(),
-                    pid: vm.pid,
-                    to_node: node,
-                    bytes,
-                    from_nodes: from,
-                    via: vm.knob.clone(),
+                    group: target.clone(),
+                    from: vm.cpu_group.clone(),
                     reason: format!(
-                        "memory follows the vCPUs to node {node}: remote accesses cost latency and bandwidth; moved in {} MiB steps after checking free memory, swap headroom and memory pressure",
-                        cfg.mem_step_mib
+                        "fairness: in one group with the other shared VMs the scheduler weighs its {} vCPU thread(s) one by one; in a group of its own it would get one VM's share whatever its size",
+                        vm.vcpus.len()
                     ),
                 });
             }
+            return true;
+        }
+        (Fairness::SharedGroup, None) => out.warnings.push(format!(
+            "{}: no cpu controller mounted: fairness not applied",
+            vm.name
+        )),
+        (Fairness::Weights, _) => match &vm.cpu_group {
+            Some(g) if own.contains(g.dir.as_str()) => {
+                let value = clamp_weight(g, vm.vcpus.len());
+                if vm.cpu_weight != Some(value) {
+                    let (unit, ..) = g.weight_unit();
+                    out.weights.push(Action::CpuWeight {
+                        vm: vm.name.clone(),
+                        pid: vm.pid,
+                        group: g.clone(),
+                        value,
+                        from: vm.cpu_weight,
+                        via: vm.knob.clone(),
+                        reason: format!(
+                            "fairness: {} vCPU(s) x the default weight {unit}, so the VM's group gets CPU in proportion to its vCPUs, not one VM's share",
+                            vm.vcpus.len()
+                        ),
+                    });
+                }
+            }
+            _ => out.warnings.push(format!(
+                "{}: has no cpu group of its own (it shares {}): per-VM weight not set",
+                vm.name,
+                vm.cpu_group.as_ref().map_or("none", |g| g.dir.as_str())
+            )),
+        },
+        (Fairness::None, _) => {}
+    }
+    false
+}
+
+/// Affinity of the VM's vCPUs and of its emulator and I/O threads.
+fn affinity(vm: &VmInput, p: &VmPlan, out: &mut Vec<Action>) {
+    for (idx, tid, cpus) in &p.vcpus {
+        let Some((_, t)) = vm.vcpus.iter().find(|(_, t)| t.tid == *tid) else {
+            continue;
+        };
+        if &t.cpus_allowed != cpus {
+            out.push(Action::Affinity {
+                vm: vm.name.clone(),
+                pid: vm.pid,
+                tid: *tid,
+                vcpu: Some(*idx),
+                cpus: cpus.clone(),
+                from: t.cpus_allowed.clone(),
+                via: vm.knob.clone(),
+                // The mapping's reasoning is said once, in the plan.
+                reason: if p.mapping.is_some() {
+                    crate::mapping::ACTION_REASON.to_string()
+                } else if let Some(why) = &p.spill {
+                    why.clone()
+                } else {
+                    p.reasons.first().cloned().unwrap_or_default()
+                },
+            });
         }
     }
-    if let (Some(g), true) = (&shared_group, shared_vcpus > 0) {
-        let (unit, ..) = g.weight_unit();
-        let value = clamp_weight(g, shared_vcpus);
-        if host.shared_group_weight != Some(value) {
-            weights.insert(
-            0,
-            Action::CpuWeight {
-                vm: SHARED_GROUP_VM.into(),
-                pid: 0,
-                group: g.clone(),
-                value,
-                from: host.shared_group_weight,
-                via: Knob::Direct,
-                reason: format!(
-                    "the shared group weighs as its {shared_vcpus} vCPU thread(s) would at top level ({unit} each) against the host's other groups"
-                ),
-            },
-        );
+    for t in &vm.others {
+        if !p.other_cpus.is_empty() && t.cpus_allowed != p.other_cpus {
+            out.push(Action::Affinity {
+                vm: vm.name.clone(),
+                pid: vm.pid,
+                tid: t.tid,
+                vcpu: None,
+                cpus: p.other_cpus.clone(),
+                from: t.cpus_allowed.clone(),
+                via: vm.knob.clone(),
+                reason: "emulator/I/O thread: on housekeeping CPUs when there are any, else with its VM's vCPUs".into(),
+            });
         }
     }
-    let mut all = groups;
-    all.extend(weights);
-    all.extend(affinity);
-    all.extend(memory);
-    (all, warnings)
+}
+
+/// The VM's memory to its node, when enough of it is elsewhere.
+fn memory(vm: &VmInput, p: &VmPlan, cfg: &Config, out: &mut Vec<Action>) {
+    let (Some(node), Some(m)) = (p.node, &vm.mem_by_node) else {
+        return;
+    };
+    let from: BTreeMap<u32, u64> = m
+        .iter()
+        .filter(|(n, b)| **n != node && **b > 0)
+        .map(|(n, b)| (*n, *b))
+        .collect();
+    let bytes: u64 = from.values().sum();
+    if bytes >= cfg.migrate_min_mib << 20 {
+        out.push(Action::MigrateMemory {
+            vm: vm.name.clone(),
+            pid: vm.pid,
+            to_node: node,
+            bytes,
+            from_nodes: from,
+            via: vm.knob.clone(),
+            reason: format!(
+                "memory follows the vCPUs to node {node}: remote accesses cost latency and bandwidth; moved in {} MiB steps after checking free memory, swap headroom and memory pressure",
+                cfg.mem_step_mib
+            ),
+        });
+    }
+}
+
+/// The shared group's weight: what its busy vCPU threads would weigh at
+/// the top level (the default weight for each CPU of their measured
+/// demand, rounded, at least one, at most one per vCPU). Weighed by its
+/// vCPUs instead, idle vCPUs would lend the busy ones their weight and a
+/// host task beside them would get less than a thread's share; weighed by
+/// demand, every top-level task on a CPU the group uses gets at least
+/// what one more vCPU thread would. Left alone within one default weight
+/// of that (demand moves; the weight need not follow every step).
+fn shared_weight(host: &HostInput, g: &CgroupRef, (vcpus, demand): (usize, f64)) -> Option<Action> {
+    let (unit, lo, hi) = g.weight_unit();
+    let busy = (demand.round() as u64).clamp(1, vcpus.max(1) as u64);
+    let value = (unit * busy).clamp(lo, hi);
+    if host
+        .shared_group_weight
+        .is_some_and(|w| w.abs_diff(value) <= unit)
+    {
+        return None;
+    }
+    Some(Action::CpuWeight {
+        vm: SHARED_GROUP_VM.into(),
+        pid: 0,
+        group: g.clone(),
+        value,
+        from: host.shared_group_weight,
+        via: Knob::Direct,
+        reason: format!(
+            "the shared group weighs as its busy vCPU threads would at top level ({unit} for each of the {busy} CPU(s) of demand of its {vcpus} vCPU(s)), so no host task beside it gets less than a thread's share"
+        ),
+    })
 }

@@ -42,6 +42,55 @@ pub struct HostInput {
     /// does not exist yet (the plan creates it).
     #[serde(default)]
     pub shared_group_weight: Option<u64>,
+    /// Work on the host outside the VMs (processes, kernel threads), as
+    /// measured: the mapping and the node loads count it where it runs.
+    #[serde(default)]
+    pub host_work: HostWork,
+}
+
+/// The host's other work in CPUs of demand (run plus run-queue wait over
+/// the observed interval, at most 1 per thread), split by where it may
+/// run: a thread confined to some CPUs (a pinned loop, a per-CPU kernel
+/// thread) loads those CPUs, evenly; one allowed everywhere goes where the
+/// load balancer puts it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostWork {
+    /// Demand of confined threads, by CPU.
+    #[serde(default)]
+    pub by_cpu: BTreeMap<u32, f64>,
+    /// Demand of threads allowed on every online CPU.
+    #[serde(default)]
+    pub anywhere: f64,
+}
+
+impl HostWork {
+    /// Adds one thread's demand, allowed on `allowed` of the `online` CPUs.
+    pub fn add(&mut self, demand: f64, allowed: &[u32], online: &[u32]) {
+        let mine: Vec<u32> = allowed
+            .iter()
+            .copied()
+            .filter(|c| online.contains(c))
+            .collect();
+        if demand <= 0.0 {
+            return;
+        }
+        if mine.is_empty() || mine.len() == online.len() {
+            self.anywhere += demand;
+            return;
+        }
+        for c in &mine {
+            *self.by_cpu.entry(*c).or_default() += demand / mine.len() as f64;
+        }
+    }
+
+    /// Demand on `cpu` from confined threads.
+    pub fn on(&self, cpu: u32) -> f64 {
+        self.by_cpu.get(&cpu).copied().unwrap_or(0.0)
+    }
+
+    pub fn total(&self) -> f64 {
+        self.anywhere + self.by_cpu.values().sum::<f64>()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

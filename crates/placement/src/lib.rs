@@ -15,6 +15,7 @@ mod mapping;
 mod nodes;
 pub mod numad;
 pub mod plan;
+mod spill;
 pub mod synthetic;
 mod target;
 
@@ -22,7 +23,7 @@ pub use action::{Action, CgroupRef, Knob};
 pub use config::{Config, ConfigError, Fairness, VcpuMapping};
 pub use history::History;
 pub use input::{
-    CulpritEvidence, HostInput, NodeInput, ThreadInput, Topology, VmInput, WaitEvidence,
+    CulpritEvidence, HostInput, HostWork, NodeInput, ThreadInput, Topology, VmInput, WaitEvidence,
 };
 pub use plan::{plan, Plan};
 pub use target::VmPlan;

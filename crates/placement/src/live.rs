@@ -5,7 +5,7 @@
 
 use crate::action::Knob;
 use crate::input::{
-    CpuController, CulpritEvidence, HostInput, NodeInput, ThreadInput, Topology, VmInput,
+    CpuController, CulpritEvidence, HostInput, HostWork, NodeInput, ThreadInput, Topology, VmInput,
     WaitEvidence,
 };
 use std::collections::BTreeMap;
@@ -139,6 +139,7 @@ pub fn host_input(
             }
         })
         .collect();
+    let host_work = host_work(src, t0, t1, wall_s, &cpus)?;
     Ok(HostInput {
         topology: Topology { cpus, cores, nodes },
         swap_total_bytes: mem.as_ref().and_then(|m| m.swap_total_bytes),
@@ -148,8 +149,51 @@ pub fn host_input(
         cpu_controller: ctl,
         vms,
         shared_group_weight: None,
+        host_work,
     })
 }
+
+/// Every other thread's demand (run plus wait between the sides, at most
+/// one CPU) where it may run (Cpus_allowed at the end), leaving out this
+/// process (stealscope measuring is not the host's work) and threads that
+/// ran under 1 % of a CPU (their masks are not worth reading).
+fn host_work(
+    src: &dyn Source,
+    t0: &HostObservation,
+    t1: &HostObservation,
+    wall_s: f64,
+    online: &[u32],
+) -> Result<HostWork, ReadError> {
+    let mut w = HostWork::default();
+    // No reading at the start: every thread would count its whole life.
+    if wall_s <= 0.0 || t0.procs.is_empty() {
+        return Ok(w);
+    }
+    let me = std::process::id();
+    for p in t1.procs.iter().filter(|p| p.pid != me) {
+        let before = t0.procs.iter().find(|q| q.pid == p.pid);
+        for (tid, s1) in &p.threads {
+            // A thread born in the interval counts from zero.
+            let s0 = before
+                .and_then(|b| b.threads.get(tid).copied())
+                .unwrap_or_default();
+            let ns = s1.run_ns.saturating_sub(s0.run_ns) + s1.wait_ns.saturating_sub(s0.wait_ns);
+            let demand = (ns as f64 / 1e9 / wall_s).min(1.0);
+            if demand < HOST_WORK_MIN {
+                continue;
+            }
+            // A thread gone since is no load any more.
+            let Some(st) = process::task_status(src, p.pid, *tid)? else {
+                continue;
+            };
+            w.add(demand, &st.cpus_allowed.unwrap_or_default(), online);
+        }
+    }
+    Ok(w)
+}
+
+/// Threads under this demand (CPUs) are not counted as host work.
+const HOST_WORK_MIN: f64 = 0.01;
 
 /// A VM's vCPU wait by culprit from the interval's attribution; None when
 /// attribution did not run (no collector, not root) or saw none of its

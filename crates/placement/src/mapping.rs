@@ -57,7 +57,9 @@ pub fn map_pools(plans: &mut [VmPlan], host: &HostInput, nodes: &[NodeState], cf
         let members: Vec<usize> = (0..plans.len())
             .filter(|&i| plans[i].class == Class::Shared && plans[i].node == Some(node.id))
             .collect();
-        if members.is_empty() {
+        // A pool that spills shares its CPUs with threads that come and go:
+        // no fixed map holds there.
+        if members.is_empty() || members.iter().any(|&i| plans[i].spill.is_some()) {
             continue;
         }
         let pressure = node.pressure_with(0.0);
@@ -68,11 +70,13 @@ pub fn map_pools(plans: &mut [VmPlan], host: &HostInput, nodes: &[NodeState], cf
                     .all(|(_, t)| t.cpus_allowed.len() == 1 && pool.contains(&t.cpus_allowed[0]))
             })
         });
+        let swinging = swinging(&members, plans, &inputs);
         let why = match cfg.vcpu_mapping {
             VcpuMapping::Pool => unreachable!(),
             VcpuMapping::Pinned => "vcpu_mapping = \"pinned\"".to_string(),
+            VcpuMapping::Auto if swinging > 0 => continue,
             VcpuMapping::Auto if pressure >= cfg.pin_above => format!(
-                "the pool is overcommitted: {:.2} CPUs of demand per pool CPU, at or above pin_above {:.2}",
+                "the pool is overcommitted: {:.2} CPUs of demand per pool CPU, at or above pin_above {:.2}, and every vCPU in it is busy or idle",
                 pressure, cfg.pin_above
             ),
             VcpuMapping::Auto if pinned_now && pressure >= cfg.pin_above * RELEASE => format!(
@@ -82,8 +86,33 @@ pub fn map_pools(plans: &mut [VmPlan], host: &HostInput, nodes: &[NodeState], cf
             ),
             VcpuMapping::Auto => continue,
         };
-        map_node(plans, &members, &inputs, &pool, &why);
+        // The host's other work where it runs: a CPU that a pinned loop
+        // or kernel thread holds starts loaded.
+        let online = host.topology.cpus.len().max(1) as f64;
+        let base: Vec<f64> = pool
+            .iter()
+            .map(|c| host.host_work.on(*c) + host.host_work.anywhere / online)
+            .collect();
+        map_node(plans, &members, &inputs, (&pool, &base), &why);
     }
+}
+
+/// How many of the pool's vCPUs want part of a CPU (between a quarter and
+/// three quarters of one): their demand comes and goes, so a map fixed on
+/// this pass's measurement is wrong on the next, and the load balancer,
+/// which moves them as they change, places them better. `auto` pins only
+/// pools of busy and idle vCPUs (the steady overcommit of spinning guests,
+/// where the balancer's layouts are uneven for seconds).
+fn swinging(members: &[usize], plans: &[VmPlan], inputs: &BTreeMap<u32, &VmInput>) -> usize {
+    members
+        .iter()
+        .filter_map(|&i| inputs.get(&plans[i].pid))
+        .flat_map(|vm| vm.vcpus.iter())
+        .filter(|(_, t)| {
+            let d = t.util.unwrap_or(1.0).clamp(0.0, 1.0);
+            d > 0.25 && d < 0.75
+        })
+        .count()
 }
 
 /// One thread to place: (plan index, position in its plan's vcpus, VM pid,
@@ -100,7 +129,7 @@ fn map_node(
     plans: &mut [VmPlan],
     members: &[usize],
     inputs: &BTreeMap<u32, &VmInput>,
-    pool: &[u32],
+    (pool, base): (&[u32], &[f64]),
     why: &str,
 ) {
     let mut threads = Vec::new();
@@ -127,7 +156,7 @@ fn map_node(
             .then(a.pid.cmp(&b.pid))
             .then(a.slot.cmp(&b.slot))
     });
-    let mut load = vec![0.0f64; pool.len()];
+    let mut load = base.to_vec();
     let mut count = vec![0usize; pool.len()];
     // (CPU index, pid) -> vCPUs of that VM already there.
     let mut same: BTreeMap<(usize, u32), usize> = BTreeMap::new();

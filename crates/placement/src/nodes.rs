@@ -14,8 +14,14 @@ pub struct NodeState {
     /// Whole SMT cores inside `free`, each ascending.
     pub cores: Vec<Vec<u32>>,
     pub housekeeping: Vec<u32>,
-    /// Shared demand assigned so far, CPUs.
+    /// Demand on the pool so far, CPUs: the host's other work there
+    /// (`host_load`), then the shared VMs placed.
     pub load: f64,
+    /// The host's other work on the pool CPUs, CPUs of demand: confined
+    /// threads on them, and those allowed anywhere in proportion to the
+    /// pool's share of the online CPUs.
+    pub host_load: f64,
+
     pub mem_total: Option<u64>,
     /// Free memory left after the moves planned so far (can go negative only
     /// through memory already on the node, which never needs room).
@@ -143,15 +149,24 @@ pub fn node_states(host: &HostInput, housekeeping: &BTreeSet<u32>) -> Vec<NodeSt
             let covered: BTreeSet<u32> = cores.iter().flatten().copied().collect();
             cores.extend(usable.difference(&covered).map(|c| vec![*c]));
             cores.sort();
+            let host_load = host_work_on(host, &usable);
             NodeState {
                 id: n.id,
                 free: usable,
                 cores,
                 housekeeping: mine.intersection(housekeeping).copied().collect(),
-                load: 0.0,
+                load: host_load,
+                host_load,
                 mem_total: n.mem_total_bytes,
                 mem_free: n.mem_free_bytes.map(i128::from),
             }
         })
         .collect()
+}
+
+/// The host's other work that lands on `cpus` (see [`NodeState::host_load`]).
+pub fn host_work_on(host: &HostInput, cpus: &BTreeSet<u32>) -> f64 {
+    let w = &host.host_work;
+    let online = host.topology.cpus.len().max(1) as f64;
+    cpus.iter().map(|c| w.on(*c)).sum::<f64>() + w.anywhere * cpus.len() as f64 / online
 }

@@ -129,8 +129,13 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
         out.node_pressure
             .insert(n.id, (p * 1000.0).round() / 1000.0);
         if p > 1.0 && !n.free.is_empty() {
+            let host = if n.host_load >= 0.01 {
+                format!(" (with {:.2} CPUs of the host's own work)", n.host_load)
+            } else {
+                String::new()
+            };
             out.warnings.push(format!(
-                "node {}: shared demand {:.2} CPUs on {} pool CPUs ({:.0}%): busy steal will remain; only moving VMs to another host removes it",
+                "node {}: shared demand {:.2} CPUs{host} on {} pool CPUs ({:.0}%): busy steal will remain; only moving VMs to another host removes it",
                 n.id, n.load, n.free.len(), 100.0 * p
             ));
         }
@@ -160,6 +165,7 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
         };
     }
     // After the emulator threads took the VMs' pools: they are not pinned.
+    crate::spill::spill(&mut out.vms, host, &nodes);
     crate::mapping::map_pools(&mut out.vms, host, &nodes, cfg);
     out.vms.sort_by_key(|p| p.pid);
     let (actions, warnings) = crate::diff::actions(host, cfg, &out.vms);
@@ -188,12 +194,19 @@ fn conflicts(host: &HostInput, cfg: &Config, out: &mut Plan) {
 }
 
 /// The node a VM is on now: the history's, else the one holding all its
-/// vCPUs' CPUs, else where most of its memory is.
+/// vCPUs' CPUs, else the one holding more than half its memory. A VM
+/// whose memory is spread evenly (a fresh VM on a host nobody placed) is
+/// on no node yet: it goes to the least loaded one, not to the first.
 fn current_node(vm: &VmInput, ctx: &Ctx) -> Option<u32> {
     if let Some(h) = ctx.hist.vms.get(&vm.pid) {
         return h.node;
     }
-    vm.cpus_node(&ctx.node_of).or_else(|| vm.home_node())
+    vm.cpus_node(&ctx.node_of).or_else(|| {
+        let home = vm.home_node()?;
+        let total = vm.mem_bytes()?;
+        let here = vm.mem_by_node.as_ref()?.get(&home).copied().unwrap_or(0);
+        (2 * here > total).then_some(home)
+    })
 }
 
 fn mib(b: u64) -> u64 {
@@ -268,6 +281,7 @@ fn place_dedicated(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> Result<V
             other_cpus: Vec::new(),
             reasons,
             mapping: None,
+            spill: None,
         });
     }
     Err(why.join("; "))
@@ -296,88 +310,14 @@ fn mem_reason_bytes(vm: &VmInput, node: u32, incoming: Option<u64>) -> String {
     }
 }
 
+/// A shared VM: the node it stays on or moves to (named phases below),
+/// its share of that node's pool, and its memory there.
 fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
     let n = vm.vcpus.len();
     let demand = vm.demand();
     let mut reasons = Vec::new();
-    let mut rejected = Vec::new();
-    let eligible: Vec<usize> = (0..nodes.len())
-        .filter(|&i| {
-            let node = &nodes[i];
-            if node.free.len() < n {
-                rejected.push(format!(
-                    "node {}: {} pool CPUs for {} vCPUs",
-                    node.id,
-                    node.free.len(),
-                    n
-                ));
-                return false;
-            }
-            match node.mem_fits(vm, ctx.cfg) {
-                Ok(_) => true,
-                Err(e) => {
-                    rejected.push(e);
-                    false
-                }
-            }
-        })
-        .collect();
-    let best = eligible.iter().copied().min_by(|&a, &b| {
-        nodes[a]
-            .pressure_with(demand)
-            .total_cmp(&nodes[b].pressure_with(demand))
-            .then(nodes[a].id.cmp(&nodes[b].id))
-    });
-    let cur =
-        current_node(vm, ctx).and_then(|id| eligible.iter().copied().find(|&i| nodes[i].id == id));
-    let chosen = match (cur, best) {
-        (Some(c), Some(b)) if c != b => {
-            let (pc, pb) = (
-                nodes[c].pressure_with(demand),
-                nodes[b].pressure_with(demand),
-            );
-            let since = ctx
-                .hist
-                .vms
-                .get(&vm.pid)
-                .map(|h| ctx.now_s - h.changed_at_s);
-            if pc - pb <= ctx.cfg.hysteresis {
-                reasons.push(format!(
-                    "stays on node {}: node {} would be only {:.2} CPUs/CPU less loaded ({:.2} vs {:.2}), within the hysteresis of {:.2}",
-                    nodes[c].id, nodes[b].id, pc - pb, pb, pc, ctx.cfg.hysteresis
-                ));
-                Some(c)
-            } else if since.is_some_and(|s| s < ctx.cfg.min_move_interval_s) {
-                reasons.push(format!(
-                    "stays on node {}: node {} is less loaded ({:.2} vs {:.2} CPUs/CPU) but the VM moved {:.0} s ago (minimum {:.0} s between moves)",
-                    nodes[c].id, nodes[b].id, pb, pc, since.unwrap_or(0.0), ctx.cfg.min_move_interval_s
-                ));
-                Some(c)
-            } else {
-                reasons.push(format!(
-                    "moves from node {} to node {}: pool load {:.2} there vs {:.2} here (CPUs of demand per pool CPU), beyond the hysteresis of {:.2}",
-                    nodes[c].id, nodes[b].id, pb, pc, ctx.cfg.hysteresis
-                ));
-                Some(b)
-            }
-        }
-        (Some(c), _) => {
-            reasons.push(format!(
-                "stays on node {}: no other node is better ({:.2} CPUs of demand per pool CPU with it)",
-                nodes[c].id,
-                nodes[c].pressure_with(demand)
-            ));
-            Some(c)
-        }
-        (None, Some(b)) => {
-            reasons.push(format!(
-                "node {}: the least loaded pool that holds {} vCPU(s) and the VM's memory ({:.2} CPUs of demand per pool CPU with it)",
-                nodes[b].id, n, nodes[b].pressure_with(demand)
-            ));
-            Some(b)
-        }
-        (None, None) => None,
-    };
+    let (eligible, rejected) = eligible_nodes(vm, nodes, ctx);
+    let chosen = choose_node(vm, demand, nodes, &eligible, ctx, &mut reasons);
     let (node, pool) = match chosen {
         Some(i) => {
             let node = &mut nodes[i];
@@ -421,7 +361,158 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
         other_cpus: Vec::new(),
         reasons,
         mapping: None,
+        spill: None,
     }
+}
+
+/// The nodes whose pool holds the VM's vCPUs and whose memory holds its
+/// memory (with the margin), and why each other one does not.
+fn eligible_nodes(vm: &VmInput, nodes: &[NodeState], ctx: &Ctx) -> (Vec<usize>, Vec<String>) {
+    let n = vm.vcpus.len();
+    let mut rejected = Vec::new();
+    let eligible = (0..nodes.len())
+        .filter(|&i| {
+            let node = &nodes[i];
+            if node.free.len() < n {
+                rejected.push(format!(
+                    "node {}: {} pool CPUs for {} vCPUs",
+                    node.id,
+                    node.free.len(),
+                    n
+                ));
+                return false;
+            }
+            match node.mem_fits(vm, ctx.cfg) {
+                Ok(_) => true,
+                Err(e) => {
+                    rejected.push(e);
+                    false
+                }
+            }
+        })
+        .collect();
+    (eligible, rejected)
+}
+
+/// Where a shared VM goes: a VM already on a node stays there while the
+/// node holds its demand (a move costs a memory copy and buys nothing
+/// then); it moves only when its node is overcommitted and the steal the
+/// move saves over `min_move_interval_s` outweighs the move's cost
+/// ([`move_pays`]). A VM on no node yet goes to the least loaded one.
+fn choose_node(
+    vm: &VmInput,
+    demand: f64,
+    nodes: &[NodeState],
+    eligible: &[usize],
+    ctx: &Ctx,
+    reasons: &mut Vec<String>,
+) -> Option<usize> {
+    let best = eligible.iter().copied().min_by(|&a, &b| {
+        nodes[a]
+            .pressure_with(demand)
+            .total_cmp(&nodes[b].pressure_with(demand))
+            .then(nodes[a].id.cmp(&nodes[b].id))
+    });
+    let cur =
+        current_node(vm, ctx).and_then(|id| eligible.iter().copied().find(|&i| nodes[i].id == id));
+    match (cur, best) {
+        (Some(c), Some(b)) if c != b => {
+            let (pc, pb) = (
+                nodes[c].pressure_with(demand),
+                nodes[b].pressure_with(demand),
+            );
+            let since = ctx
+                .hist
+                .vms
+                .get(&vm.pid)
+                .map(|h| ctx.now_s - h.changed_at_s);
+            let why = move_pays(vm, demand, (pc, pb), ctx);
+            if pc - pb <= ctx.cfg.hysteresis {
+                reasons.push(format!(
+                    "stays on node {}: node {} would be only {:.2} CPUs/CPU less loaded ({:.2} vs {:.2}), within the hysteresis of {:.2}",
+                    nodes[c].id, nodes[b].id, pc - pb, pb, pc, ctx.cfg.hysteresis
+                ));
+                Some(c)
+            } else if let Err(why) = why {
+                reasons.push(format!("stays on node {}: {why}", nodes[c].id));
+                Some(c)
+            } else if since.is_some_and(|s| s < ctx.cfg.min_move_interval_s) {
+                reasons.push(format!(
+                    "stays on node {}: node {} is less loaded ({:.2} vs {:.2} CPUs/CPU) but the VM moved {:.0} s ago (minimum {:.0} s between moves)",
+                    nodes[c].id, nodes[b].id, pb, pc, since.unwrap_or(0.0), ctx.cfg.min_move_interval_s
+                ));
+                Some(c)
+            } else {
+                reasons.push(format!(
+                    "moves from node {} to node {}: {}",
+                    nodes[c].id,
+                    nodes[b].id,
+                    why.unwrap_or_default()
+                ));
+                Some(b)
+            }
+        }
+        (Some(c), _) => {
+            reasons.push(format!(
+                "stays on node {}: no other node is better ({:.2} CPUs of demand per pool CPU with it)",
+                nodes[c].id,
+                nodes[c].pressure_with(demand)
+            ));
+            Some(c)
+        }
+        (None, Some(b)) => {
+            reasons.push(format!(
+                "node {}: the least loaded pool that holds {} vCPU(s) and the VM's memory ({:.2} CPUs of demand per pool CPU with it)",
+                nodes[b].id, vm.vcpus.len(), nodes[b].pressure_with(demand)
+            ));
+            Some(b)
+        }
+        (None, None) => None,
+    }
+}
+
+/// Share of a vCPU's throughput lost when all its memory is on another
+/// node. Grounded on the kernel's own figure: node distances follow the
+/// ACPI SLIT, local 10 and remote 20 by default (LOCAL_DISTANCE and
+/// REMOTE_DISTANCE in include/linux/topology.h), i.e. a remote access
+/// takes twice as long. A vCPU that spends a share f of its time waiting
+/// for local memory slows by 1 - 1 / (1 + f): 0.3 is f = 0.43; the range
+/// 0.1-0.5 (f from 0.11 to a wholly memory-bound 1.0) is what BENCHMARKS.md
+/// checks the ranking over. The same default as the simulator's
+/// `[numa] remote_penalty`.
+pub const REMOTE_PENALTY: f64 = 0.3;
+/// Memory a move copies per second (the actuators move it in steps; the
+/// simulator's `[numa] migrate_mib_per_s` default).
+const MIGRATE_GIB_PER_S: f64 = 0.125;
+/// CPU time a move spends per GiB copied (`[numa] migrate_ms_per_gib`).
+const MIGRATE_CPU_S_PER_GIB: f64 = 0.5;
+
+/// Whether moving a VM from a node at pressure `pc` (with it) to one at
+/// `pb` pays: the CPU time its vCPUs stop waiting for over the next
+/// `min_move_interval_s` (the pool shares out `1 / pressure` of what each
+/// wants once it is overcommitted) against what the move costs (copying
+/// its memory, and running on remote memory while it moves, half of it on
+/// average). Ok with the numbers, or Err saying why not.
+fn move_pays(vm: &VmInput, demand: f64, (pc, pb): (f64, f64), ctx: &Ctx) -> Result<String, String> {
+    let lost = |p: f64| demand * (1.0 - 1.0 / p.max(1.0));
+    let horizon = ctx.cfg.min_move_interval_s.max(ctx.cfg.interval_s);
+    let gain = (lost(pc) - lost(pb)) * horizon;
+    if pc <= 1.0 {
+        return Err(format!(
+            "its node holds its demand ({pc:.2} CPUs of demand per pool CPU with it): no steal to save by moving"
+        ));
+    }
+    let gib = vm.mem_bytes().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+    let copy_s = gib / MIGRATE_GIB_PER_S;
+    let cost = gib * MIGRATE_CPU_S_PER_GIB + demand * REMOTE_PENALTY * 0.5 * copy_s;
+    if gain <= cost {
+        return Err(format!(
+            "moving to a pool at {pb:.2} would save {gain:.0} CPU-s of waiting over {horizon:.0} s, less than the move costs ({cost:.0} CPU-s: {gib:.1} GiB to copy)"
+        ));
+    }
+    Ok(format!(
+        "pool load {pb:.2} there vs {pc:.2} here (CPUs of demand per pool CPU): saves {gain:.0} CPU-s of waiting over {horizon:.0} s for a move costing {cost:.0} CPU-s"
+    ))
 }
 
 /// Every node's pool for a VM no node fits, its demand spread over them;

@@ -80,6 +80,7 @@ pub fn host(
         }),
         vms: Vec::new(),
         shared_group_weight: None,
+        host_work: Default::default(),
     }
 }
 

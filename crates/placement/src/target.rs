@@ -33,6 +33,11 @@ pub struct VmPlan {
     /// Why its vCPUs are pinned one per CPU, when they are (mapping.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mapping: Option<String>,
+    /// Why its vCPUs may also run on other nodes' pools, when they may
+    /// (spill.rs): its node is overcommitted and another has room; its
+    /// memory stays on `node`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spill: Option<String>,
 }
 
 /// Whether this VM's knobs belong to libvirt.

@@ -13,6 +13,14 @@ fn cfg() -> Config {
     Config::default()
 }
 
+/// The mapping's tests: `auto` pins overcommitted pools of busy vCPUs.
+fn auto() -> Config {
+    Config {
+        vcpu_mapping: stealscope_placement::VcpuMapping::Auto,
+        ..cfg()
+    }
+}
+
 fn vm_plan(p: &stealscope_placement::Plan, pid: u32) -> &stealscope_placement::VmPlan {
     p.vms.iter().find(|v| v.pid == pid).unwrap()
 }
@@ -199,37 +207,55 @@ fn a_vm_whose_own_memory_policy_binds_it_stays_where_the_policy_allows() {
 fn hysteresis_and_minimum_interval_keep_vms_still() {
     let mut h = host(2, 4, false, 64 * GIB, 0.8);
     let n0: Vec<u32> = h.topology.nodes[0].cpus.clone();
-    // Three 1-vCPU VMs on node 0: load 0.75 there vs 0 on node 1.
+    // Three busy 1-vCPU VMs on node 0: 0.75 CPUs of demand per CPU there,
+    // none on node 1. The node holds them: no move buys anything.
     for pid in 1..=3 {
         h.vms.push(vm(pid, 1, 1.0, GIB, 0, &n0));
     }
-    let c = Config {
-        hysteresis: 0.9,
-        ..cfg()
-    };
-    let p = plan(&h, &c, &History::default(), 0.0);
-    assert!(p.vms.iter().all(|v| v.node == Some(0)));
+    let p = plan(&h, &cfg(), &History::default(), 1000.0);
+    assert!(p.vms.iter().all(|v| v.node == Some(0)), "{:#?}", p.vms);
     assert!(
         p.vms
             .iter()
             .flat_map(|v| &v.reasons)
-            .any(|r| r.contains("within the hysteresis")),
+            .any(|r| r.contains("no steal to save by moving")),
         "{:?}",
         p.vms[0].reasons
     );
-    // A lower margin: the last one placed moves...
+    // Six: node 0 overcommitted (1.5). Within a wide hysteresis they stay...
+    for pid in 4..=6 {
+        h.vms.push(vm(pid, 1, 1.0, GIB, 0, &n0));
+    }
     let c = Config {
-        hysteresis: 0.1,
+        hysteresis: 2.0,
         ..cfg()
     };
     let p = plan(&h, &c, &History::default(), 1000.0);
-    assert!(p.vms.iter().any(|v| v.node == Some(1)));
-    // ...unless it moved less than min_move_interval_s ago.
+    assert!(p.vms.iter().all(|v| v.node == Some(0)));
+    assert!(p
+        .vms
+        .iter()
+        .flat_map(|v| &v.reasons)
+        .any(|r| r.contains("within the hysteresis")));
+    // ...with the default one the last placed move, saying what it saves...
+    let p = plan(&h, &cfg(), &History::default(), 1000.0);
+    let moved: Vec<&stealscope_placement::VmPlan> =
+        p.vms.iter().filter(|v| v.node == Some(1)).collect();
+    assert!(!moved.is_empty(), "{:#?}", p.vms);
+    assert!(
+        moved[0]
+            .reasons
+            .iter()
+            .any(|r| r.contains("CPU-s of waiting")),
+        "{:?}",
+        moved[0].reasons
+    );
+    // ...unless they moved less than min_move_interval_s ago.
     let mut hist = History::default();
-    for pid in 1..=3 {
+    for pid in 1..=6 {
         hist.record(pid, Some(0), 900.0);
     }
-    let p = plan(&h, &c, &hist, 1000.0);
+    let p = plan(&h, &cfg(), &hist, 1000.0);
     assert!(p.vms.iter().all(|v| v.node == Some(0)), "{:#?}", p.vms);
     assert!(p
         .vms
@@ -374,7 +400,9 @@ proptest! {
                 prop_assert!(!cpus.is_empty());
                 prop_assert!(cpus.iter().all(|x| online.contains(x)));
                 if hk_used { prop_assert!(cpus.iter().all(|x| !housekeeping.contains(x))); }
-                if let Some(n) = v.node {
+                // A spilled VM's vCPUs may use every node's pool (its memory
+                // stays on its node); any other stays inside its node.
+                if let (Some(n), None) = (v.node, &v.spill) {
                     let ncpus = &h.topology.nodes[n as usize].cpus;
                     prop_assert!(cpus.iter().all(|x| ncpus.contains(x)));
                 }
@@ -479,7 +507,7 @@ fn per_cpu(
 #[test]
 fn an_overcommitted_pool_is_pinned_one_vcpu_per_cpu_balanced_and_stays_so() {
     let h = two_cpu_host(1.0);
-    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let p = plan(&h, &auto(), &History::default(), 0.0);
     // 4 busy vCPUs on 2 CPUs: demand 2.0 per CPU, pinned 2 + 2.
     let m = per_cpu(&h, &p).expect("every vCPU pinned");
     assert_eq!(m.len(), 2, "{m:?}");
@@ -521,7 +549,7 @@ fn an_overcommitted_pool_is_pinned_one_vcpu_per_cpu_balanced_and_stays_so() {
             t.util = Some(0.97 + 0.01 * k as f64);
         }
     }
-    let p2 = plan(&again, &cfg(), &History::default(), 10.0);
+    let p2 = plan(&again, &auto(), &History::default(), 10.0);
     assert!(
         !p2.actions
             .iter()
@@ -535,30 +563,38 @@ fn an_overcommitted_pool_is_pinned_one_vcpu_per_cpu_balanced_and_stays_so() {
 fn a_pool_with_room_is_left_to_the_balancer_and_auto_has_hysteresis() {
     // 4 vCPUs at 0.3: 0.6 CPUs of demand per CPU: the whole pool each.
     let h = two_cpu_host(0.3);
-    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let p = plan(&h, &auto(), &History::default(), 0.0);
     assert!(per_cpu(&h, &p).is_none());
     assert!(p
         .vms
         .iter()
         .all(|v| v.vcpus.iter().all(|(_, _, c)| c == &vec![0, 1])));
     assert!(p.vms.iter().all(|v| v.mapping.is_none()));
-    // Pinned earlier, now at 0.95 of pin_above: stays pinned; at 0.85: released.
+    // Pinned earlier, now at 0.95 of pin_above: stays pinned; at 0.85:
+    // released; with vCPUs at half a CPU (demand that comes and goes):
+    // released whatever the pressure.
     let pinned = applied(
         &h,
-        &plan(&two_cpu_host(1.0), &cfg(), &History::default(), 0.0),
+        &plan(&two_cpu_host(1.0), &auto(), &History::default(), 0.0),
     );
-    for (util, stays) in [(0.475, true), (0.425, false)] {
+    for (utils, stays) in [
+        ([1.0, 0.9, 0.0, 0.0], true),
+        ([0.85, 0.85, 0.0, 0.0], false),
+        ([0.5, 0.5, 0.5, 0.5], false),
+    ] {
+        let util = utils;
         let mut x = pinned.clone();
+        let mut u = utils.iter();
         for vm in &mut x.vms {
             for (_, t) in &mut vm.vcpus {
-                t.util = Some(util);
+                t.util = Some(*u.next().unwrap());
             }
         }
-        let p = plan(&x, &cfg(), &History::default(), 0.0);
+        let p = plan(&x, &auto(), &History::default(), 0.0);
         assert_eq!(
             per_cpu(&x, &p).is_some(),
             stays,
-            "demand {util} per vCPU: {:?}",
+            "demand {util:?}: {:?}",
             p.vms
         );
         if stays {
@@ -603,7 +639,7 @@ fn noisy_measurements_of_one_host_plan_the_same_map() {
                 t.util = Some(*u.next().unwrap());
             }
         }
-        let p = plan(&x, &cfg(), &History::default(), 0.0);
+        let p = plan(&x, &auto(), &History::default(), 0.0);
         let map: Vec<String> = p
             .vms
             .iter()
@@ -613,7 +649,7 @@ fn noisy_measurements_of_one_host_plan_the_same_map() {
         (map, acts)
     };
     let first = measured([1.0, 0.96, 0.99]);
-    assert!(per_cpu(&h, &plan(&h, &cfg(), &History::default(), 0.0)).is_some());
+    assert!(per_cpu(&h, &plan(&h, &auto(), &History::default(), 0.0)).is_some());
     for utils in [
         [0.95, 1.0, 1.0],
         [1.0, 1.0, 0.93],
@@ -634,7 +670,14 @@ fn pinning_balances_demand_not_thread_counts() {
     for pid in 2..=5 {
         h.vms.push(vm(pid, 1, 0.35, GIB, 0, &all));
     }
-    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    // `auto` leaves a pool of such swinging demand to the balancer...
+    assert!(per_cpu(&h, &plan(&h, &auto(), &History::default(), 0.0)).is_none());
+    // ...`pinned` maps it, by demand.
+    let pinned = Config {
+        vcpu_mapping: stealscope_placement::VcpuMapping::Pinned,
+        ..cfg()
+    };
+    let p = plan(&h, &pinned, &History::default(), 0.0);
     let m = per_cpu(&h, &p).expect("pinned");
     let busy_cpu = vm_plan(&p, 1).vcpus[0].2[0];
     let (n, d) = m[&busy_cpu];
@@ -642,4 +685,77 @@ fn pinning_balances_demand_not_thread_counts() {
     assert!((d - 1.35).abs() < 1e-9, "{m:?}");
     let other = m.iter().find(|(c, _)| **c != busy_cpu).unwrap().1;
     assert_eq!(other.0, 3, "{m:?}");
+}
+
+/// The issue's walk-through: 2 CPUs, VM web (2 busy vCPUs), db (1 busy),
+/// an idle VM, and a host loop `backup` pinned to CPU 0. The old map put
+/// web's vCPU 0 and db on CPU 0 beside the loop ("CPU 0: 2.00, CPU 1:
+/// 1.00") and weighed the shared group as 4 threads, and the loop got no
+/// CPU for minutes.
+#[test]
+fn host_work_pinned_to_a_cpu_keeps_that_cpu_light_and_is_never_starved() {
+    let mut h = host(1, 2, false, 64 * GIB, 0.8);
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(1, 2, 1.0, GIB, 0, &all)); // web
+    h.vms.push(vm(2, 1, 1.0, GIB, 0, &all)); // db
+    h.vms.push(vm(3, 1, 0.02, GIB, 0, &all)); // idle
+    h.host_work.add(1.0, &[0], &all); // backup, pinned to CPU 0
+    for mapping in [
+        stealscope_placement::VcpuMapping::Auto,
+        stealscope_placement::VcpuMapping::Pinned,
+    ] {
+        let c = Config {
+            vcpu_mapping: mapping,
+            ..cfg()
+        };
+        let p = plan(&h, &c, &History::default(), 0.0);
+        let m = per_cpu(&h, &p).expect("an overcommitted pool of busy vCPUs is pinned");
+        let vcpu_load = |cpu: u32| m.get(&cpu).map_or(0.0, |x| x.1);
+        // CPU 0 carries the loop: it gets the least vCPU demand, and with the
+        // loop counted the two CPUs are within one vCPU of each other.
+        assert!(vcpu_load(0) < vcpu_load(1), "{mapping:?}: {m:?}");
+        assert!(
+            ((vcpu_load(0) + 1.0) - vcpu_load(1)).abs() <= 1.0 + 1e-9,
+            "{mapping:?}: {m:?}"
+        );
+        let why = vm_plan(&p, 1).mapping.clone().unwrap_or_default();
+        assert!(why.contains("CPU 0: 2.0"), "{why}");
+        // web's vCPUs never share a CPU.
+        let web = vm_plan(&p, 1);
+        assert_ne!(web.vcpus[0].2, web.vcpus[1].2);
+        assert_no_starving_weight(&h, &p);
+    }
+    // Left to the balancer (the default), nothing is pinned beside it either.
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    assert!(per_cpu(&h, &p).is_none());
+    assert_no_starving_weight(&h, &p);
+}
+
+/// The shared group's weight on each CPU (its weight x its demand there /
+/// its demand everywhere, as the kernel splits a group's shares by load)
+/// is never more than what its demand there would weigh as top-level
+/// threads (1024 per CPU of demand, within a tenth), so a top-level task on
+/// that CPU gets about a thread's share; the old weight (1024 per vCPU,
+/// idle ones too) gave the group 4096 x 2 / 3 on CPU 0.
+fn assert_no_starving_weight(h: &stealscope_placement::HostInput, p: &stealscope_placement::Plan) {
+    let weight = p.actions.iter().find_map(|a| match a {
+        Action::CpuWeight { vm, value, .. } if vm.as_str() == "(shared group)" => Some(*value),
+        _ => None,
+    });
+    let weight = weight.expect("the plan sets the shared group's weight") as f64;
+    let total: f64 = h.vms.iter().map(|v| v.demand()).sum();
+    let by_cpu = per_cpu(h, p).unwrap_or_else(|| {
+        // Unpinned: the balancer spreads the demand over both CPUs.
+        BTreeMap::from([(0, (2, total / 2.0)), (1, (2, total / 2.0))])
+    });
+    for (cpu, (_, here)) in &by_cpu {
+        let group_here = weight * here / total;
+        // Within a tenth of what its demand there weighs as threads.
+        let threads_here = 1024.0 * here.max(1.0) * 1.1;
+        assert!(
+            group_here <= threads_here,
+            "CPU {cpu}: the group weighs {group_here:.0} with {here:.2} CPUs of vCPU demand (weight {weight})"
+        );
+    }
+    assert!(weight <= 3.0 * 1024.0, "weight {weight} for 3 busy vCPUs");
 }
