@@ -98,79 +98,118 @@ pub fn render(r: &SimReport) -> String {
         case(&mut out, c);
     }
     if r.cases.len() > 1 {
-        let _ = writeln!(
-            out,
-            "\nCases side by side (mean over seeds; range in brackets)"
-        );
-        let _ = writeln!(
-            out,
-            "  {:<34} {:<18} {:>11} {:<20} {:>13}",
-            "case", "mean steal %", "idle steal", "spread pp", "throughput"
-        );
-        for c in &r.cases {
-            let _ = writeln!(
-                out,
-                "  {:<34} {:<18} {:>10.1}% {:<20} {:>9.2} CPUs",
-                c.name,
-                range(&c.steal_pct),
-                c.idle_steal_pct,
-                range(&c.spread_pp),
-                c.throughput_pct / 100.0
-            );
-        }
+        side_by_side(&mut out, &r.cases);
     }
     if let Some(f) = &r.fleet {
-        let _ = writeln!(
-            out,
-            "\nFleet: {} hosts x {} s at {} ms ticks, {} threads",
-            f.hosts, f.duration_s, f.tick_ms, f.threads
-        );
-        let _ = writeln!(
-            out,
-            "  {:<22} {:>7} {:>9} {:>7} {:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>8}",
-            "case",
-            "VMs",
-            "VM-hours",
-            "p50 %",
-            "p90 %",
-            "p99 %",
-            "max %",
-            "steal %",
-            "idle st.%",
-            ">10% VMs",
-            "wall s"
-        );
-        for c in &f.cases {
-            let _ = writeln!(
-                out,
-                "  {:<22} {:>7} {:>9.0} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>8.1} {:>9.1} {:>8} {:>8.1}",
-                c.name,
-                c.vms,
-                c.vm_hours,
-                c.vm_steal_p50,
-                c.vm_steal_p90,
-                c.vm_steal_p99,
-                c.vm_steal_max,
-                c.steal_pct,
-                c.idle_steal_pct,
-                c.vms_over_10pct,
-                c.wall_s
-            );
-        }
-        let _ = writeln!(
-            out,
-            "  (p50/p90/p99/max: each VM's steal over its life; ticks simulated one by one: {})",
-            f.cases
-                .iter()
-                .map(|c| format!(
-                    "{} {:.1}% of {}",
-                    c.name,
-                    100.0 * c.ticks_simulated as f64 / c.ticks_total.max(1) as f64,
-                    c.ticks_total
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        fleet(&mut out, f);
     }
     out
+}
+
+/// The cases on the measures placement policies are compared on.
+fn side_by_side(out: &mut String, cases: &[CaseReport]) {
+    let _ = writeln!(
+        out,
+        "\nCases side by side (mean over seeds; range in brackets)"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<34} {:<18} {:>11} {:<20} {:>13}",
+        "case", "mean steal %", "idle steal", "spread pp", "throughput"
+    );
+    for c in cases {
+        let _ = writeln!(
+            out,
+            "  {:<34} {:<18} {:>10.1}% {:<20} {:>9.2} CPUs",
+            c.name,
+            range(&c.steal_pct),
+            c.idle_steal_pct,
+            range(&c.spread_pp),
+            c.throughput_pct / 100.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n  {:<34} {:>7} {:>7} {:>9} {:>9} {:>8} {:>7} {:>9}",
+        "case", "p90 %", "p99 %", ">10% VMs", "vCPU spr", "VM spr", "work %", "changes/h"
+    );
+    for c in cases {
+        let m = &c.measures;
+        let _ = writeln!(
+            out,
+            "  {:<34} {:>7.1} {:>7.1} {:>9.1} {:>9.1} {:>8.1} {:>7.1} {:>9.1}",
+            c.name,
+            m.vm_steal_p90.mean,
+            m.vm_steal_p99.mean,
+            m.vms_over_10pct.mean,
+            m.vcpu_spread_pp.mean,
+            m.vm_spread_pp.mean,
+            m.work_pct.mean,
+            m.changes_per_host_hour.mean
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  (VM steal percentiles over the host's VMs; spread: most minus least robbed vCPU of a VM, and VM of the host, pp; work: done at memory speed, % of demand; changes: VMs re-placed per host-hour)"
+    );
+}
+
+fn fleet(out: &mut String, f: &stealscope_sim::fleet::FleetReport) {
+    let _ = writeln!(
+        out,
+        "\nFleet: {} hosts x {} s at {} ms ticks, {} threads",
+        f.hosts, f.duration_s, f.tick_ms, f.threads
+    );
+    let _ = writeln!(
+        out,
+        "  {:<14} {:>6} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9} {:>6}",
+        "case",
+        "VMs",
+        "VM-h",
+        "p50 %",
+        "p90 %",
+        "p99 %",
+        "max %",
+        "steal %",
+        ">10%",
+        "vCPU",
+        "VM",
+        "work %",
+        "changes/h",
+        "wall s"
+    );
+    for c in &f.cases {
+        let _ = writeln!(
+            out,
+            "  {:<14} {:>6} {:>7.0} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>7.2} {:>6} {:>5.1} {:>5.1} {:>6.1} {:>9.1} {:>6.1}",
+            c.name,
+            c.vms,
+            c.vm_hours,
+            c.vm_steal_p50,
+            c.vm_steal_p90,
+            c.vm_steal_p99,
+            c.vm_steal_max,
+            c.steal_pct,
+            c.vms_over_10pct,
+            c.vcpu_spread_pp,
+            c.vm_spread_pp,
+            c.work_pct,
+            c.changes_per_host_hour,
+            c.wall_s
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  (p50-max: each VM's steal over its life; >10%: VMs above 10 % steal; vCPU / VM: spread in pp between a VM's vCPUs, and between a host's VMs, means; work: done at memory speed, % of demand; changes/h: VMs re-placed per host-hour; ticks simulated one by one: {})",
+        f.cases
+            .iter()
+            .map(|c| format!(
+                "{} {:.1}% of {}",
+                c.name,
+                100.0 * c.ticks_simulated as f64 / c.ticks_total.max(1) as f64,
+                c.ticks_total
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }

@@ -179,6 +179,8 @@ pub struct RunOutcome {
     pub vms: Vec<VmOutcome>,
     pub warnings: Vec<String>,
     pub policy_actions: usize,
+    /// VMs re-placed, once per VM per pass (see `Policy::placement_changes`).
+    pub placement_changes: usize,
     pub policy_passes: usize,
     /// Threads moved by the load balancer and wake-up placement, and by NUMA balancing.
     pub balancer_moves: usize,
@@ -440,6 +442,7 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
     }
     out.ticks_total = total_ticks;
     out.policy_actions = policy.actions;
+    out.placement_changes = policy.placement_changes;
     out.policy_passes = policy.passes;
     out.warnings = policy.warnings;
     for (k, v) in spec.vms.iter().enumerate() {

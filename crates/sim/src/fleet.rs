@@ -29,9 +29,24 @@ pub struct FleetCase {
     pub idle_steal_pct: f64,
     pub util_pct: f64,
     pub throughput_pct: f64,
+    /// Work done (run at the speed remote memory allows) as a percentage
+    /// of the work the VMs asked for: 100 when every VM got all it wanted
+    /// with its memory local. The VMs and their demand are the same under
+    /// every policy, so this ranks policies as users read throughput.
+    pub work_pct: f64,
+    /// Most minus least robbed vCPU of a VM, mean over VMs of 2 or more
+    /// vCPUs, percentage points.
+    pub vcpu_spread_pp: f64,
+    /// Most minus least robbed VM of a host, mean over hosts, percentage points.
+    pub vm_spread_pp: f64,
     /// VMs whose steal is above 10%.
     pub vms_over_10pct: usize,
+    /// Knob writes (affinity per thread, groups, weights, memory moves).
     pub policy_actions: usize,
+    /// VMs re-placed (CPUs or memory node), once per VM per pass, and that
+    /// per host-hour: how often the policy changes placement.
+    pub placement_changes: usize,
+    pub changes_per_host_hour: f64,
     pub ticks_simulated: u64,
     pub ticks_total: u64,
     pub wall_s: f64,
@@ -112,19 +127,51 @@ pub fn host_vms(
     out
 }
 
-fn pctl(sorted: &[f64], q: f64) -> f64 {
+pub fn pctl(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
+/// Most minus least of `v` (0 for none).
+pub fn spread(v: impl Iterator<Item = f64>) -> f64 {
+    let (lo, hi) = v.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    if hi >= lo {
+        hi - lo
+    } else {
+        0.0
+    }
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// Work done as a percentage of the work asked for (see `FleetCase::work_pct`).
+pub fn work_of_demand(a: &Acc) -> f64 {
+    if a.wanted > 0.0 {
+        100.0 * a.work / a.wanted
+    } else {
+        100.0
+    }
+}
+
 /// Per VM of one host run: (steal %, vCPU-time totals).
 struct HostResult {
     vm_steal: Vec<f64>,
+    /// Per VM of 2 or more vCPUs: most minus least robbed vCPU.
+    vcpu_spread: Vec<f64>,
     total: Acc,
     vm_secs: f64,
     actions: usize,
+    placement_changes: usize,
     ticks_simulated: u64,
     ticks_total: u64,
 }
@@ -162,6 +209,7 @@ pub fn run_fleet(
                 });
                 let mut total = Acc::default();
                 let mut vm_steal = Vec::new();
+                let mut vcpu_spread = Vec::new();
                 let mut vm_secs = 0.0;
                 for v in &r.vms {
                     let mut a = Acc::default();
@@ -169,14 +217,19 @@ pub fn run_fleet(
                     if a.secs > 0.0 {
                         vm_steal.push(a.pct(a.wait));
                         vm_secs += v.alive_s;
+                        if v.vcpus.len() > 1 {
+                            vcpu_spread.push(spread(v.vcpus.iter().map(|x| x.pct(x.wait))));
+                        }
                     }
                     total.merge(&a);
                 }
                 HostResult {
                     vm_steal,
+                    vcpu_spread,
                     total,
                     vm_secs,
                     actions: r.policy_actions,
+                    placement_changes: r.placement_changes,
                     ticks_simulated: r.ticks_simulated,
                     ticks_total: r.ticks_total,
                 }
@@ -190,6 +243,17 @@ pub fn run_fleet(
         steal.sort_by(f64::total_cmp);
         let mut total = Acc::default();
         results.iter().for_each(|r| total.merge(&r.total));
+        let vcpu_spread: Vec<f64> = results
+            .iter()
+            .flat_map(|r| r.vcpu_spread.iter().copied())
+            .collect();
+        let vm_spread: Vec<f64> = results
+            .iter()
+            .filter(|r| !r.vm_steal.is_empty())
+            .map(|r| spread(r.vm_steal.iter().copied()))
+            .collect();
+        let placement_changes: usize = results.iter().map(|r| r.placement_changes).sum();
+        let host_hours = results.len().max(1) as f64 * duration_s / 3600.0;
         out.push(FleetCase {
             name: case.name.clone(),
             policy: case.policy.name().into(),
@@ -204,8 +268,13 @@ pub fn run_fleet(
             idle_steal_pct: round(total.pct(total.idle_wait)),
             util_pct: round(total.pct(total.run)),
             throughput_pct: round(total.pct(total.work)),
+            work_pct: round(work_of_demand(&total)),
+            vcpu_spread_pp: round(mean(&vcpu_spread)),
+            vm_spread_pp: round(mean(&vm_spread)),
             vms_over_10pct: steal.iter().filter(|s| **s > 10.0).count(),
             policy_actions: results.iter().map(|r| r.actions).sum(),
+            placement_changes,
+            changes_per_host_hour: round(placement_changes as f64 / host_hours),
             ticks_simulated: results.iter().map(|r| r.ticks_simulated).sum(),
             ticks_total: results.iter().map(|r| r.ticks_total).sum(),
             wall_s: round(wall_s),

@@ -13,7 +13,9 @@ use crate::host::{Host, CGROUP_MOUNT};
 use crate::scenario::PolicyKind;
 use std::collections::BTreeMap;
 use stealscope_placement::action::{Action, CgroupRef, Knob};
-use stealscope_placement::input::{CpuController, NodeInput, ThreadInput, Topology, VmInput};
+use stealscope_placement::input::{
+    CpuController, HostWork, NodeInput, ThreadInput, Topology, VmInput,
+};
 use stealscope_placement::{numad, plan, Config, History, HostInput};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -32,6 +34,10 @@ pub struct Policy {
     /// Plan warnings and refusals, once each.
     pub warnings: Vec<String>,
     pub actions: usize,
+    /// Placement changes: a VM whose CPUs or memory node a pass changed
+    /// counts once per pass, however many threads and knobs it took (the
+    /// measure compared between policies; `actions` counts knob writes).
+    pub placement_changes: usize,
     pub passes: usize,
     /// The last pass changed nothing: the next one is needed only when the
     /// host changes or a held-back move becomes due.
@@ -54,6 +60,7 @@ impl Policy {
             since_s: Vec::new(),
             warnings: Vec::new(),
             actions: 0,
+            placement_changes: 0,
             passes: 0,
             idle_until_change: false,
         }
@@ -126,21 +133,24 @@ impl Policy {
         let input = self.input(h);
         self.demand_s.iter_mut().for_each(|x| *x = 0.0);
         self.since_s.iter_mut().for_each(|x| *x = 0.0);
-        let n = match self.kind {
-            PolicyKind::None => 0,
+        let (n, moved) = match self.kind {
+            PolicyKind::None => (0, 0),
             PolicyKind::Numad => self.numad(h, &input),
             PolicyKind::Stealscope => self.stealscope(h, &input, now),
         };
         self.actions += n;
+        self.placement_changes += moved;
         self.idle_until_change = n == 0;
         n
     }
 
     /// Binds each VM not yet bound to one node (numad rebinds a process
     /// only when it first finds it unbound), and moves its memory there.
-    fn numad(&mut self, h: &mut Host, input: &HostInput) -> usize {
+    /// Returns the knob writes and the VMs re-placed.
+    fn numad(&mut self, h: &mut Host, input: &HostInput) -> (usize, usize) {
         let choice = numad::choose_nodes(input);
         let mut changes = 0;
+        let mut moved = 0;
         for (v, node) in input.vms.iter().zip(choice) {
             let (Some(node), Some(vm)) = (node, vm_of(h, v.pid)) else {
                 continue;
@@ -154,6 +164,7 @@ impl Policy {
                 continue;
             }
             let cpus: Vec<u32> = h.nodes[node as usize].iter().map(|c| *c as u32).collect();
+            moved += 1;
             for i in h.vms[vm].tasks.clone() {
                 changes += set_affinity(h, i, &cpus) as usize;
             }
@@ -163,10 +174,11 @@ impl Policy {
                 changes += 1;
             }
         }
-        changes
+        (changes, moved)
     }
 
-    fn stealscope(&mut self, h: &mut Host, input: &HostInput, now: f64) -> usize {
+    /// Plans and applies; returns the knob writes and the VMs re-placed.
+    fn stealscope(&mut self, h: &mut Host, input: &HostInput, now: f64) -> (usize, usize) {
         let p = plan(input, &self.cfg, &self.history, now);
         // Once per kind: the same warning with other numbers is not news.
         let shape = |w: &str| w.replace(|c: char| c.is_ascii_digit() || c == '.', "");
@@ -176,16 +188,25 @@ impl Policy {
             }
         }
         if p.refused.is_some() {
-            return 0;
+            return (0, 0);
         }
         let mut changes = 0;
+        let mut moved = std::collections::BTreeSet::new();
         for a in &p.actions {
-            changes += apply(h, a) as usize;
+            if apply(h, a) {
+                changes += 1;
+                if matches!(
+                    a,
+                    Action::Affinity { vcpu: Some(_), .. } | Action::MigrateMemory { .. }
+                ) {
+                    moved.insert(a.pid());
+                }
+            }
         }
         for v in &p.vms {
             self.history.record(v.pid, v.node, now);
         }
-        changes
+        (changes, moved.len())
     }
 
     /// What `place` would read on this host: topology, memory per node,
@@ -293,7 +314,23 @@ pub fn host_input(h: &Host, util: impl Fn(usize) -> Option<f64>) -> HostInput {
         cpu_controller: Some(ctl),
         vms,
         shared_group_weight: None,
+        host_work: host_work(h, &util),
     }
+}
+
+/// The host's other work as `place` measures it on a real host: each
+/// background thread's demand where its affinity lets it run. QEMU's main
+/// loops belong to their VMs (the planner places them with the VM).
+fn host_work(h: &Host, util: &impl Fn(usize) -> Option<f64>) -> HostWork {
+    let online: Vec<u32> = (0..h.ncpu as u32).collect();
+    let mut w = HostWork::default();
+    for (i, t) in h.live_tasks().filter(|(_, t)| t.vm.is_none()) {
+        let cpus: Vec<u32> = t.allowed.iter().map(|c| c as u32).collect();
+        // Not measured yet (before the first pass): what it asks for now.
+        let demand = util(i).unwrap_or(t.wants).clamp(0.0, 1.0);
+        w.add(demand, &cpus, &online);
+    }
+    w
 }
 
 fn vm_of(h: &Host, pid: u32) -> Option<usize> {

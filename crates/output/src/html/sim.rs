@@ -63,6 +63,15 @@ pub struct FleetCase {
     pub steal_pct: f64,
     pub idle_steal_pct: f64,
     pub vms_over_10pct: usize,
+    /// Added with issue 27; absent in older files.
+    #[serde(default)]
+    pub vcpu_spread_pp: Option<f64>,
+    #[serde(default)]
+    pub vm_spread_pp: Option<f64>,
+    #[serde(default)]
+    pub work_pct: Option<f64>,
+    #[serde(default)]
+    pub changes_per_host_hour: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,14 +216,21 @@ fn fleet(f: &Fleet) -> Markup {
             bars::render(&Bars { class: "sim-fleet", title: "VM steal p99 per policy", labels: &labels, values: &p99,
                 hover: &hover, x_title: "policy", y_title: "VM steal p99 %", log_y: false, alarm_from: None })))
         table class="cpus" id="sim-fleet-table" {
-            tr { th { "policy" } th { "hosts" } th { "VMs" } th { "p50" } th { "p90" } th { "p99" } th { "max" } th { "steal %" } th { "idle steal %" } th { "VMs > 10 %" } }
+            tr { th { "policy" } th { "hosts" } th { "VMs" } th { "p50" } th { "p90" } th { "p99" } th { "max" } th { "steal %" } th { "idle steal %" } th { "VMs > 10 %" } th { "vCPU spread pp" } th { "VM spread pp" } th { "work % of demand" } th { "changes / host-hour" } }
             @for c in &f.cases {
                 tr { td { (c.name) } td { (c.hosts) } td { (c.vms) } td { (fmt_num(c.vm_steal_p50, 1)) } td { (fmt_num(c.vm_steal_p90, 1)) }
                      td { (fmt_num(c.vm_steal_p99, 1)) } td { (fmt_num(c.vm_steal_max, 1)) } td { (fmt_num(c.steal_pct, 2)) }
-                     td { (fmt_num(c.idle_steal_pct, 2)) } td { (c.vms_over_10pct) } }
+                     td { (fmt_num(c.idle_steal_pct, 2)) } td { (c.vms_over_10pct) }
+                     td { (opt(c.vcpu_spread_pp, 1)) } td { (opt(c.vm_spread_pp, 1)) } td { (opt(c.work_pct, 1)) }
+                     td { (opt(c.changes_per_host_hour, 1)) } }
             }
         }
     }
+}
+
+/// A figure an older file may lack: "n/a" then.
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "n/a".to_string(), |x| fmt_num(x, digits))
 }
 
 /// The page of one simulator run; `source` is the file as the user named it.
