@@ -206,60 +206,112 @@ pub struct RunSpec<'a> {
     pub every_tick: bool,
 }
 
-/// Runs one case with one seed.
+/// Runs one case with one seed: each tick (or steady stretch of ticks)
+/// VMs come and go, the policy and NUMA move things, the balancer moves
+/// threads, the scheduler shares out the CPUs, and the time is counted.
 pub fn run(spec: &RunSpec) -> RunOutcome {
-    let mut rng = Rng(spec.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
-    let shape = spec.shape;
-    let mut h = Host::new(
-        shape.cpus,
-        shape.nodes,
-        shape.smt,
-        shape.mem_per_node_gib,
-        spec.case.cgroups,
-    );
-    h.numa_balancing = spec.case.numa_balancing;
-    let tm = Timing::new(spec.sched, shape.cpus);
-    if let Some(tm) = &tm {
-        // Each CPU's balancer starts at a random point of its interval.
-        for c in 0..shape.cpus {
-            let span = h.nodes[h.node_of[c]].len();
-            h.lb_next_s[c] = rng.unit() * tm.balance_interval_s(span, false, true);
+    let mut r = Run::new(spec);
+    let total_ticks = (spec.duration_s / spec.tick_s).round().max(1.0) as u64;
+    let mut tick: u64 = 0;
+    while tick < total_ticks {
+        let t = tick as f64 * spec.tick_s;
+        let changed = r.vms_come_and_go(t);
+        let step = r.step(t, tick, changed);
+        let n = r.stretch(&step, t, tick, total_ticks);
+        r.count(&step, t, tick, n);
+        tick += n;
+    }
+    r.outcome(total_ticks)
+}
+
+/// What one simulated tick did, for deciding how long its state lasts.
+struct Step {
+    /// The tick equals the last and nothing moved: it lasts until the next event.
+    steady: bool,
+    /// Threads only trade places, at averages two windows agree on.
+    stationary: bool,
+}
+
+/// The state of one run.
+struct Run<'a> {
+    spec: &'a RunSpec<'a>,
+    rng: Rng,
+    h: Host,
+    tm: Option<Timing>,
+    policy: Policy,
+    sc: Scratch,
+    over: Overhead,
+    /// VM index in `spec.vms` -> VM id on the host; whether it stopped.
+    started: Vec<Option<usize>>,
+    stopped: Vec<bool>,
+    accs: Vec<Acc>,
+    prev: Vec<(f64, f64)>,
+    win: Windows,
+    out: RunOutcome,
+}
+
+impl<'a> Run<'a> {
+    /// The host, its other work, the kernel's timing and the policy.
+    fn new(spec: &'a RunSpec<'a>) -> Run<'a> {
+        let mut rng = Rng(spec.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
+        let shape = spec.shape;
+        let mut h = Host::new(
+            shape.cpus,
+            shape.nodes,
+            shape.smt,
+            shape.mem_per_node_gib,
+            spec.case.cgroups,
+        );
+        h.numa_balancing = spec.case.numa_balancing;
+        let tm = Timing::new(spec.sched, shape.cpus);
+        if let Some(tm) = &tm {
+            // Each CPU's balancer starts at a random point of its interval.
+            for c in 0..shape.cpus {
+                let span = h.nodes[h.node_of[c]].len();
+                h.lb_next_s[c] = rng.unit() * tm.balance_interval_s(span, false, true);
+            }
+        }
+        for b in &shape.background {
+            let allowed = b
+                .cpu
+                .map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
+            let at = fork_cpu(&h, &allowed, &mut rng);
+            h.add_background(at, allowed, b);
+        }
+        let mut cfg = spec.case.planner.clone();
+        cfg.dedicated.extend(
+            spec.vms
+                .iter()
+                .filter(|v| v.dedicated)
+                .map(|v| v.name.clone()),
+        );
+        Run {
+            spec,
+            rng,
+            h,
+            tm,
+            policy: Policy::new(spec.case.policy, cfg),
+            sc: Scratch::default(),
+            over: Overhead::default(),
+            started: vec![None; spec.vms.len()],
+            stopped: vec![false; spec.vms.len()],
+            accs: Vec::new(),
+            prev: Vec::new(),
+            win: Windows::default(),
+            out: RunOutcome::default(),
         }
     }
-    for b in &shape.background {
-        let allowed = b
-            .cpu
-            .map_or(CpuSet::all(shape.cpus), |c| CpuSet::from_cpus(&[c as u32]));
-        let at = fork_cpu(&h, &allowed, &mut rng);
-        h.add_background(at, allowed, b);
-    }
-    let mut cfg = spec.case.planner.clone();
-    cfg.dedicated.extend(
-        spec.vms
-            .iter()
-            .filter(|v| v.dedicated)
-            .map(|v| v.name.clone()),
-    );
-    let mut policy = Policy::new(spec.case.policy, cfg);
-    let mut sc = Scratch::default();
-    let mut over = Overhead::default();
-    // VM index in `spec.vms` -> VM id on the host.
-    let mut started: Vec<Option<usize>> = vec![None; spec.vms.len()];
-    let mut stopped = vec![false; spec.vms.len()];
-    let mut accs: Vec<Acc> = Vec::new();
-    let mut prev: Vec<(f64, f64)> = Vec::new();
-    let mut win = Windows::default();
-    let mut out = RunOutcome::default();
-    let dt = spec.tick_s;
-    let total_ticks = (spec.duration_s / dt).round().max(1.0) as u64;
-    let mut tick: u64 = 0;
-    let all = CpuSet::all(shape.cpus);
-    while tick < total_ticks {
-        let t = tick as f64 * dt;
-        // VMs come and go.
+
+    /// Starts the VMs due at `t` and stops those whose time is up; true
+    /// when any did.
+    fn vms_come_and_go(&mut self, t: f64) -> bool {
+        let spec = self.spec;
+        let shape = spec.shape;
+        let all = CpuSet::all(shape.cpus);
         let mut changed = false;
         for (k, v) in spec.vms.iter().enumerate() {
-            if started[k].is_none() && v.start_s <= t + 1e-9 && v.stop_s.is_none_or(|s| s > t) {
+            if self.started[k].is_none() && v.start_s <= t + 1e-9 && v.stop_s.is_none_or(|s| s > t)
+            {
                 let allowed = v
                     .cpus
                     .as_ref()
@@ -274,7 +326,8 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
                 };
                 let start = spec.sched.start;
                 let key = spec.seed ^ (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                let id = h.add_vm(
+                let rng = &mut self.rng;
+                let id = self.h.add_vm(
                     v.name.clone(),
                     v.vcpus,
                     v.demand.clone(),
@@ -289,176 +342,219 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
                     },
                     t,
                     &mut |h, allowed| match start {
-                        StartPlacement::Idlest => fork_cpu(h, allowed, &mut rng),
-                        StartPlacement::Random => random_cpu(h, allowed, &mut rng),
+                        StartPlacement::Idlest => fork_cpu(h, allowed, rng),
+                        StartPlacement::Random => random_cpu(h, allowed, rng),
                     },
                 );
-                if h.numa_balancing {
-                    numa::start_scans(&mut h, id, spec.numa, t, &mut rng);
+                if self.h.numa_balancing {
+                    numa::start_scans(&mut self.h, id, spec.numa, t, &mut self.rng);
                 }
-                started[k] = Some(id);
+                self.started[k] = Some(id);
                 changed = true;
             }
-            if let (Some(id), false, Some(stop)) = (started[k], stopped[k], v.stop_s) {
+            if let (Some(id), false, Some(stop)) = (self.started[k], self.stopped[k], v.stop_s) {
                 if stop <= t + 1e-9 {
-                    h.remove_vm(id);
-                    stopped[k] = true;
+                    self.h.remove_vm(id);
+                    self.stopped[k] = true;
                     changed = true;
                 }
             }
         }
         if changed {
-            policy.host_changed();
+            self.policy.host_changed();
         }
-        let changes = policy.pass(&mut h, t);
-        let (numa_moves, _moving) = numa::tick(&mut h, spec.numa, t, dt, &mut rng, &mut over);
-        out.numa_moves += numa_moves;
-        if h.queued_work {
-            h.step_bursts(dt, &mut rng);
+        changed
+    }
+
+    /// One tick: the policy's pass, NUMA, the balancer, the scheduler; and
+    /// whether the result can be summed over the following ticks.
+    fn step(&mut self, t: f64, tick: u64, changed: bool) -> Step {
+        let spec = self.spec;
+        let dt = spec.tick_s;
+        let changes = self.policy.pass(&mut self.h, t);
+        let (numa_moves, _moving) =
+            numa::tick(&mut self.h, spec.numa, t, dt, &mut self.rng, &mut self.over);
+        self.out.numa_moves += numa_moves;
+        if self.h.queued_work {
+            self.h.step_bursts(dt, &mut self.rng);
         }
-        set_wants(&mut h, t);
-        sample_queued(&mut h, tm.as_ref(), &mut rng);
-        index(&h, &mut sc);
-        let mut moves = 0;
-        let mut lb_steady = true;
-        let pct = spec.sched.imbalance_pct.0;
-        if spec.sched.balance {
-            let (m, s) = balance(&mut h, &mut sc, &mut rng, pct, (tick, dt), tm.as_ref());
-            moves += m;
-            lb_steady = s;
-            moves += wake_idle(&mut h, &mut sc);
-        }
-        if tm.is_some() {
-            let woken = wake_placement(&mut h, &sc, &mut rng, dt, pct);
-            if woken > 0 {
-                index(&h, &mut sc);
-            }
-            moves += woken;
-        }
-        out.balancer_moves += moves;
-        let numa_spec = spec.numa;
-        let over_ref = &over;
+        set_wants(&mut self.h, t);
+        sample_queued(&mut self.h, self.tm.as_ref(), &mut self.rng);
+        index(&self.h, &mut self.sc);
+        let (moves, lb_steady) = self.move_threads(tick);
+        let over_ref = &self.over;
         run_tick(
-            &mut h,
-            &mut sc,
+            &mut self.h,
+            &mut self.sc,
             dt,
-            &|h, i| numa::speed(h, numa_spec, over_ref, i),
-            tm.as_ref(),
+            &|h, i| numa::speed(h, spec.numa, over_ref, i),
+            self.tm.as_ref(),
         );
-        // Whether this tick is the same as the last (the model has settled).
-        if prev.len() < h.tasks.len() {
-            prev.resize(h.tasks.len(), (f64::NAN, f64::NAN));
-        }
-        let mut same = true;
-        for (i, task) in h.tasks.iter().enumerate() {
-            if task.alive {
-                let p = prev[i];
-                if !((p.0 - task.run).abs() < SETTLED && (p.1 - task.wait).abs() < SETTLED) {
-                    same = false;
-                }
-                prev[i] = (task.run, task.wait);
-            }
-        }
+        let same = self.same_as_last();
         let external = changed || changes > 0 || numa_moves > 0;
         // With kernel timing every tick draws anew: nothing is summed.
-        let every_tick = spec.every_tick || tm.is_some();
+        let every_tick = spec.every_tick || self.tm.is_some();
         let steady = same && !external && moves == 0 && lb_steady && !every_tick;
         // Threads moving back and forth (the balancer's active pushes, NUMA
         // balancing) never settle tick by tick, but their averages do: two
         // windows in a row with the same averages make the stretch up to
         // the next event stationary, summed at those averages.
         let stationary = if external {
-            win.reset();
+            self.win.reset();
             false
         } else {
-            !steady && !every_tick && win.push(&h, tick)
+            !steady && !every_tick && self.win.push(&self.h, tick)
         };
-        // How many ticks this state lasts.
-        let mut n: u64 = 1;
-        if steady || stationary {
-            let mut next = total_ticks as f64 * dt;
-            for task in h
-                .tasks
-                .iter()
-                .filter(|t| t.alive && (t.vm.is_none() || t.emulator))
-            {
-                next = next.min(task.own_demand.next_change(t));
-            }
-            for v in h.vms.iter().filter(|v| v.alive) {
-                next = next.min(v.demand.next_change(t));
-                if h.numa_balancing && h.nodes.len() > 1 {
-                    next = next.min(v.next_scan_s);
-                }
-            }
-            for (k, v) in spec.vms.iter().enumerate() {
-                if started[k].is_none() {
-                    next = next.min(v.start_s);
-                } else if !stopped[k] {
-                    if let Some(s) = v.stop_s {
-                        next = next.min(s);
-                    }
-                }
-            }
-            next = next.min(policy.due());
-            next = next.min(numa::moves_done(&h, spec.numa, t + dt));
-            // Ticks strictly before the one at which `next` happens.
-            let until = ((next - 1e-9) / dt).ceil().max(tick as f64 + 1.0) as u64;
-            n = until.min(total_ticks) - tick;
+        Step { steady, stationary }
+    }
+
+    /// The load balancer and wake-up placement: threads moved, and whether
+    /// every balancer is content.
+    fn move_threads(&mut self, tick: u64) -> (usize, bool) {
+        let spec = self.spec;
+        let mut moves = 0;
+        let mut lb_steady = true;
+        let pct = spec.sched.imbalance_pct.0;
+        if spec.sched.balance {
+            let (m, s) = balance(
+                &mut self.h,
+                &mut self.sc,
+                &mut self.rng,
+                pct,
+                (tick, spec.tick_s),
+                self.tm.as_ref(),
+            );
+            moves += m;
+            lb_steady = s;
+            moves += wake_idle(&mut self.h, &mut self.sc);
         }
-        out.ticks_simulated += 1;
-        // Statistics, for the part after the warm-up.
+        if self.tm.is_some() {
+            let woken = wake_placement(&mut self.h, &self.sc, &mut self.rng, spec.tick_s, pct);
+            if woken > 0 {
+                index(&self.h, &mut self.sc);
+            }
+            moves += woken;
+        }
+        self.out.balancer_moves += moves;
+        (moves, lb_steady)
+    }
+
+    /// Whether every thread ran and waited as in the last tick.
+    fn same_as_last(&mut self) -> bool {
+        if self.prev.len() < self.h.tasks.len() {
+            self.prev.resize(self.h.tasks.len(), (f64::NAN, f64::NAN));
+        }
+        let mut same = true;
+        for (i, task) in self.h.tasks.iter().enumerate() {
+            if task.alive {
+                let p = self.prev[i];
+                if !((p.0 - task.run).abs() < SETTLED && (p.1 - task.wait).abs() < SETTLED) {
+                    same = false;
+                }
+                self.prev[i] = (task.run, task.wait);
+            }
+        }
+        same
+    }
+
+    /// How many ticks this state lasts: up to the next event when the
+    /// tick was steady or stationary, else one.
+    fn stretch(&self, step: &Step, t: f64, tick: u64, total_ticks: u64) -> u64 {
+        if !(step.steady || step.stationary) {
+            return 1;
+        }
+        let (h, spec, dt) = (&self.h, self.spec, self.spec.tick_s);
+        let mut next = total_ticks as f64 * dt;
+        for task in h
+            .tasks
+            .iter()
+            .filter(|t| t.alive && (t.vm.is_none() || t.emulator))
+        {
+            next = next.min(task.own_demand.next_change(t));
+        }
+        for v in h.vms.iter().filter(|v| v.alive) {
+            next = next.min(v.demand.next_change(t));
+            if h.numa_balancing && h.nodes.len() > 1 {
+                next = next.min(v.next_scan_s);
+            }
+        }
+        for (k, v) in spec.vms.iter().enumerate() {
+            if self.started[k].is_none() {
+                next = next.min(v.start_s);
+            } else if !self.stopped[k] {
+                if let Some(s) = v.stop_s {
+                    next = next.min(s);
+                }
+            }
+        }
+        next = next.min(self.policy.due());
+        next = next.min(numa::moves_done(h, spec.numa, t + dt));
+        // Ticks strictly before the one at which `next` happens.
+        let until = ((next - 1e-9) / dt).ceil().max(tick as f64 + 1.0) as u64;
+        until.min(total_ticks) - tick
+    }
+
+    /// Counts `n` ticks of this state (the part after the warm-up), lets
+    /// the policy measure them and advances memory moves over them.
+    fn count(&mut self, step: &Step, t: f64, tick: u64, n: u64) {
+        let (spec, dt) = (self.spec, self.spec.tick_s);
+        self.out.ticks_simulated += 1;
         let warm_ticks = (spec.warmup_s / dt).round() as u64;
         let counted = (tick + n).saturating_sub(tick.max(warm_ticks));
-        if accs.len() < h.tasks.len() {
-            accs.resize(h.tasks.len(), Acc::default());
+        if self.accs.len() < self.h.tasks.len() {
+            self.accs.resize(self.h.tasks.len(), Acc::default());
         }
         if counted > 0 {
             let secs = counted as f64 * dt;
             // The ticks summed at once use the window's averages when stationary.
-            let summed = if stationary {
+            let summed = if step.stationary {
                 counted.saturating_sub(1)
             } else {
                 0
             };
-            for (i, task) in h.tasks.iter().enumerate() {
+            for (i, task) in self.h.tasks.iter().enumerate() {
                 if task.alive {
-                    let level = h.level(i, t);
+                    let level = self.h.level(i, t);
                     let one = if summed > 0 { dt } else { secs };
-                    accs[i].add(task, level, one);
+                    self.accs[i].add(task, level, one);
                     if summed > 0 {
-                        accs[i].add_avg(win.mean(i), level, summed as f64 * dt);
+                        self.accs[i].add_avg(self.win.mean(i), level, summed as f64 * dt);
                     }
                 }
             }
-            out.idle_cpu_s += sc.idle.iter().sum::<f64>() / shape.cpus as f64 * secs;
-            out.secs += secs;
+            self.out.idle_cpu_s += self.sc.idle.iter().sum::<f64>() / spec.shape.cpus as f64 * secs;
+            self.out.secs += secs;
         }
-        policy.observe(&h, n as f64 * dt);
+        self.policy.observe(&self.h, n as f64 * dt);
         if n > 1 {
-            numa::advance_moves(&mut h, (n - 1) as f64 * dt, spec.numa);
-            win.reset();
+            numa::advance_moves(&mut self.h, (n - 1) as f64 * dt, spec.numa);
+            self.win.reset();
         }
-        tick += n;
     }
-    out.ticks_total = total_ticks;
-    out.policy_actions = policy.actions;
-    out.placement_changes = policy.placement_changes;
-    out.policy_passes = policy.passes;
-    out.warnings = policy.warnings;
-    for (k, v) in spec.vms.iter().enumerate() {
-        let Some(id) = started[k] else { continue };
-        let vm = &h.vms[id];
-        let vcpus: Vec<Acc> = vm
-            .tasks
-            .iter()
-            .map(|&i| accs.get(i).copied().unwrap_or_default())
-            .collect();
-        let alive_s = vcpus.first().map_or(0.0, |a| a.secs);
-        out.vms.push(VmOutcome {
-            name: v.name.clone(),
-            vcpus,
-            alive_s,
-        });
+
+    /// Each VM's vCPU times and the policy's counts.
+    fn outcome(mut self, total_ticks: u64) -> RunOutcome {
+        let mut out = std::mem::take(&mut self.out);
+        out.ticks_total = total_ticks;
+        out.policy_actions = self.policy.actions;
+        out.placement_changes = self.policy.placement_changes;
+        out.policy_passes = self.policy.passes;
+        out.warnings = std::mem::take(&mut self.policy.warnings);
+        for (k, v) in self.spec.vms.iter().enumerate() {
+            let Some(id) = self.started[k] else { continue };
+            let vm = &self.h.vms[id];
+            let vcpus: Vec<Acc> = vm
+                .tasks
+                .iter()
+                .map(|&i| self.accs.get(i).copied().unwrap_or_default())
+                .collect();
+            let alive_s = vcpus.first().map_or(0.0, |a| a.secs);
+            out.vms.push(VmOutcome {
+                name: v.name.clone(),
+                vcpus,
+                alive_s,
+            });
+        }
+        out
     }
-    out
 }

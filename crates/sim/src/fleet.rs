@@ -176,6 +176,36 @@ struct HostResult {
     ticks_total: u64,
 }
 
+/// One host's run folded to what the fleet's figures need.
+fn host_result(r: &crate::engine::RunOutcome) -> HostResult {
+    let mut total = Acc::default();
+    let mut vm_steal = Vec::new();
+    let mut vcpu_spread = Vec::new();
+    let mut vm_secs = 0.0;
+    for v in &r.vms {
+        let mut a = Acc::default();
+        v.vcpus.iter().for_each(|x| a.merge(x));
+        if a.secs > 0.0 {
+            vm_steal.push(a.pct(a.wait));
+            vm_secs += v.alive_s;
+            if v.vcpus.len() > 1 {
+                vcpu_spread.push(spread(v.vcpus.iter().map(|x| x.pct(x.wait))));
+            }
+        }
+        total.merge(&a);
+    }
+    HostResult {
+        vm_steal,
+        vcpu_spread,
+        total,
+        vm_secs,
+        actions: r.policy_actions,
+        placement_changes: r.placement_changes,
+        ticks_simulated: r.ticks_simulated,
+        ticks_total: r.ticks_total,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn run_fleet(
     f: &FleetSpec,
@@ -195,7 +225,7 @@ pub fn run_fleet(
             .into_par_iter()
             .map(|i| {
                 let vms = host_vms(f, shape.cpus, base, duration_s, seed, i);
-                let r = run(&RunSpec {
+                host_result(&run(&RunSpec {
                     shape,
                     sched,
                     numa,
@@ -206,33 +236,7 @@ pub fn run_fleet(
                     warmup_s: 0.0,
                     every_tick: false,
                     seed: seed ^ (i as u64).wrapping_mul(0xA24B_AED4_963E_E407),
-                });
-                let mut total = Acc::default();
-                let mut vm_steal = Vec::new();
-                let mut vcpu_spread = Vec::new();
-                let mut vm_secs = 0.0;
-                for v in &r.vms {
-                    let mut a = Acc::default();
-                    v.vcpus.iter().for_each(|x| a.merge(x));
-                    if a.secs > 0.0 {
-                        vm_steal.push(a.pct(a.wait));
-                        vm_secs += v.alive_s;
-                        if v.vcpus.len() > 1 {
-                            vcpu_spread.push(spread(v.vcpus.iter().map(|x| x.pct(x.wait))));
-                        }
-                    }
-                    total.merge(&a);
-                }
-                HostResult {
-                    vm_steal,
-                    vcpu_spread,
-                    total,
-                    vm_secs,
-                    actions: r.policy_actions,
-                    placement_changes: r.placement_changes,
-                    ticks_simulated: r.ticks_simulated,
-                    ticks_total: r.ticks_total,
-                }
+                }))
             })
             .collect();
         let wall_s = t0.elapsed().as_secs_f64();

@@ -215,46 +215,10 @@ pub fn run_tick(
     tm: Option<&Timing>,
 ) {
     let n = h.ncpu;
-    let alpha = 0.5f64.powf(dt / PELT_HALF_LIFE_S);
+    sc.idle.resize(n, 0.0);
     for c in 0..n {
         let cap = (1.0 - h.kernel[c]).max(0.0);
-        // Top-level entities on this CPU.
-        sc.ents.clear();
-        for k in sc.start[c]..sc.start[c + 1] {
-            let i = sc.by_cpu[k];
-            let t = &h.tasks[i];
-            if t.wants <= 0.0 {
-                continue;
-            }
-            match t.group {
-                None => sc.ents.push(Ent {
-                    weight: 1.0,
-                    demand: t.wants,
-                    group: usize::MAX,
-                    task: i,
-                    alloc: 0.0,
-                    runnable: t.runnable,
-                }),
-                Some(g) => {
-                    if let Some(e) = sc.ents.iter_mut().find(|e| e.group == g) {
-                        e.demand = (e.demand + t.wants).min(1.0);
-                        // Runnable when any of its threads is (independent).
-                        e.runnable = 1.0 - (1.0 - e.runnable) * (1.0 - t.runnable);
-                    } else {
-                        sc.ents.push(Ent {
-                            weight: sc
-                                .group_on(c, g)
-                                .map_or(MIN_SHARES, |x| x.share.max(MIN_SHARES)),
-                            demand: t.wants,
-                            group: g,
-                            task: i,
-                            alloc: 0.0,
-                            runnable: t.runnable,
-                        });
-                    }
-                }
-            }
-        }
+        top_entities(h, sc, c);
         sc.fill.clear();
         for (k, e) in sc.ents.iter().enumerate() {
             sc.fill.push((e.weight, e.demand, k));
@@ -263,60 +227,9 @@ pub fn run_tick(
             let ents = &mut sc.ents;
             waterfill(cap, &mut sc.fill, &mut |k, a| ents[k].alloc = a);
         }
-        let busy_weight: f64 = sc.ents.iter().map(|e| e.weight * e.runnable).sum();
         let mut used = 0.0;
         for k in 0..sc.ents.len() {
-            let e = sc.ents[k];
-            // Share of the CPU this entity gets while it is runnable.
-            let others = busy_weight - e.weight * e.runnable;
-            let top_rate = cap * e.weight / (e.weight + others.max(0.0));
-            sc.members.clear();
-            if e.group == usize::MAX {
-                sc.members.push(e.task);
-            } else {
-                for kk in sc.start[c]..sc.start[c + 1] {
-                    let i = sc.by_cpu[kk];
-                    let t = &h.tasks[i];
-                    if t.group == Some(e.group) && t.wants > 0.0 {
-                        sc.members.push(i);
-                    }
-                }
-            }
-            sc.fill.clear();
-            for &i in &sc.members {
-                sc.fill.push((1.0, h.tasks[i].wants, i));
-            }
-            {
-                let tasks = &mut h.tasks;
-                waterfill(e.alloc, &mut sc.fill, &mut |i, a| tasks[i].run = a);
-            }
-            let in_busy: f64 = sc.members.iter().map(|&i| h.tasks[i].runnable).sum();
-            // Chance this entity runs at a random moment of the tick, and
-            // how many entities take turns here.
-            let own = if cap > 0.0 { e.alloc / cap } else { 0.0 };
-            let turns = busy_weight_count(&sc.ents, cap);
-            for &i in &sc.members {
-                let (waits, delayed) = match tm {
-                    Some(tm) if h.tasks[i].wakeups_per_s > 0.0 => {
-                        wake_waits(h, i, c, (own, turns), tm)
-                    }
-                    _ => (0.0, 0.0),
-                };
-                let t = &mut h.tasks[i];
-                used += t.run;
-                if t.run < t.wants - 1e-9 {
-                    t.runnable = 1.0;
-                } else {
-                    let rate = top_rate / (1.0 + (in_busy - t.runnable).max(0.0));
-                    t.runnable = if rate > 0.0 {
-                        (t.run / rate + waits).min(1.0)
-                    } else {
-                        1.0
-                    };
-                }
-                t.wait = (t.runnable - t.run).max(0.0);
-                t.delayed = delayed.min(1.0 - t.runnable).max(0.0);
-            }
+            used += share_entity(h, sc, (c, cap), k, tm);
         }
         for k in sc.start[c]..sc.start[c + 1] {
             let t = &mut h.tasks[sc.by_cpu[k]];
@@ -327,29 +240,144 @@ pub fn run_tick(
                 t.delayed = 0.0;
             }
         }
-        sc.idle.resize(n, 0.0);
         sc.idle[c] = (1.0 - h.kernel[c] - used).max(0.0);
-        // Other work measured as queued far more than it runs waits behind
-        // what runs here: only as long as something does.
         if h.queued_work {
-            let busy = if cap > 0.0 {
-                (used / cap).min(1.0)
-            } else {
-                0.0
-            };
-            for k in sc.start[c]..sc.start[c + 1] {
-                let t = &mut h.tasks[sc.by_cpu[k]];
-                if t.min_runnable > 0.0 && t.wants > 0.0 {
-                    t.runnable = t.runnable.max(t.min_runnable * busy);
-                    t.wait = (t.runnable - t.run).max(0.0);
+            queued_waits(h, sc, c, (used, cap));
+        }
+    }
+    finish_tasks(h, sc, 0.5f64.powf(dt / PELT_HALF_LIFE_S), speed);
+}
+
+/// The top-level entities on CPU `c` (group entities and ungrouped
+/// threads) with their weight, demand and runnable share, into `sc.ents`.
+fn top_entities(h: &Host, sc: &mut Scratch, c: usize) {
+    sc.ents.clear();
+    for k in sc.start[c]..sc.start[c + 1] {
+        let i = sc.by_cpu[k];
+        let t = &h.tasks[i];
+        if t.wants <= 0.0 {
+            continue;
+        }
+        match t.group {
+            None => sc.ents.push(Ent {
+                weight: 1.0,
+                demand: t.wants,
+                group: usize::MAX,
+                task: i,
+                alloc: 0.0,
+                runnable: t.runnable,
+            }),
+            Some(g) => {
+                if let Some(e) = sc.ents.iter_mut().find(|e| e.group == g) {
+                    e.demand = (e.demand + t.wants).min(1.0);
+                    // Runnable when any of its threads is (independent).
+                    e.runnable = 1.0 - (1.0 - e.runnable) * (1.0 - t.runnable);
+                } else {
+                    let weight = sc
+                        .group_on(c, g)
+                        .map_or(MIN_SHARES, |x| x.share.max(MIN_SHARES));
+                    sc.ents.push(Ent {
+                        weight,
+                        demand: t.wants,
+                        group: g,
+                        task: i,
+                        alloc: 0.0,
+                        runnable: t.runnable,
+                    });
                 }
             }
         }
     }
-    // A thread that sleeps and wakes up behind others takes an idle CPU of
-    // its node if one is free at that moment (select_idle_sibling): only the
-    // wait when none is counts. Idle steal: waiting while some other allowed
-    // CPU idled (independent in time).
+}
+
+/// Shares entity `k`'s CPU time on CPU `c` among its threads and sets each
+/// thread's run, wait and runnable share; returns the CPU time used.
+fn share_entity(
+    h: &mut Host,
+    sc: &mut Scratch,
+    (c, cap): (usize, f64),
+    k: usize,
+    tm: Option<&Timing>,
+) -> f64 {
+    let busy_weight: f64 = sc.ents.iter().map(|e| e.weight * e.runnable).sum();
+    let e = sc.ents[k];
+    // Share of the CPU this entity gets while it is runnable.
+    let others = busy_weight - e.weight * e.runnable;
+    let top_rate = cap * e.weight / (e.weight + others.max(0.0));
+    sc.members.clear();
+    if e.group == usize::MAX {
+        sc.members.push(e.task);
+    } else {
+        for kk in sc.start[c]..sc.start[c + 1] {
+            let i = sc.by_cpu[kk];
+            let t = &h.tasks[i];
+            if t.group == Some(e.group) && t.wants > 0.0 {
+                sc.members.push(i);
+            }
+        }
+    }
+    sc.fill.clear();
+    for &i in &sc.members {
+        sc.fill.push((1.0, h.tasks[i].wants, i));
+    }
+    {
+        let tasks = &mut h.tasks;
+        waterfill(e.alloc, &mut sc.fill, &mut |i, a| tasks[i].run = a);
+    }
+    let in_busy: f64 = sc.members.iter().map(|&i| h.tasks[i].runnable).sum();
+    // Chance this entity runs at a random moment of the tick, and
+    // how many entities take turns here.
+    let own = if cap > 0.0 { e.alloc / cap } else { 0.0 };
+    let turns = busy_weight_count(&sc.ents, cap);
+    let mut used = 0.0;
+    for &i in &sc.members {
+        let (waits, delayed) = match tm {
+            Some(tm) if h.tasks[i].wakeups_per_s > 0.0 => wake_waits(h, i, c, (own, turns), tm),
+            _ => (0.0, 0.0),
+        };
+        let t = &mut h.tasks[i];
+        used += t.run;
+        if t.run < t.wants - 1e-9 {
+            t.runnable = 1.0;
+        } else {
+            let rate = top_rate / (1.0 + (in_busy - t.runnable).max(0.0));
+            t.runnable = if rate > 0.0 {
+                (t.run / rate + waits).min(1.0)
+            } else {
+                1.0
+            };
+        }
+        t.wait = (t.runnable - t.run).max(0.0);
+        t.delayed = delayed.min(1.0 - t.runnable).max(0.0);
+    }
+    used
+}
+
+/// Other work measured as queued far more than it runs waits behind what
+/// runs on CPU `c`: only as long as something does.
+fn queued_waits(h: &mut Host, sc: &Scratch, c: usize, (used, cap): (f64, f64)) {
+    let busy = if cap > 0.0 {
+        (used / cap).min(1.0)
+    } else {
+        0.0
+    };
+    for k in sc.start[c]..sc.start[c + 1] {
+        let t = &mut h.tasks[sc.by_cpu[k]];
+        if t.min_runnable > 0.0 && t.wants > 0.0 {
+            t.runnable = t.runnable.max(t.min_runnable * busy);
+            t.wait = (t.runnable - t.run).max(0.0);
+        }
+    }
+}
+
+/// Per thread, after every CPU: the wait that an idle CPU would have
+/// taken, idle steal, useful work and the averages. A thread that sleeps
+/// and wakes up behind others takes an idle CPU of its node if one is
+/// free at that moment (select_idle_sibling): only the wait when none is
+/// counts. Idle steal: waiting while some other allowed CPU idled
+/// (independent in time).
+fn finish_tasks(h: &mut Host, sc: &Scratch, alpha: f64, speed: &dyn Fn(&Host, usize) -> f64) {
+    let n = h.ncpu;
     let any_idle = sc.idle.iter().any(|x| *x > 1e-9);
     for i in 0..h.tasks.len() {
         if !h.tasks[i].alive {

@@ -402,6 +402,56 @@ fn a_small_fleet() {
         assert!(c.vm_steal_p99 <= c.vm_steal_max && c.vm_steal_max <= 100.0);
         assert!(c.idle_steal_pct <= c.steal_pct + 1e-9);
         assert!(c.ticks_simulated <= c.ticks_total);
+        assert!(
+            c.work_pct > 0.0 && c.work_pct <= 100.0 + 1e-9,
+            "{}",
+            c.work_pct
+        );
+        assert!(c.vcpu_spread_pp >= 0.0 && c.vm_spread_pp >= 0.0);
+        let per_hour = c.placement_changes as f64 / (6.0 * 600.0 / 3600.0);
+        assert!((c.changes_per_host_hour - per_hour).abs() < 0.01);
+    }
+    // The kernel alone changes nothing; a placing policy does (its first pass).
+    assert_eq!(f.cases[0].placement_changes, 0);
+    assert!(f.cases[1].placement_changes > 0);
+}
+
+/// The issue's walk-through in the simulator: 2 CPUs, web (2 busy vCPUs),
+/// db (1 busy), an idle VM and `backup`, a host loop pinned to CPU 0. Under
+/// the stealscope policy (the default, and the pinned map the old plan
+/// stacked on CPU 0) the busy vCPUs' steal stays within 10 pp of each
+/// other and the loop keeps a share of CPU 0: what the vCPUs ran leaves it
+/// at least 0.4 CPU.
+#[test]
+fn a_host_loop_pinned_to_a_cpu_keeps_its_cpu_and_the_vcpus_stay_even() {
+    let s = parse(
+        "duration_s = 60\nwarmup_s = 20\nseeds = 3\n[host]\ncpus = 2\nbackground = [{ cpu = 0, demand = 1.0 }]\n\
+         [[vm]]\nname = \"web\"\nvcpus = 2\n[[vm]]\nname = \"db\"\nvcpus = 1\n[[vm]]\nname = \"idle\"\nvcpus = 1\ndemand = \"idle\"\n\
+         [[case]]\nname = \"default\"\npolicy = \"stealscope\"\n\
+         [[case]]\nname = \"pinned\"\npolicy = \"stealscope\"\nplanner = { vcpu_mapping = \"pinned\" }\n",
+    )
+    .unwrap();
+    let r = simulate(&s, &Options::default());
+    for c in &r.cases {
+        let busy: Vec<f64> = c
+            .vms
+            .iter()
+            .filter(|v| v.name != "idle")
+            .flat_map(|v| v.vcpus.iter().map(|x| x.steal_pct.mean))
+            .collect();
+        let spread = busy.iter().copied().fold(f64::MIN, f64::max)
+            - busy.iter().copied().fold(f64::MAX, f64::min);
+        assert!(spread <= 10.0, "{}: busy vCPU steal {busy:?}", c.name);
+        let vcpus_ran: f64 = c
+            .vms
+            .iter()
+            .flat_map(|v| v.vcpus.iter().map(|x| x.util_pct))
+            .sum();
+        assert!(
+            vcpus_ran <= 160.0,
+            "{}: the vCPUs ran {vcpus_ran:.0} % of a CPU of the 200 %: backup starved",
+            c.name
+        );
     }
 }
 
