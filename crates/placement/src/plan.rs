@@ -68,21 +68,7 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
         node_of: host.topology.node_of_cpus(),
     };
     conflicts(host, cfg, &mut out);
-    let online: BTreeSet<u32> = host.topology.cpus.iter().copied().collect();
-    let mut hk: BTreeSet<u32> = cfg.housekeeping().unwrap_or_default().into_iter().collect();
-    let offline: Vec<u32> = hk.difference(&online).copied().collect();
-    if !offline.is_empty() {
-        out.warnings.push(format!(
-            "housekeeping CPUs {} are not online: left out",
-            cpulist(&offline)
-        ));
-        hk.retain(|c| online.contains(c));
-    }
-    if !hk.is_empty() && hk.len() == online.len() {
-        out.warnings
-            .push("housekeeping_cpus covers every online CPU: ignored, VMs need CPUs".into());
-        hk.clear();
-    }
+    let hk = housekeeping(host, cfg, &mut out.warnings);
     let mut nodes = node_states(host, &hk);
 
     // Biggest first: they are the hardest to fit. Demand in the mapping's
@@ -140,10 +126,42 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
             ));
         }
     }
-    // Emulator/I/O threads: housekeeping CPUs of the VM's node, else all
-    // housekeeping CPUs, else the VM's own CPUs.
+    emulator_cpus(&mut out.vms, &nodes, &hk);
+    // After the emulator threads took the VMs' pools: they are not pinned.
+    crate::spill::spill(&mut out.vms, host, &nodes);
+    crate::mapping::map_pools(&mut out.vms, host, &nodes, cfg);
+    out.vms.sort_by_key(|p| p.pid);
+    let (actions, warnings) = crate::diff::actions(host, cfg, &out.vms);
+    out.actions = actions;
+    out.warnings.extend(warnings);
+    out
+}
+
+/// The config's housekeeping CPUs that are online (all of them would leave
+/// the VMs nothing: then none).
+fn housekeeping(host: &HostInput, cfg: &Config, warnings: &mut Vec<String>) -> BTreeSet<u32> {
+    let online: BTreeSet<u32> = host.topology.cpus.iter().copied().collect();
+    let mut hk: BTreeSet<u32> = cfg.housekeeping().unwrap_or_default().into_iter().collect();
+    let offline: Vec<u32> = hk.difference(&online).copied().collect();
+    if !offline.is_empty() {
+        warnings.push(format!(
+            "housekeeping CPUs {} are not online: left out",
+            cpulist(&offline)
+        ));
+        hk.retain(|c| online.contains(c));
+    }
+    if !hk.is_empty() && hk.len() == online.len() {
+        warnings.push("housekeeping_cpus covers every online CPU: ignored, VMs need CPUs".into());
+        hk.clear();
+    }
+    hk
+}
+
+/// Emulator/I/O threads: housekeeping CPUs of the VM's node, else all
+/// housekeeping CPUs, else the VM's own CPUs.
+fn emulator_cpus(plans: &mut [VmPlan], nodes: &[NodeState], hk: &BTreeSet<u32>) {
     let hk_all: Vec<u32> = hk.iter().copied().collect();
-    for p in &mut out.vms {
+    for p in plans {
         let local = p
             .node
             .and_then(|id| nodes.iter().find(|n| n.id == id))
@@ -164,14 +182,6 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
             all
         };
     }
-    // After the emulator threads took the VMs' pools: they are not pinned.
-    crate::spill::spill(&mut out.vms, host, &nodes);
-    crate::mapping::map_pools(&mut out.vms, host, &nodes, cfg);
-    out.vms.sort_by_key(|p| p.pid);
-    let (actions, warnings) = crate::diff::actions(host, cfg, &out.vms);
-    out.actions = actions;
-    out.warnings.extend(warnings);
-    out
 }
 
 fn conflicts(host: &HostInput, cfg: &Config, out: &mut Plan) {
