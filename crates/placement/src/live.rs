@@ -263,6 +263,54 @@ mod tests {
         }
     }
 
+    /// A host process `backup` with one thread pinned to CPU 0 (busy: ran
+    /// half the second, waited the other half) and one allowed anywhere
+    /// (0.2 CPU), a kernel thread under 1 % of a CPU, and stealscope itself.
+    #[test]
+    fn host_work_counts_other_threads_where_they_may_run() {
+        use stealscope_model::host::observation::HostProc;
+        use stealscope_readers::MemFs;
+        let st = |run_ms: u64, wait_ms: u64| TaskSchedstat {
+            run_ns: run_ms * 1_000_000,
+            wait_ns: wait_ms * 1_000_000,
+            slices: 1,
+        };
+        let proc_ = |pid: u32, t: Vec<(u32, TaskSchedstat)>| HostProc {
+            pid,
+            comm: "x".into(),
+            kthread: None,
+            threads: t.into_iter().collect(),
+        };
+        let me = std::process::id();
+        let mut t0 = HostObservation::default();
+        let mut t1 = HostObservation::default();
+        t0.procs = vec![
+            proc_(50, vec![(50, st(0, 0)), (51, st(0, 0))]),
+            proc_(7, vec![(7, st(0, 0))]),
+            proc_(me, vec![(me, st(0, 0))]),
+        ];
+        t1.procs = vec![
+            proc_(50, vec![(50, st(500, 500)), (51, st(150, 50))]),
+            proc_(7, vec![(7, st(5, 0))]),
+            proc_(me, vec![(me, st(900, 0))]),
+        ];
+        let status = |cpus: &str| format!("Name:\tx\nCpus_allowed_list:\t{cpus}\n");
+        let src = MemFs::new("fixture")
+            .with("/proc/50/task/50/status", status("0"))
+            .with("/proc/50/task/51/status", status("0-1"))
+            .with("/proc/7/task/7/status", status("1"))
+            .with(&format!("/proc/{me}/task/{me}/status"), status("1"));
+        let w = host_work(&src, &t0, &t1, 1.0, &[0, 1]).unwrap();
+        assert_eq!(w.by_cpu.len(), 1, "{w:?}");
+        assert!((w.on(0) - 1.0).abs() < 1e-9, "{w:?}");
+        assert!((w.anywhere - 0.2).abs() < 1e-9, "{w:?}");
+        assert_eq!(
+            w.on(1),
+            0.0,
+            "the kernel thread and stealscope are left out: {w:?}"
+        );
+    }
+
     #[test]
     fn demand_is_run_plus_wait_capped_at_one_cpu() {
         // Busy, sharing a CPU with another busy thread: ran half, waited half.
