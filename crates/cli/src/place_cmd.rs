@@ -112,8 +112,16 @@ pub struct Safety {
     #[arg(long)]
     pub force: bool,
     /// How long the watchdog watches for a starving task after each batch (0s: not at all)
-    #[arg(long, default_value = "3s", value_parser = crate::parse::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = parse_watch)]
     pub watch: Duration,
+}
+
+/// A duration as everywhere, or 0 (`0`, `0s`): no watching.
+fn parse_watch(s: &str) -> Result<Duration, String> {
+    if s.trim_end_matches(['s', 'm']).trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    crate::parse::parse_duration(s)
 }
 
 #[derive(Args, Debug)]

@@ -146,23 +146,36 @@ fn apply_refuses_a_plan_predicted_worse_and_force_applies_it() {
     let cfg = config(dir.path(), &[&a, &b], "");
     let journal = dir.path().join("place.journal");
     let before = masks(&[a.pid, b.pid]);
-    // Every busy vCPU on CPU 0: three busy threads on one CPU instead of
-    // two, by the test's own count worse on mean steal and throughput.
-    let worse = write_plan(
-        dir.path(),
-        "worse.json",
-        vec![
-            affinity(&a, 0, &[0]),
-            affinity(&a, 1, &[0]),
-            affinity(&b, 0, &[0]),
-        ],
+    // Every busy vCPU on CPU 0 in a group at cpu.shares 2 (the least v1
+    // takes): against nice-0 work at 1024 the group gets under 1 % of the
+    // CPU, so its vCPUs wait nearly all the time, however busy the rest
+    // of the machine is.
+    let g = json!({"v2": false, "dir": STARVE_GROUPS[0]});
+    let mut actions = Vec::new();
+    for v in [&a, &b] {
+        actions.push(
+            json!({"kind": "join_group", "vm": v.name, "pid": v.pid, "group": g,
+               "from": null, "reason": "test: worse"}),
+        );
+    }
+    actions.push(
+        json!({"kind": "cpu_weight", "vm": a.name, "pid": a.pid, "group": g,
+        "value": 2, "from": null, "via": {"owner": "direct"}, "reason": "test: worse"}),
     );
+    actions.extend([
+        affinity(&a, 0, &[0]),
+        affinity(&a, 1, &[0]),
+        affinity(&b, 0, &[0]),
+    ]);
+    let worse = write_plan(dir.path(), "worse.json", actions);
     let w = worse.to_str().unwrap();
     let out = place(
         &["apply", "--yes", "--plan", w, "--interval", "3s"],
         &cfg,
         &journal,
     );
+    let groups = || [a.pid, b.pid].map(|p| cpu_group(p));
+    let groups_before = groups();
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
     assert!(
@@ -194,9 +207,27 @@ fn apply_refuses_a_plan_predicted_worse_and_force_applies_it() {
     {
         assert_eq!(mask(t.0, t.1), Some(vec![0]), "{t:?}");
     }
+    assert_eq!(
+        groups(),
+        [a.pid, b.pid].map(|_| "/stealscope-test.starve-a".to_string())
+    );
     assert_ok(&place(&["undo", "--yes"], &cfg, &journal));
     assert_eq!(masks(&[a.pid, b.pid]), before);
+    assert_eq!(groups(), groups_before);
     assert_journal_consistent(&journal);
+}
+
+/// The v1 cpu group of `pid` (as in /proc/PID/cgroup).
+fn cpu_group(pid: u64) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+            c.split(',').any(|x| x == "cpu").then(|| p.to_string())
+        })
+        .unwrap()
 }
 
 /// One round: `plan --json`, then the steal measured on the layout now,
