@@ -262,7 +262,7 @@ struct Daemon<'a> {
     demand: DemandHistory,
     /// The last batch applied and the measures predicted for it, checked
     /// against what the next pass measures.
-    pending: Option<(u64, Measures)>,
+    pending: Option<(u64, Measures, Vec<u32>)>,
 }
 
 fn log(l: &str) {
@@ -312,8 +312,8 @@ pub fn daemon(o: &DaemonOptions) -> Result<(), Error> {
 impl Daemon<'_> {
     fn pass(&mut self, pass: u64, mut host: HostInput) -> Result<(), Error> {
         let (cfg, jpath) = (&self.o.cfg, &self.o.journal);
-        if let Some((batch, predicted)) = self.pending.take() {
-            let m = place_demand::measured(&host, &self.rec);
+        if let Some((batch, predicted, vms)) = self.pending.take() {
+            let m = place_demand::measured(&host, &self.rec, &vms);
             log(&format!(
                 "pass {pass}: batch {batch} measured: {}",
                 predict::versus(&m, &predicted)
@@ -404,7 +404,7 @@ impl Daemon<'_> {
         }
         let mut l = |x: &str| log(&format!("pass {pass}: {x}"));
         if guard(cfg, jpath, ctl, batch, &self.rec, self.o.watch, &mut l).is_none() {
-            self.pending = Some((batch, pred.planned));
+            self.pending = Some((batch, pred.planned, pred.vms.clone()));
         }
     }
 }

@@ -151,9 +151,11 @@ impl Recorder {
                 let Some(a) = prev.get(tid) else { continue };
                 let d = figures(a, b, secs).demand;
                 let v = self.history.by_tid.entry(*tid).or_default();
-                // A thread first seen now: as if it had this demand all along.
+                // A thread first seen now was not there before: a short-lived
+                // process (a compiler) must not be replayed as if it had
+                // always been running.
                 while v.len() < n {
-                    v.push(d);
+                    v.push(0.0);
                 }
                 v.push(d);
                 if v.len() > keep {
@@ -298,13 +300,14 @@ pub fn predict(host: &HostInput, rec: &Recorder, plan: &Plan) -> Prediction {
     )
 }
 
-/// The measures of the window `rec` last measured, by the same rules as
-/// the prediction's.
-pub fn measured(host: &HostInput, rec: &Recorder) -> Measures {
+/// The measures of the window `rec` last measured for the VMs `vms`
+/// (pids; a prediction's `vms`), by the same rules as the prediction's.
+pub fn measured(host: &HostInput, rec: &Recorder, vms: &[u32]) -> Measures {
     let w = rec.window();
     let vms: Vec<Vec<ThreadFigures>> = host
         .vms
         .iter()
+        .filter(|vm| vms.contains(&vm.pid))
         .map(|vm| {
             vm.vcpus
                 .iter()

@@ -126,13 +126,13 @@ fn prediction_within_5_pp_of_the_measured_steal_on_a_fixture_host() {
         sample_for(&mut rec, Duration::from_secs(3));
         let pred = place_demand::predict(&host, &rec, &plan);
         sample_for(&mut rec, Duration::from_secs(3));
-        let now = place_demand::measured(&host, &rec).mean_steal_pct;
+        let now = place_demand::measured(&host, &rec, &pids).mean_steal_pct;
         for p in &pids {
             set_affinity(*p, &cpus[..1]);
         }
         std::thread::sleep(Duration::from_millis(500));
         sample_for(&mut rec, Duration::from_secs(3));
-        let after = place_demand::measured(&host, &rec).mean_steal_pct;
+        let after = place_demand::measured(&host, &rec, &pids).mean_steal_pct;
         drop(loops);
         for (k, (p, m)) in [
             (pred.current.mean_steal_pct, now),

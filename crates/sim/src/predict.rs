@@ -188,6 +188,10 @@ pub struct Measures {
     pub throughput_cpus: f64,
     /// The most robbed thread of the host's own work, percent.
     pub host_steal_pct: f64,
+    /// What the host's own work wanted, CPUs (not judged: it says whether
+    /// a measured result and its prediction saw the same host).
+    #[serde(default)]
+    pub host_demand_cpus: f64,
 }
 
 /// One measure's name, how it reads, and whether higher is better.
@@ -265,6 +269,73 @@ pub struct Prediction {
     pub throughput_change_pct: f64,
     /// The measures the plan makes worse beyond noise, in words; empty: safe.
     pub worse: Vec<String>,
+    /// The VMs (pids) the measures are of: those the plan manages; the
+    /// host's other VMs are simulated, as load, but not judged.
+    pub vms: Vec<u32>,
+    /// The host's own work as simulated, by process, most demand first.
+    #[serde(default)]
+    pub host_work: Vec<HostWorkEntry>,
+}
+
+/// A process of the host's own work as the prediction took it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostWorkEntry {
+    pub name: String,
+    pub pid: u32,
+    pub threads: u32,
+    /// Mean demand, CPUs.
+    pub demand_cpus: f64,
+    /// The group it runs in (None: the top level).
+    pub group: Option<String>,
+    /// Its threads' weights at the top level, summed (layout now).
+    pub weight: f64,
+}
+
+fn host_work_entries(inp: &PredictInput, l: &Layout) -> Vec<HostWorkEntry> {
+    let w = thread_weights(inp, l);
+    let mut out: Vec<HostWorkEntry> = Vec::new();
+    for h in inp.host_work {
+        let d = inp.demand.mean(h.tid).unwrap_or(0.0);
+        if d < HOST_WORK_MIN {
+            continue;
+        }
+        let tw = w.get(&h.tid).copied().unwrap_or(h.weight);
+        match out.iter_mut().find(|e| e.pid == h.pid) {
+            Some(e) => {
+                e.threads += 1;
+                e.demand_cpus += d;
+                e.weight += tw;
+            }
+            None => out.push(HostWorkEntry {
+                name: h.name.clone(),
+                pid: h.pid,
+                threads: 1,
+                demand_cpus: d,
+                group: h.group.as_ref().map(|g| g.0.clone()),
+                weight: tw,
+            }),
+        }
+    }
+    out.sort_by(|a, b| b.demand_cpus.total_cmp(&a.demand_cpus));
+    out
+}
+
+/// The VMs a plan is judged on: the ones it lists or acts on; all when it
+/// names none.
+pub fn judged(host: &HostInput, plan: &Plan) -> Vec<u32> {
+    let named: Vec<u32> = host
+        .vms
+        .iter()
+        .map(|v| v.pid)
+        .filter(|p| {
+            plan.vms.iter().any(|v| v.pid == *p) || plan.actions.iter().any(|a| a.pid() == *p)
+        })
+        .collect();
+    if named.is_empty() {
+        host.vms.iter().map(|v| v.pid).collect()
+    } else {
+        named
+    }
 }
 
 impl Measures {
@@ -316,7 +387,7 @@ pub fn versus(measured: &Measures, predicted: &Measures) -> String {
     format!(
         "steal {:.1} % (predicted {:.1} %), p99 {:.1} % (predicted {:.1} %), spread {:.1} pp \
          (predicted {:.1} pp), throughput {:.2} CPUs (predicted {:.2}), host work steal {:.1} % \
-         (predicted {:.1} %)",
+         (predicted {:.1} %), host work {:.2} CPUs (predicted from {:.2})",
         m.mean_steal_pct,
         p.mean_steal_pct,
         m.p99_vm_steal_pct,
@@ -326,7 +397,9 @@ pub fn versus(measured: &Measures, predicted: &Measures) -> String {
         m.throughput_cpus,
         p.throughput_cpus,
         m.host_steal_pct,
-        p.host_steal_pct
+        p.host_steal_pct,
+        m.host_demand_cpus,
+        p.host_demand_cpus
     )
 }
 
@@ -529,6 +602,7 @@ pub fn measures(vms: &[Vec<ThreadFigures>], host: &[ThreadFigures]) -> Measures 
         spread_vms_pp: spread(&busy_vms),
         throughput_cpus: all.iter().map(|t| t.work_cpus).sum(),
         host_steal_pct: host.iter().map(|t| t.steal_pct).fold(0.0, f64::max),
+        host_demand_cpus: host.iter().map(|t| t.demand).sum(),
     }
 }
 
@@ -541,7 +615,7 @@ fn figures(a: &Acc) -> ThreadFigures {
     }
 }
 
-fn run_measures(ms: &[Member], out: &RunOutcome, host: &HostInput) -> Measures {
+fn run_measures(ms: &[Member], out: &RunOutcome, host: &HostInput, vms: &[u32]) -> Measures {
     let by_name: BTreeMap<&str, &Acc> = out
         .vms
         .iter()
@@ -551,6 +625,7 @@ fn run_measures(ms: &[Member], out: &RunOutcome, host: &HostInput) -> Measures {
     let vms: Vec<Vec<ThreadFigures>> = host
         .vms
         .iter()
+        .filter(|vm| vms.contains(&vm.pid))
         .map(|vm| {
             ms.iter()
                 .filter(|m| m.vm == Some(vm.pid))
@@ -581,6 +656,7 @@ fn mean_and_noise(runs: &[Measures]) -> (Measures, Measures) {
         f(|m| m.throughput_cpus),
         f(|m| m.host_steal_pct),
     );
+    let hd = f(|m| m.host_demand_cpus);
     let pick = |k: usize| Measures {
         mean_steal_pct: [a.0, a.1][k],
         p99_vm_steal_pct: [b.0, b.1][k],
@@ -588,12 +664,13 @@ fn mean_and_noise(runs: &[Measures]) -> (Measures, Measures) {
         spread_vms_pp: [d.0, d.1][k],
         throughput_cpus: [e.0, e.1][k],
         host_steal_pct: [h.0, h.1][k],
+        host_demand_cpus: [hd.0, hd.1][k],
     };
     (pick(0), pick(1))
 }
 
-/// Runs the layout `l` once per seed.
-fn simulate_layout(inp: &PredictInput, l: &Layout, seeds: &[u64]) -> Vec<Measures> {
+/// Runs the layout `l` once per seed; measures of the VMs `vms`.
+fn simulate_layout(inp: &PredictInput, l: &Layout, seeds: &[u64], vms: &[u32]) -> Vec<Measures> {
     let sh = shape(inp.host);
     let ms = members(inp, l, sh.cpus as u32);
     if ms.is_empty() {
@@ -624,7 +701,7 @@ fn simulate_layout(inp: &PredictInput, l: &Layout, seeds: &[u64]) -> Vec<Measure
                 seed,
                 every_tick: false,
             });
-            run_measures(&ms, &out, inp.host)
+            run_measures(&ms, &out, inp.host, vms)
         })
         .collect()
 }
@@ -658,9 +735,10 @@ pub fn worse(current: &Measures, planned: &Measures, noise: &Measures) -> Vec<St
 pub fn predict(inp: &PredictInput, plan: &Plan) -> Prediction {
     let now = Layout::current(inp.host, inp.autogroups);
     let next = now.after(plan);
+    let vms = judged(inp.host, plan);
     let (cur_runs, plan_runs) = rayon::join(
-        || simulate_layout(inp, &now, &SEEDS),
-        || simulate_layout(inp, &next, &SEEDS),
+        || simulate_layout(inp, &now, &SEEDS, &vms),
+        || simulate_layout(inp, &next, &SEEDS, &vms),
     );
     let (current, n1) = mean_and_noise(&cur_runs);
     let (planned, n2) = mean_and_noise(&plan_runs);
@@ -671,6 +749,7 @@ pub fn predict(inp: &PredictInput, plan: &Plan) -> Prediction {
         spread_vms_pp: n1.spread_vms_pp.max(n2.spread_vms_pp),
         throughput_cpus: n1.throughput_cpus.max(n2.throughput_cpus),
         host_steal_pct: n1.host_steal_pct.max(n2.host_steal_pct),
+        host_demand_cpus: n1.host_demand_cpus.max(n2.host_demand_cpus),
     };
     let change = if current.throughput_cpus > 1e-9 {
         100.0 * (planned.throughput_cpus / current.throughput_cpus - 1.0)
@@ -685,6 +764,8 @@ pub fn predict(inp: &PredictInput, plan: &Plan) -> Prediction {
         seeds: SEEDS.to_vec(),
         history_s: inp.demand.span_s(),
         throughput_change_pct: change,
+        vms,
+        host_work: host_work_entries(inp, &now),
     }
 }
 
