@@ -181,7 +181,7 @@ fn apply_refuses_a_plan_predicted_worse_and_force_applies_it() {
         &cfg,
         &journal,
     );
-    let groups = || [a.pid, b.pid].map(|p| cpu_group(p));
+    let groups = || [a.pid, b.pid].map(cpu_group);
     let groups_before = groups();
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
