@@ -82,6 +82,69 @@ fn sample_for(rec: &mut Recorder, span: Duration) {
     }
 }
 
+/// One round: three loops, the prediction, both layouts measured. Err
+/// when the host's other work changed by more than a tenth (at least 0.3
+/// CPUs) between the prediction's window and the measured ones (the other
+/// helpers' builds).
+fn round_of(cpus: &[u32]) -> Result<[(f64, f64); 2], String> {
+    let loops = Loops(
+        (0..3)
+            .map(|_| {
+                // A session (so an autogroup) of its own each, as a VM
+                // started by a service has.
+                Command::new("setsid")
+                    .args(["sh", "-c", "while :; do :; done"])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    let pids: Vec<u32> = loops.0.iter().map(Child::id).collect();
+    let host = fixture_host(&pids, cpus);
+    let plan = Plan {
+        actions: host
+            .vms
+            .iter()
+            .map(|v| Action::Affinity {
+                vm: v.name.clone(),
+                pid: v.pid,
+                tid: v.pid,
+                vcpu: Some(0),
+                cpus: vec![cpus[0]],
+                from: cpus.to_vec(),
+                via: Knob::Direct,
+                reason: "test".into(),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let mut rec = Recorder::new();
+    sample_for(&mut rec, Duration::from_secs(3));
+    let pred = place_demand::predict(&host, &rec, &plan);
+    sample_for(&mut rec, Duration::from_secs(3));
+    let now = place_demand::measured(&host, &rec, &pids);
+    for p in &pids {
+        set_affinity(*p, &cpus[..1]);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    sample_for(&mut rec, Duration::from_secs(3));
+    let after = place_demand::measured(&host, &rec, &pids);
+    drop(loops);
+    let h = pred.current.host_demand_cpus;
+    for m in [&now, &after] {
+        if (m.host_demand_cpus - h).abs() > (0.1 * h).max(0.3) {
+            return Err(format!(
+                "other work {h:.2} CPUs at the prediction, {:.2} measured",
+                m.host_demand_cpus
+            ));
+        }
+    }
+    Ok([
+        (pred.current.mean_steal_pct, now.mean_steal_pct),
+        (pred.planned.mean_steal_pct, after.mean_steal_pct),
+    ])
+}
+
 #[test]
 fn prediction_within_5_pp_of_the_measured_steal_on_a_fixture_host() {
     let cpus = online();
@@ -90,73 +153,41 @@ fn prediction_within_5_pp_of_the_measured_steal_on_a_fixture_host() {
         return;
     }
     let mut errs = [Vec::new(), Vec::new()];
-    for round in 1..=3 {
-        let loops = Loops(
-            (0..3)
-                .map(|_| {
-                    // A session (so an autogroup) of its own each, as a
-                    // VM started by a service has.
-                    Command::new("setsid")
-                        .args(["sh", "-c", "while :; do :; done"])
-                        .spawn()
-                        .unwrap()
-                })
-                .collect(),
-        );
-        let pids: Vec<u32> = loops.0.iter().map(Child::id).collect();
-        let host = fixture_host(&pids, &cpus);
-        let plan = Plan {
-            actions: host
-                .vms
-                .iter()
-                .map(|v| Action::Affinity {
-                    vm: v.name.clone(),
-                    pid: v.pid,
-                    tid: v.pid,
-                    vcpu: Some(0),
-                    cpus: vec![cpus[0]],
-                    from: cpus.clone(),
-                    via: Knob::Direct,
-                    reason: "test".into(),
-                })
-                .collect(),
-            ..Default::default()
-        };
-        let mut rec = Recorder::new();
-        sample_for(&mut rec, Duration::from_secs(3));
-        let pred = place_demand::predict(&host, &rec, &plan);
-        sample_for(&mut rec, Duration::from_secs(3));
-        let now = place_demand::measured(&host, &rec, &pids).mean_steal_pct;
-        for p in &pids {
-            set_affinity(*p, &cpus[..1]);
-        }
-        std::thread::sleep(Duration::from_millis(500));
-        sample_for(&mut rec, Duration::from_secs(3));
-        let after = place_demand::measured(&host, &rec, &pids).mean_steal_pct;
-        drop(loops);
-        for (k, (p, m)) in [
-            (pred.current.mean_steal_pct, now),
-            (pred.planned.mean_steal_pct, after),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let e = (p - m).abs();
-            eprintln!(
-                "round {round} {}: predicted {p:.1} %, measured {m:.1} %{}",
-                ["now", "pinned"][k],
-                if e > 5.0 {
-                    " (off by more than 5 pp)"
-                } else {
-                    ""
+    for round in 1..=6 {
+        match round_of(&cpus) {
+            Err(why) => eprintln!("round {round} rejected: {why}"),
+            Ok(r) => {
+                for (k, (p, m)) in r.into_iter().enumerate() {
+                    let e = (p - m).abs();
+                    eprintln!(
+                        "round {round} {}: predicted {p:.1} %, measured {m:.1} %{}",
+                        ["now", "pinned"][k],
+                        if e > 5.0 {
+                            " (off by more than 5 pp)"
+                        } else {
+                            ""
+                        }
+                    );
+                    errs[k].push(e);
                 }
-            );
-            errs[k].push(e);
+            }
         }
+        if errs[0].len() == 3 {
+            break;
+        }
+    }
+    if errs[0].len() < 2 {
+        // Locally a host this busy skips; in CI it must not happen.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "too few rounds with steady host work: {errs:?}"
+        );
+        eprintln!("SKIPPED (not CI): the host's other work kept changing");
+        return;
     }
     for (k, e) in errs.iter().enumerate() {
         let mut v = e.clone();
         v.sort_by(f64::total_cmp);
-        assert!(v[1] <= 5.0, "{}: {e:?}", ["now", "pinned"][k]);
+        assert!(v[v.len() / 2] <= 5.0, "{}: {e:?}", ["now", "pinned"][k]);
     }
 }
