@@ -174,7 +174,9 @@ impl Applier<'_> {
         }
     }
 
-    /// Applies `actions` as one batch (or, dry run, reports what would change).
+    /// Applies `actions` as one batch (or, dry run, reports what would
+    /// change): checked, journaled and applied action by action, and rolled
+    /// back as a whole when one fails for another reason than its VM exiting.
     pub fn apply(
         &mut self,
         actions: &[Action],
@@ -182,39 +184,10 @@ impl Applier<'_> {
         undoes: Option<u64>,
     ) -> Result<ApplyReport, ApplyError> {
         self.precheck(actions)?;
-        let mut report = ApplyReport {
-            dry_run: self.dry_run,
-            batch: None,
-            results: Vec::new(),
-            error: None,
-        };
         if self.dry_run {
-            let created = groups_created(actions);
-            for a in actions {
-                if let Action::CpuWeight { group, .. } = a {
-                    if created.contains(group.dir.as_str()) && !Path::new(&group.dir).is_dir() {
-                        report.results.push(result(
-                            a,
-                            "would_apply",
-                            None,
-                            Some("the group is created by this batch".into()),
-                        ));
-                        continue;
-                    }
-                }
-                report.results.push(match self.live().read(a) {
-                    Ok(p) if Live::target(a).as_ref() == Some(&p) => {
-                        result(a, "already", Some(p), None)
-                    }
-                    Ok(p) => result(a, "would_apply", Some(p), None),
-                    Err(e) if e.is_gone() => result(a, "gone", None, Some(e.to_string())),
-                    Err(e) => result(a, "failed", None, Some(e.to_string())),
-                });
-            }
-            return Ok(report);
+            return Ok(self.dry_report(actions));
         }
-        let history = journal::read(&self.journal)?;
-        let batch = history.next_batch();
+        let batch = journal::read(&self.journal)?.next_batch();
         let mut w = Writer::open(&self.journal)?;
         w.append(&Record::Batch {
             batch,
@@ -222,131 +195,213 @@ impl Applier<'_> {
             undoes,
             t: journal::now(),
         })?;
-        report.batch = Some(batch);
-        let crash_at = failpoint();
-        let mut gone: BTreeSet<u32> = BTreeSet::new();
-        let mut done: Vec<(u32, usize, Prev)> = Vec::new();
-        let mut seq = 0u32;
+        let mut run = BatchRun {
+            batch,
+            w,
+            report: ApplyReport {
+                dry_run: false,
+                batch: Some(batch),
+                results: Vec::new(),
+                error: None,
+            },
+            gone: BTreeSet::new(),
+            done: Vec::new(),
+            seq: 0,
+            crash_at: failpoint(),
+        };
         let mut failure = None;
         for (i, a) in actions.iter().enumerate() {
-            if gone.contains(&a.pid()) {
-                report.results.push(result(
-                    a,
-                    "gone",
-                    None,
-                    Some("its VM is no longer running".into()),
-                ));
-                continue;
-            }
-            let prev = match self.live().read(a) {
-                Ok(p) => p,
-                Err(e) if e.is_gone() => {
-                    gone.insert(a.pid());
-                    report
-                        .results
-                        .push(result(a, "gone", None, Some(e.to_string())));
-                    continue;
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            };
-            let target = Live::target(a);
-            if target.as_ref() == Some(&prev) {
-                report.results.push(result(a, "already", Some(prev), None));
-                continue;
-            }
-            seq += 1;
-            w.append(&Record::Begin {
-                batch,
-                seq,
-                action: a.clone(),
-                prev: prev.clone(),
-                t: journal::now(),
-            })?;
-            if crash_at == Some(seq) {
-                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-            }
-            (self.log)(&format!("apply: {a} ({})", a.reason()));
-            let r = self.perform(a, target.as_ref());
-            let (outcome, note) = match &r {
-                Ok(n) => (Outcome::Done, n.clone()),
-                Err(e) if e.is_gone() => {
-                    gone.insert(a.pid());
-                    (Outcome::Gone, Some(e.to_string()))
-                }
-                Err(e) => (Outcome::Failed, Some(e.to_string())),
-            };
-            w.append(&Record::Outcome {
-                batch,
-                seq,
-                outcome,
-                note: note.clone(),
-                t: journal::now(),
-            })?;
-            match r {
-                Ok(_) => {
-                    done.push((seq, i, prev.clone()));
-                    report.results.push(result(a, "done", Some(prev), note));
-                }
-                Err(e) if e.is_gone() => report.results.push(result(a, "gone", Some(prev), note)),
-                Err(e) => {
-                    report.results.push(result(a, "failed", Some(prev), note));
-                    failure = Some(e);
-                    break;
-                }
+            if let Some(e) = self.apply_one(i, a, &mut run)? {
+                failure = Some(e);
+                break;
             }
         }
         if let Some(e) = failure {
-            // Nothing half-applied: put back what this batch changed.
-            let mut restored = 0;
-            for (seq, i, prev) in done.iter().rev() {
-                let a = &actions[*i];
-                let r = match a {
-                    Action::MigrateMemory { .. } => {
-                        Err(ApplyError::Refused("memory moves stay".into()))
-                    }
-                    _ => self.live().write(a, prev),
-                };
-                let (outcome, note) = match r {
-                    Ok(()) => {
-                        restored += 1;
-                        (Outcome::RolledBack, Some(format!("rolled back after: {e}")))
-                    }
-                    Err(x) if x.is_gone() => (Outcome::Gone, Some(x.to_string())),
-                    Err(x) => (Outcome::Done, Some(format!("could not roll back: {x}"))),
-                };
-                w.append(&Record::Outcome {
-                    batch,
-                    seq: *seq,
-                    outcome,
-                    note,
-                    t: journal::now(),
-                })?;
-                if let Some(r) = report
-                    .results
-                    .iter_mut()
-                    .rev()
-                    .find(|r| &r.action == a && r.outcome == "done")
-                {
-                    r.outcome = if outcome == Outcome::RolledBack {
-                        "rolled_back"
-                    } else {
-                        r.outcome
-                    };
-                }
-            }
-            report.error = Some(format!(
-                "{e}; rolled back {restored} action(s) of this batch"
-            ));
+            self.roll_back(actions, &mut run, &e)?;
         }
-        w.append(&Record::End {
+        run.w.append(&Record::End {
             batch,
             t: journal::now(),
         })?;
-        Ok(report)
+        Ok(run.report)
     }
+
+    /// A dry run: what each action would replace, nothing changed.
+    fn dry_report(&self, actions: &[Action]) -> ApplyReport {
+        let mut report = ApplyReport {
+            dry_run: true,
+            batch: None,
+            results: Vec::new(),
+            error: None,
+        };
+        let created = groups_created(actions);
+        for a in actions {
+            if let Action::CpuWeight { group, .. } = a {
+                if created.contains(group.dir.as_str()) && !Path::new(&group.dir).is_dir() {
+                    report.results.push(result(
+                        a,
+                        "would_apply",
+                        None,
+                        Some("the group is created by this batch".into()),
+                    ));
+                    continue;
+                }
+            }
+            report.results.push(match self.live().read(a) {
+                Ok(p) if Live::target(a).as_ref() == Some(&p) => {
+                    result(a, "already", Some(p), None)
+                }
+                Ok(p) => result(a, "would_apply", Some(p), None),
+                Err(e) if e.is_gone() => result(a, "gone", None, Some(e.to_string())),
+                Err(e) => result(a, "failed", None, Some(e.to_string())),
+            });
+        }
+        report
+    }
+
+    /// Reads, journals and applies action `i`; Ok(Some(e)) when it failed
+    /// in a way that rolls the batch back, Err when the journal failed.
+    fn apply_one(
+        &mut self,
+        i: usize,
+        a: &Action,
+        run: &mut BatchRun,
+    ) -> Result<Option<ApplyError>, ApplyError> {
+        if run.gone.contains(&a.pid()) {
+            run.report.results.push(result(
+                a,
+                "gone",
+                None,
+                Some("its VM is no longer running".into()),
+            ));
+            return Ok(None);
+        }
+        let prev = match self.live().read(a) {
+            Ok(p) => p,
+            Err(e) if e.is_gone() => {
+                run.gone.insert(a.pid());
+                run.report
+                    .results
+                    .push(result(a, "gone", None, Some(e.to_string())));
+                return Ok(None);
+            }
+            Err(e) => return Ok(Some(e)),
+        };
+        let target = Live::target(a);
+        if target.as_ref() == Some(&prev) {
+            run.report
+                .results
+                .push(result(a, "already", Some(prev), None));
+            return Ok(None);
+        }
+        run.seq += 1;
+        let (batch, seq) = (run.batch, run.seq);
+        run.w.append(&Record::Begin {
+            batch,
+            seq,
+            action: a.clone(),
+            prev: prev.clone(),
+            t: journal::now(),
+        })?;
+        if run.crash_at == Some(seq) {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
+        (self.log)(&format!("apply: {a} ({})", a.reason()));
+        let r = self.perform(a, target.as_ref());
+        let (outcome, note) = match &r {
+            Ok(n) => (Outcome::Done, n.clone()),
+            Err(e) if e.is_gone() => {
+                run.gone.insert(a.pid());
+                (Outcome::Gone, Some(e.to_string()))
+            }
+            Err(e) => (Outcome::Failed, Some(e.to_string())),
+        };
+        run.w.append(&Record::Outcome {
+            batch,
+            seq,
+            outcome,
+            note: note.clone(),
+            t: journal::now(),
+        })?;
+        match r {
+            Ok(_) => {
+                run.done.push((seq, i, prev.clone()));
+                run.report.results.push(result(a, "done", Some(prev), note));
+                Ok(None)
+            }
+            Err(e) if e.is_gone() => {
+                run.report.results.push(result(a, "gone", Some(prev), note));
+                Ok(None)
+            }
+            Err(e) => {
+                run.report
+                    .results
+                    .push(result(a, "failed", Some(prev), note));
+                Ok(Some(e))
+            }
+        }
+    }
+
+    /// Nothing half-applied: puts back what the batch changed, newest first.
+    fn roll_back(
+        &mut self,
+        actions: &[Action],
+        run: &mut BatchRun,
+        e: &ApplyError,
+    ) -> Result<(), ApplyError> {
+        let mut restored = 0;
+        for (seq, i, prev) in run.done.iter().rev() {
+            let a = &actions[*i];
+            let r = match a {
+                Action::MigrateMemory { .. } => {
+                    Err(ApplyError::Refused("memory moves stay".into()))
+                }
+                _ => self.live().write(a, prev),
+            };
+            let (outcome, note) = match r {
+                Ok(()) => {
+                    restored += 1;
+                    (Outcome::RolledBack, Some(format!("rolled back after: {e}")))
+                }
+                Err(x) if x.is_gone() => (Outcome::Gone, Some(x.to_string())),
+                Err(x) => (Outcome::Done, Some(format!("could not roll back: {x}"))),
+            };
+            run.w.append(&Record::Outcome {
+                batch: run.batch,
+                seq: *seq,
+                outcome,
+                note,
+                t: journal::now(),
+            })?;
+            if let Some(r) = run
+                .report
+                .results
+                .iter_mut()
+                .rev()
+                .find(|r| &r.action == a && r.outcome == "done")
+            {
+                if outcome == Outcome::RolledBack {
+                    r.outcome = "rolled_back";
+                }
+            }
+        }
+        run.report.error = Some(format!(
+            "{e}; rolled back {restored} action(s) of this batch"
+        ));
+        Ok(())
+    }
+}
+
+/// A batch being applied: its journal, its report so far, the VMs found
+/// gone, and the done actions (seq, index, previous value) to roll back.
+struct BatchRun {
+    batch: u64,
+    w: Writer,
+    report: ApplyReport,
+    gone: BTreeSet<u32>,
+    done: Vec<(u32, usize, Prev)>,
+    seq: u32,
+    crash_at: Option<u32>,
 }
 
 /// The actions that reverse a batch's done actions, newest first. Memory

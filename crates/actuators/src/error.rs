@@ -10,6 +10,10 @@ pub enum ApplyError {
     Refused(String),
     #[error("{path}: {msg}")]
     Io { path: String, msg: String },
+    /// Not allowed to read or write `path` (not root): `need` says what
+    /// would be allowed to.
+    #[error("{path}: permission denied; {need}")]
+    Denied { path: String, need: String },
     #[error("{0}")]
     Other(String),
 }
@@ -19,6 +23,18 @@ impl ApplyError {
         ApplyError::Io {
             path: path.into(),
             msg: e.to_string(),
+        }
+    }
+
+    /// `e` on `path`, as [`ApplyError::Denied`] when it is a permission error.
+    pub fn io_or_denied(path: &std::path::Path, e: std::io::Error, need: &str) -> Self {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            ApplyError::Denied {
+                path: path.display().to_string(),
+                need: need.to_string(),
+            }
+        } else {
+            ApplyError::io(path.display().to_string(), e)
         }
     }
 

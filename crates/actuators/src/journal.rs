@@ -149,11 +149,17 @@ impl JournalState {
     }
 }
 
+/// What reading the journal takes, for the permission error.
+pub const READ_NEED: &str = "reading the placement journal takes root (or read access to it)";
+/// What writing it takes.
+pub const WRITE_NEED: &str =
+    "changing the placement (--yes) journals every change first, which takes root (or write access to the journal)";
+
 pub fn read(path: &Path) -> Result<JournalState, ApplyError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(JournalState::default()),
-        Err(e) => return Err(ApplyError::io(path.display().to_string(), e)),
+        Err(e) => return Err(ApplyError::io_or_denied(path, e, READ_NEED)),
     };
     let mut h = JournalState::default();
     let lines: Vec<&str> = text.lines().collect();
@@ -247,7 +253,7 @@ impl Writer {
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
                 std::fs::create_dir_all(dir)
-                    .map_err(|e| ApplyError::io(dir.display().to_string(), e))?;
+                    .map_err(|e| ApplyError::io_or_denied(dir, e, WRITE_NEED))?;
             }
         }
         let file = OpenOptions::new()
@@ -255,7 +261,7 @@ impl Writer {
             .append(true)
             .mode(0o600)
             .open(path)
-            .map_err(|e| ApplyError::io(path.display().to_string(), e))?;
+            .map_err(|e| ApplyError::io_or_denied(path, e, WRITE_NEED))?;
         // A torn last line is a record a crash cut short: the change it
         // announced was never made (records precede changes), so drop it.
         let text =

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 use stealscope_actuators::apply::ApplyReport;
 use stealscope_engine::place;
-use stealscope_engine::place_ops::{self, Applied, Setup};
+use stealscope_engine::place_ops::{self, Applied, ApplyOptions, Setup};
 use stealscope_output::json::or_text;
+use stealscope_output::place::width;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -41,7 +42,10 @@ pub enum PlaceCmd {
     #[command(
         after_help = "Examples:\n  stealscope place plan\n  stealscope place plan --interval 10s --json | jq '.actions[]'\n\n\
                             Demand is measured over --interval (each thread's run time). Every VM gets its reasons; \
-                            every action names the value it replaces."
+                            every action names the value it replaces. `predicted:` is the simulator's replay of the \
+                            measured demand on the layout now and on the planned one (mean steal, p99 of the VMs' \
+                            steal, spread, throughput, the host's own work's steal); `apply` refuses a plan predicted \
+                            worse beyond noise (the spread over 3 seeds plus 1 pp) unless --force."
     )]
     Plan(PlanArgs),
     /// Apply the plan: a dry run unless --yes; journaled, then reversible with `undo`
@@ -49,15 +53,20 @@ pub enum PlaceCmd {
         after_help = "Examples:\n  stealscope place apply                 shows each action with the live value it would replace\n  \
                             stealscope place apply --yes\n\n\
                             Refused (exit 2, nothing changed) when automatic NUMA balancing or numad would fight the plan \
-                            (override_conflicts = true in the config), when a planned CPU went offline or a cgroup vanished. \
-                            A failure mid-batch rolls the batch back; a VM that exits mid-batch is skipped."
+                            (override_conflicts = true in the config), when a planned CPU went offline or a cgroup vanished, \
+                            or when the simulator predicts the plan worse than the layout now (unless --force). \
+                            A failure mid-batch rolls the batch back; a VM that exits mid-batch is skipped. After the \
+                            batch a watchdog watches for --watch: a task runnable for over a second without getting \
+                            CPU undoes the batch (exit 2, the reason logged)."
     )]
     Apply(ApplyArgs),
     /// Plan and apply every --interval (dry run unless --yes), logging each decision
     #[command(
         after_help = "Examples:\n  stealscope place daemon --yes\n  stealscope place daemon --interval 30s      log what it would do\n\n\
                             On start it settles any action a crash left half-done (from the journal and the live system). \
-                            SIGTERM or Ctrl-C stop it between passes."
+                            Each plan is predicted first and refused when predicted worse (unless --force); after each \
+                            batch the watchdog undoes it if a task starves, and the next pass logs the batch's measured \
+                            result beside its prediction. SIGTERM or Ctrl-C stop it between passes."
     )]
     Daemon(DaemonArgs),
     /// Restore the placement from before the last apply (dry run unless --yes)
@@ -92,6 +101,27 @@ pub struct ApplyArgs {
     /// Really apply (default: dry run)
     #[arg(long)]
     pub yes: bool,
+    #[command(flatten)]
+    pub safety: Safety,
+}
+
+/// What guards a batch: the prediction and the watchdog.
+#[derive(Args, Debug, Clone)]
+pub struct Safety {
+    /// Apply a plan even when the simulator predicts it worse
+    #[arg(long)]
+    pub force: bool,
+    /// How long the watchdog watches for a starving task after each batch (0s: not at all)
+    #[arg(long, default_value = "3s", value_parser = parse_watch)]
+    pub watch: Duration,
+}
+
+/// A duration as everywhere, or 0 (`0`, `0s`): no watching.
+fn parse_watch(s: &str) -> Result<Duration, String> {
+    if s.trim_end_matches(['s', 'm']).trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    crate::parse::parse_duration(s)
 }
 
 #[derive(Args, Debug)]
@@ -107,6 +137,8 @@ pub struct DaemonArgs {
     /// Stop after this many passes (default: run until stopped)
     #[arg(long, value_name = "N")]
     pub passes: Option<u64>,
+    #[command(flatten)]
+    pub safety: Safety,
 }
 
 #[derive(Args, Debug)]
@@ -137,22 +169,42 @@ fn setup(c: &PlaceCommon) -> Result<Setup, Error> {
 
 fn print_report(r: &ApplyReport, json: bool) -> Result<(), Error> {
     crate::write_stdout(&or_text(json, r, || {
-        stealscope_output::place::apply_report(r)
+        stealscope_output::place::apply_report(r, width())
     }))
 }
 
 fn apply_cmd(a: &ApplyArgs) -> Result<(), Error> {
     let s = setup(&a.plan.common)?;
-    let Applied { plan: p, report: r } =
-        place_ops::apply(&s, a.plan_file.as_deref(), a.plan.interval, a.yes)?;
+    let Applied {
+        plan: p,
+        report: r,
+        undone,
+    } = place_ops::apply(
+        &s,
+        &ApplyOptions {
+            plan_file: a.plan_file.as_deref(),
+            interval: a.plan.interval,
+            yes: a.yes,
+            force: a.safety.force,
+            watch: a.safety.watch,
+        },
+    )?;
     if a.yes {
         print_report(&r, a.plan.common.json)?;
     } else {
         crate::write_stdout(&stealscope_output::place::dry_run(
-            &p,
+            &p.plan,
+            p.prediction.as_ref(),
             &r,
             a.plan.common.json,
+            width(),
         ))?;
+    }
+    if let Some(u) = undone {
+        if let Some(ur) = &u.report {
+            print_report(ur, a.plan.common.json)?;
+        }
+        return Err(u.why.into());
     }
     match &r.error {
         Some(e) => Err(format!("apply failed: {e}").into()),
@@ -178,15 +230,17 @@ fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
         interval,
         yes: a.yes,
         passes: a.passes,
+        force: a.safety.force,
+        watch: a.safety.watch,
     })
 }
 
 pub fn run(a: &PlaceArgs) -> Result<(), Error> {
     match &a.cmd {
         PlaceCmd::Plan(p) => {
-            let plan = place_ops::plan_now(&setup(&p.common)?, p.interval)?;
-            crate::write_stdout(&or_text(p.common.json, &plan, || {
-                stealscope_output::place::plan(&plan)
+            let planned = place_ops::plan_now(&setup(&p.common)?, p.interval)?;
+            crate::write_stdout(&or_text(p.common.json, &planned, || {
+                stealscope_output::place::plan(&planned.plan, planned.prediction.as_ref(), width())
             }))
         }
         PlaceCmd::Apply(x) => apply_cmd(x),

@@ -256,7 +256,17 @@ fn place_on_a_real_libvirt_domain() {
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, serde_json::to_vec(&plan).unwrap()).unwrap();
     let apply_plan = |more: &[&str]| {
-        let mut a = vec!["apply", "--yes", "--plan", plan_file.to_str().unwrap()];
+        // Mechanics, not policy: the prediction and the watchdog have their
+        // own tests (place_safe.rs).
+        let mut a = vec![
+            "apply",
+            "--yes",
+            "--force",
+            "--watch",
+            "0s",
+            "--plan",
+            plan_file.to_str().unwrap(),
+        ];
         a.extend_from_slice(more);
         place(&a)
     };

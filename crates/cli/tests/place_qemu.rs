@@ -214,6 +214,11 @@ fn place_on_real_qemu_vms() {
             &[
                 "apply",
                 "--yes",
+                // Mechanics, not policy: the prediction and the watchdog
+                // have their own tests (place_safe.rs).
+                "--force",
+                "--watch",
+                "0s",
                 "--json",
                 "--plan",
                 plan_file.to_str().unwrap(),
@@ -268,6 +273,7 @@ fn place_on_real_qemu_vms() {
             "place",
             "daemon",
             "--yes",
+            "--force",
             "--passes",
             "1",
             "--interval",
@@ -325,7 +331,17 @@ fn place_on_real_qemu_vms() {
         );
     }
     let restart = place(
-        &["daemon", "--yes", "--passes", "1", "--interval", "1s"],
+        &[
+            "daemon",
+            "--yes",
+            "--force",
+            "--watch",
+            "0s",
+            "--passes",
+            "1",
+            "--interval",
+            "1s",
+        ],
         &cfg,
         &journal,
     );
@@ -374,7 +390,15 @@ fn place_on_real_qemu_vms() {
     std::fs::write("/sys/devices/system/cpu/cpu1/online", "0").unwrap();
     let before = masks(&pids);
     let out = place(
-        &["apply", "--yes", "--plan", plan_file.to_str().unwrap()],
+        &[
+            "apply",
+            "--yes",
+            "--force",
+            "--watch",
+            "0s",
+            "--plan",
+            plan_file.to_str().unwrap(),
+        ],
         &cfg,
         &journal,
     );
@@ -421,7 +445,15 @@ fn place_on_real_qemu_vms() {
     std::fs::remove_dir(own).unwrap();
     let before = masks(&pids);
     let out = place(
-        &["apply", "--yes", "--plan", plan_file.to_str().unwrap()],
+        &[
+            "apply",
+            "--yes",
+            "--force",
+            "--watch",
+            "0s",
+            "--plan",
+            plan_file.to_str().unwrap(),
+        ],
         &cfg,
         &journal,
     );

@@ -4,18 +4,21 @@
 //! limits. Everything that changes the host is a dry run unless asked.
 
 use crate::host::sched_hook::{vmm_running, SchedHook};
+use crate::place_demand::{self, Recorder, STEP};
+use crate::place_watch;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use stealscope_actuators::apply::{self, Applier};
+use stealscope_actuators::apply::{self, Applier, ApplyReport};
 use stealscope_actuators::journal::{self, BatchKind};
 use stealscope_actuators::memory::MoveLimits;
 use stealscope_model::host::collect_host;
 use stealscope_model::observation::Side;
 use stealscope_placement::history::{DemandHistory, VmHistory};
 use stealscope_placement::input::CpuController;
-use stealscope_placement::{live, plan, Config, History, HostInput};
+use stealscope_placement::{live, plan, Config, History, HostInput, Plan};
 use stealscope_readers::RootFs;
+use stealscope_sim::predict::{self, Measures, Prediction};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -36,6 +39,17 @@ pub fn observe(
     interval: Duration,
     stop: Option<&AtomicBool>,
 ) -> Result<HostInput, Error> {
+    observe_sampled(cfg, interval, stop, &mut Recorder::new())
+}
+
+/// [`observe`], with every thread sampled into `rec` meanwhile (its
+/// window is this interval).
+pub fn observe_sampled(
+    cfg: &Config,
+    interval: Duration,
+    stop: Option<&AtomicBool>,
+    rec: &mut Recorder,
+) -> Result<HostInput, Error> {
     let src = RootFs::new(Path::new("/"));
     // Timed from just before each side: collect_host reads the thread times
     // first, and the rest of a side can take seconds on a busy host.
@@ -51,7 +65,9 @@ pub fn observe(
     if let Some(h) = hook.as_mut() {
         t0.sched = Some(h.watch(&t0.vms));
     }
-    sleep_until(start + interval, stop);
+    rec.sample();
+    rec.begin_window();
+    sleep_sampling(start + interval, stop, rec);
     let end = Instant::now();
     let last = hook.as_mut().map(SchedHook::read);
     let mut t1 = collect_host(&src, Side::End)?;
@@ -64,12 +80,42 @@ pub fn observe(
     Ok(host)
 }
 
-fn sleep_until(deadline: Instant, stop: Option<&AtomicBool>) {
+/// Sleeps until `deadline` (or a stop), sampling every thread each [`STEP`]
+/// and once at the end.
+fn sleep_sampling(deadline: Instant, stop: Option<&AtomicBool>, rec: &mut Recorder) {
+    let mut next = Instant::now() + STEP;
     while Instant::now() < deadline {
         if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-            return;
+            break;
         }
-        std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(100)));
+        if Instant::now() >= next {
+            rec.sample();
+            next += STEP;
+        }
+        let wake = deadline.min(next);
+        std::thread::sleep(
+            wake.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100)),
+        );
+    }
+    rec.sample();
+}
+
+/// The journal as far as it can be read: an unreadable journal (not
+/// root) gives no history and a note saying so, for commands that only
+/// read; a damaged one is an error.
+pub fn read_journal(path: &Path) -> Result<(journal::JournalState, Option<String>), Error> {
+    match journal::read(path) {
+        Ok(s) => Ok((s, None)),
+        Err(stealscope_actuators::ApplyError::Denied { .. }) => Ok((
+            journal::JournalState::default(),
+            Some(format!(
+                "cannot read the journal {} (permission denied): planned without its history \
+                 (when each VM last changed)",
+                path.display()
+            )),
+        )),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -117,6 +163,80 @@ pub fn recover(path: &Path, ctl: Option<&CpuController>) -> Result<(), Error> {
     Ok(())
 }
 
+/// Reverses the last applied batch that is not undone yet (a dry run when
+/// `dry_run`); None when there is none.
+pub fn undo_last(
+    cfg: &Config,
+    jpath: &Path,
+    ctl: Option<&CpuController>,
+    dry_run: bool,
+    log: &mut dyn FnMut(&str),
+) -> Result<Option<ApplyReport>, Error> {
+    let state = journal::read(jpath)?;
+    let Some(batch) = state.last_undoable() else {
+        return Ok(None);
+    };
+    let (actions, notes) = apply::reverse(batch);
+    for n in notes {
+        log(&n);
+    }
+    let mut ap = applier(cfg, jpath.to_path_buf(), dry_run, ctl, log);
+    Ok(Some(ap.apply(&actions, BatchKind::Undo, Some(batch.id))?))
+}
+
+/// What the watchdog found after a batch, and what it did.
+#[derive(Debug, Clone)]
+pub struct Undone {
+    pub batch: u64,
+    pub why: String,
+    /// The undo batch's report (None: the undo itself failed, `why` says so).
+    pub report: Option<ApplyReport>,
+}
+
+/// Watches for `span` after `batch` was applied; a task starving then
+/// (runnable, not running, for over a second) undoes the batch. Tasks
+/// already starving over `rec`'s last window are not the batch's doing.
+pub fn guard(
+    cfg: &Config,
+    jpath: &Path,
+    ctl: Option<&CpuController>,
+    batch: u64,
+    rec: &Recorder,
+    span: Duration,
+    log: &mut dyn FnMut(&str),
+) -> Option<Undone> {
+    if span.is_zero() {
+        return None;
+    }
+    let before = rec
+        .window_ends()
+        .map(|(a, b)| place_watch::stalled_between(a, b))
+        .unwrap_or_default();
+    let starved = place_watch::watch(span, &before);
+    if starved.is_empty() {
+        return None;
+    }
+    let who: Vec<String> = starved.iter().map(ToString::to_string).collect();
+    let why = format!(
+        "watchdog: after batch {batch}, {}: undoing batch {batch}",
+        who.join("; ")
+    );
+    log(&why);
+    let report = match undo_last(cfg, jpath, ctl, false, log) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("{why}; the undo failed: {e}");
+            log(&why);
+            return Some(Undone {
+                batch,
+                why,
+                report: None,
+            });
+        }
+    };
+    Some(Undone { batch, why, report })
+}
+
 /// What `place daemon` runs with.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
@@ -128,30 +248,52 @@ pub struct DaemonOptions {
     pub yes: bool,
     /// Stop after this many passes.
     pub passes: Option<u64>,
+    /// Apply plans the simulator predicts worse.
+    pub force: bool,
+    /// How long the watchdog watches after each batch (zero: not at all).
+    pub watch: Duration,
+}
+
+/// The daemon's state between passes.
+struct Daemon<'a> {
+    o: &'a DaemonOptions,
+    rec: Recorder,
+    hist: Option<History>,
+    demand: DemandHistory,
+    /// The last batch applied and the measures predicted for it, checked
+    /// against what the next pass measures.
+    pending: Option<(u64, Measures, Vec<u32>)>,
+}
+
+fn log(l: &str) {
+    eprintln!("stealscope place daemon: {l}");
 }
 
 /// Plans and applies every interval until SIGTERM or Ctrl-C (between
 /// passes) or the last pass, logging each decision on stderr.
 pub fn daemon(o: &DaemonOptions) -> Result<(), Error> {
-    let (cfg, jpath, interval, a) = (&o.cfg, &o.journal, o.interval, o);
     let stop = stealscope_probes::signals::stop_on_signals()?;
-    let log = |l: &str| eprintln!("stealscope place daemon: {l}");
     log(&format!(
         "start: every {:.1} s, {}; journal {}",
-        interval.as_secs_f64(),
-        if a.yes {
+        o.interval.as_secs_f64(),
+        if o.yes {
             "applying"
         } else {
             "dry run (add --yes to apply)"
         },
-        jpath.display()
+        o.journal.display()
     ));
-    let mut hist: Option<History> = None;
-    let mut demand = DemandHistory::default();
+    let mut d = Daemon {
+        o,
+        rec: Recorder::new(),
+        hist: None,
+        demand: DemandHistory::default(),
+        pending: None,
+    };
     let mut pass = 0u64;
-    while !stop.load(Ordering::Relaxed) && a.passes.is_none_or(|n| pass < n) {
+    while !stop.load(Ordering::Relaxed) && o.passes.is_none_or(|n| pass < n) {
         pass += 1;
-        let mut host = match observe(cfg, interval, Some(&stop)) {
+        let host = match observe_sampled(&o.cfg, o.interval, Some(&stop), &mut d.rec) {
             Ok(h) => h,
             Err(e) => {
                 log(&format!("pass {pass}: cannot observe the host: {e}"));
@@ -161,71 +303,108 @@ pub fn daemon(o: &DaemonOptions) -> Result<(), Error> {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        demand.smooth(&mut host);
-        if a.yes && pass == 1 {
+        d.pass(pass, host)?;
+    }
+    log("stop");
+    Ok(())
+}
+
+impl Daemon<'_> {
+    fn pass(&mut self, pass: u64, mut host: HostInput) -> Result<(), Error> {
+        let (cfg, jpath) = (&self.o.cfg, &self.o.journal);
+        if let Some((batch, predicted, vms)) = self.pending.take() {
+            let m = place_demand::measured(&host, &self.rec, &vms);
+            log(&format!(
+                "pass {pass}: batch {batch} measured: {}",
+                predict::versus(&m, &predicted)
+            ));
+        }
+        self.demand.smooth(&mut host);
+        if self.o.yes && pass == 1 {
             recover(jpath, host.cpu_controller.as_ref())?;
         }
-        let h = match hist.take() {
+        let mut h = match self.hist.take() {
             Some(h) => h,
             None => history_from_journal(&journal::read(jpath)?, &host),
         };
-        let mut h = h;
         h.retain(|pid| host.vms.iter().any(|v| v.pid == pid));
         let now = journal::now();
         let p = plan(&host, cfg, &h, now);
+        self.decide(pass, &host, &p);
+        for v in &p.vms {
+            h.record(v.pid, v.node, now);
+        }
+        self.hist = Some(h);
+        Ok(())
+    }
+
+    /// Logs the plan and its prediction; applies it when allowed.
+    fn decide(&mut self, pass: u64, host: &HostInput, p: &Plan) {
         for w in &p.warnings {
             log(&format!("pass {pass}: warning: {w}"));
         }
         if let Some(why) = &p.refused {
             log(&format!("pass {pass}: refused: {why}"));
-            hist = Some(h);
-            continue;
+            return;
         }
         if p.actions.is_empty() {
             log(&format!(
                 "pass {pass}: {} VM(s), placement holds, nothing to do",
                 p.vms.len()
             ));
+            return;
+        }
+        let pred = place_demand::predict(host, &self.rec, p);
+        log(&format!("pass {pass}: predicted: {}", pred.summary()));
+        if let (Some(why), false) = (pred.refusal(), self.o.force) {
+            log(&format!("pass {pass}: refused: {why}"));
+            return;
         }
         for act in &p.actions {
             log(&format!(
                 "pass {pass}: {}: {act} ({})",
-                if a.yes { "decide" } else { "would" },
+                if self.o.yes { "decide" } else { "would" },
                 act.reason()
             ));
         }
-        if a.yes && !p.actions.is_empty() {
-            let mut l = |x: &str| log(x);
-            let mut ap = applier(
-                cfg,
-                jpath.clone(),
-                false,
-                host.cpu_controller.as_ref(),
-                &mut l,
-            );
-            match ap.apply(&p.actions, BatchKind::Apply, None) {
-                Ok(r) => {
-                    let n = |o: &str| r.results.iter().filter(|x| x.outcome == o).count();
-                    log(&format!(
-                        "pass {pass}: batch {}: {} done, {} gone, {} failed{}",
-                        r.batch.unwrap_or(0),
-                        n("done"),
-                        n("gone"),
-                        n("failed"),
-                        r.error
-                            .as_deref()
-                            .map(|e| format!(": {e}"))
-                            .unwrap_or_default()
-                    ));
-                }
-                Err(e) => log(&format!("pass {pass}: not applied: {e}")),
-            }
+        if self.o.yes {
+            self.apply(pass, host, p, &pred);
         }
-        for v in &p.vms {
-            h.record(v.pid, v.node, now);
-        }
-        hist = Some(h);
     }
-    log("stop");
-    Ok(())
+
+    fn apply(&mut self, pass: u64, host: &HostInput, p: &Plan, pred: &Prediction) {
+        let (cfg, jpath) = (&self.o.cfg, &self.o.journal);
+        let ctl = host.cpu_controller.as_ref();
+        let mut l = |x: &str| log(x);
+        let r = match applier(cfg, jpath.clone(), false, ctl, &mut l).apply(
+            &p.actions,
+            BatchKind::Apply,
+            None,
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                log(&format!("pass {pass}: not applied: {e}"));
+                return;
+            }
+        };
+        let n = |o: &str| r.results.iter().filter(|x| x.outcome == o).count();
+        let batch = r.batch.unwrap_or(0);
+        log(&format!(
+            "pass {pass}: batch {batch}: {} done, {} gone, {} failed{}",
+            n("done"),
+            n("gone"),
+            n("failed"),
+            r.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ));
+        if n("done") == 0 || r.error.is_some() {
+            return;
+        }
+        let mut l = |x: &str| log(&format!("pass {pass}: {x}"));
+        if guard(cfg, jpath, ctl, batch, &self.rec, self.o.watch, &mut l).is_none() {
+            self.pending = Some((batch, pred.planned, pred.vms.clone()));
+        }
+    }
 }

@@ -4,16 +4,22 @@
 //! half-done actions are settled (recover) before anything is planned or
 //! reversed, and a refused plan changes nothing.
 
-use crate::place::{applier, history_from_journal, limits, observe, recover};
+use crate::place::{
+    applier, guard, history_from_journal, limits, observe_sampled, read_journal, recover,
+    undo_last, Undone,
+};
+use crate::place_demand::{self, Recorder};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use stealscope_actuators::apply::{self, ApplyReport};
+use stealscope_actuators::apply::ApplyReport;
 use stealscope_actuators::journal::{self, BatchKind};
 use stealscope_actuators::memory::{self, MoveReport};
 use stealscope_placement::config::DEFAULT_PATH;
 use stealscope_placement::input::CpuController;
-use stealscope_placement::{live, plan, Config, Plan};
+use stealscope_placement::{live, plan, Config, HostInput, Plan};
 use stealscope_readers::RootFs;
+use stealscope_sim::predict::Prediction;
 
 type Error = Box<dyn std::error::Error>;
 
@@ -40,17 +46,36 @@ impl Setup {
     }
 }
 
+/// A plan with the simulator's prediction of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Planned {
+    #[serde(flatten)]
+    pub plan: Plan,
+    /// None: no VM to predict for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
+}
+
+fn with_prediction(host: &HostInput, rec: &Recorder, plan: Plan) -> Planned {
+    let prediction = (!host.vms.is_empty()).then(|| place_demand::predict(host, rec, &plan));
+    Planned { plan, prediction }
+}
+
 /// The placement now: demand observed over `interval`, history from the
-/// journal.
-pub fn plan_now(s: &Setup, interval: Duration) -> Result<Plan, Error> {
-    let host = observe(&s.cfg, interval, None)?;
-    let state = journal::read(&s.journal)?;
-    Ok(plan(
+/// journal (none, with a warning, when the journal is unreadable), and
+/// what the simulator predicts it does.
+pub fn plan_now(s: &Setup, interval: Duration) -> Result<Planned, Error> {
+    let mut rec = Recorder::new();
+    let host = observe_sampled(&s.cfg, interval, None, &mut rec)?;
+    let (state, note) = read_journal(&s.journal)?;
+    let mut p = plan(
         &host,
         &s.cfg,
         &history_from_journal(&state, &host),
         journal::now(),
-    ))
+    );
+    p.warnings.extend(note);
+    Ok(with_prediction(&host, &rec, p))
 }
 
 /// A plan saved by `place plan --json`.
@@ -62,8 +87,10 @@ pub fn read_plan(f: &Path) -> Result<Plan, Error> {
 
 /// What `place apply` did, or would do on a dry run.
 pub struct Applied {
-    pub plan: Plan,
+    pub plan: Planned,
     pub report: ApplyReport,
+    /// The watchdog undid the batch.
+    pub undone: Option<Undone>,
 }
 
 fn controller() -> Result<Option<CpuController>, Error> {
@@ -74,29 +101,78 @@ fn log(l: &str) {
     eprintln!("stealscope place: {l}");
 }
 
-/// Applies `plan_file`, or the plan made now over `interval`; a dry run
-/// unless `yes`. A refused plan is an error and changes nothing.
-pub fn apply(
-    s: &Setup,
-    plan_file: Option<&Path>,
-    interval: Duration,
-    yes: bool,
-) -> Result<Applied, Error> {
+/// How `place apply` runs.
+#[derive(Debug, Clone)]
+pub struct ApplyOptions<'a> {
+    /// Apply this saved plan instead of planning now.
+    pub plan_file: Option<&'a Path>,
+    /// Demand is measured over it (for the plan and its prediction).
+    pub interval: Duration,
+    /// Really apply (else a dry run).
+    pub yes: bool,
+    /// Apply a plan the simulator predicts worse.
+    pub force: bool,
+    /// How long the watchdog watches after the batch (zero: not at all).
+    pub watch: Duration,
+}
+
+/// Plans now, or reads `plan_file`, and predicts it, over `interval`.
+fn planned(s: &Setup, o: &ApplyOptions) -> Result<(Planned, Recorder), Error> {
+    let mut rec = Recorder::new();
+    let host = observe_sampled(&s.cfg, o.interval, None, &mut rec)?;
+    let p = match o.plan_file {
+        Some(f) => read_plan(f)?,
+        None => {
+            let (state, note) = read_journal(&s.journal)?;
+            let mut p = plan(
+                &host,
+                &s.cfg,
+                &history_from_journal(&state, &host),
+                journal::now(),
+            );
+            p.warnings.extend(note);
+            p
+        }
+    };
+    Ok((with_prediction(&host, &rec, p), rec))
+}
+
+/// Applies `plan_file`, or the plan made now; a dry run unless `yes`. A
+/// refused plan, or (with `yes`) one the simulator predicts worse unless
+/// `force`, is an error and changes nothing. After the batch the watchdog watches;
+/// a task it finds starving undoes the batch.
+pub fn apply(s: &Setup, o: &ApplyOptions) -> Result<Applied, Error> {
     let ctl = controller()?;
-    if yes {
+    if o.yes {
         recover(&s.journal, ctl.as_ref())?;
     }
-    let p = match plan_file {
-        Some(f) => read_plan(f)?,
-        None => plan_now(s, interval)?,
-    };
-    if let Some(why) = &p.refused {
+    let (p, rec) = planned(s, o)?;
+    if let Some(why) = &p.plan.refused {
+        return Err(format!("refused: {why}").into());
+    }
+    // A dry run shows the plan with its prediction (which says it would be
+    // refused); only a real apply refuses.
+    if let (Some(why), true) = (
+        p.prediction.as_ref().and_then(|x| x.refusal()),
+        o.yes && !o.force,
+    ) {
         return Err(format!("refused: {why}").into());
     }
     let mut l = log;
-    let mut ap = applier(&s.cfg, s.journal.clone(), !yes, ctl.as_ref(), &mut l);
-    let report = ap.apply(&p.actions, BatchKind::Apply, None)?;
-    Ok(Applied { plan: p, report })
+    let mut ap = applier(&s.cfg, s.journal.clone(), !o.yes, ctl.as_ref(), &mut l);
+    let report = ap.apply(&p.plan.actions, BatchKind::Apply, None)?;
+    let done = report.results.iter().any(|r| r.outcome == "done");
+    let undone = match report.batch {
+        Some(b) if done && report.error.is_none() => {
+            guard(&s.cfg, &s.journal, ctl.as_ref(), b, &rec, o.watch, &mut l)
+        }
+        _ => None,
+    };
+    Ok(Applied {
+        plan: p,
+        report,
+        undone,
+    })
 }
 
 /// Reverses the last applied batch that is not undone yet; a dry run
@@ -106,21 +182,14 @@ pub fn undo(s: &Setup, yes: bool) -> Result<ApplyReport, Error> {
     if yes {
         recover(&s.journal, ctl.as_ref())?;
     }
-    let state = journal::read(&s.journal)?;
-    let Some(batch) = state.last_undoable() else {
-        return Err(format!(
+    let mut l = log;
+    undo_last(&s.cfg, &s.journal, ctl.as_ref(), !yes, &mut l)?.ok_or_else(|| {
+        format!(
             "{}: nothing to undo (no applied batch that is not undone yet)",
             s.journal.display()
         )
-        .into());
-    };
-    let (actions, notes) = apply::reverse(batch);
-    for n in notes {
-        log(&n);
-    }
-    let mut l = log;
-    let mut ap = applier(&s.cfg, s.journal.clone(), !yes, ctl.as_ref(), &mut l);
-    Ok(ap.apply(&actions, BatchKind::Undo, Some(batch.id))?)
+        .into()
+    })
 }
 
 /// Moves `pid`'s memory to `node` within the config's limits; a dry run

@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod host;
 pub mod numa;
 pub mod policy;
+pub mod predict;
 pub mod range;
 pub mod report;
 pub mod scenario;

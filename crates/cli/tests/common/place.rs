@@ -41,6 +41,8 @@ pub fn masks(pids: &[u64]) -> BTreeMap<(u64, u64), Vec<u32>> {
 /// `stealscope place ARGS --config CFG --journal JOURNAL`, not yet run.
 pub fn place_cmd(args: &[&str], cfg: &Path, journal: &Path) -> Command {
     let mut c = bin();
+    // Wide: these tests look for phrases the 80-column layout may break.
+    c.env("COLUMNS", "1000");
     c.arg("place").args(args).args([
         "--config",
         cfg.to_str().unwrap(),
