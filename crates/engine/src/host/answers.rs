@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::stored::{
-    QmpAttempt, QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR,
+    QmpAttempt, QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR,
 };
 use stealscope_model::host::VmKind;
 use stealscope_readers::kvm_exits::{self, ExitSample};
@@ -117,6 +117,8 @@ fn json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
 
 /// Asks every VM's QMP and KVM stats fds and stores the answers in `side`.
 pub fn add_side(side: &mut MemFs, vms: &[VmObs], opts: &HostLiveOptions) {
+    // Its own threads are its cost, not a culprit: the model leaves them out.
+    side.insert(OWN_PID, json_bytes(&std::process::id()));
     let unknown: Vec<String> = opts
         .qmp
         .iter()

@@ -9,7 +9,7 @@ use super::discovery::{
 };
 use super::kvm::KvmCounters;
 use super::sched_store::{StoredSched, SCHED_FILE};
-use super::stored::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
+use super::stored::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR};
 use crate::side::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -122,6 +122,9 @@ pub struct HostObservation {
     /// The scheduler-event collector's reading stored in this side.
     #[serde(skip)]
     pub sched: Option<StoredSched>,
+    /// The pid of the stealscope that captured this side, when it said.
+    #[serde(skip)]
+    pub own_pid: Option<u32>,
     pub notes: Vec<String>,
 }
 
@@ -414,6 +417,7 @@ pub fn collect_host_with(
         None
     });
     h.sched = read_json(src, SCHED_FILE, &mut h.notes);
+    h.own_pid = read_json(src, OWN_PID, &mut h.notes);
     h.exit_sample = read_json(src, EXIT_SAMPLE, &mut h.notes);
     let capture_notes: Option<Vec<String>> = read_json(src, NOTES, &mut h.notes);
     h.notes.extend(capture_notes.unwrap_or_default());

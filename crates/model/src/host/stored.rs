@@ -14,6 +14,9 @@ pub const QMP_DIR: &str = "/stealscope/qmp";
 pub const KVM_STATS_DIR: &str = "/stealscope/kvm-stats";
 /// t1 only: an [`ExitSample`].
 pub const EXIT_SAMPLE: &str = "/stealscope/kvm-exit-sample.json";
+/// The capturing stealscope's own pid (a JSON number): its threads are
+/// left out of culprits and host work, and shown once as its own cost.
+pub const OWN_PID: &str = "/stealscope/own-pid.json";
 /// Notes of the live capture itself (a --qmp name that matches no VM).
 pub const NOTES: &str = "/stealscope/notes.json";
 
