@@ -547,3 +547,18 @@ fn a_series_read_later_still_has_a_zero_tick() {
     let axis = section(&html, irq::ID).split("x-axis").nth(1).unwrap();
     assert!(axis.contains(">+0 s<"), "{axis}");
 }
+
+/// On a host, "who stole it" comes before the guest-steal plots (it was
+/// ~4,800 px down after them); on a guest the steal plots lead.
+#[test]
+fn who_stole_it_comes_first_on_a_host() {
+    let at = |html: &str, id: &str| html.find(&format!("id=\"{id}\"")).unwrap();
+    let host = page(&load("host-noisy-neighbor"), &Timeline::default());
+    assert!(
+        at(&host, who::ID) < at(&host, steal::ID),
+        "who-stole after the steal heatmap on a host"
+    );
+    assert!(at(&host, who::ID) < at(&host, "findings"));
+    let guest = page(&load("6.x-bursty-steal"), &Timeline::default());
+    assert!(at(&guest, steal::ID) < at(&guest, who::ID));
+}
