@@ -15,6 +15,7 @@ use super::host_steal::mean_steal;
 use super::host_who::{basis, culprits, Who};
 use crate::finding::{round, Finding, Severity};
 use crate::hysteresis::{holding, SUBJECT};
+use crate::verdict::VERDICT_FIX;
 use stealscope_model::MachineModel;
 
 /// A culprit causing at least this share of all vCPU wait (of VMs other
@@ -152,8 +153,34 @@ fn finding(
             "/proc/stat",
         ]
     })
+    .evidence(VERDICT_FIX, verdict_fix(w, fair))
     .remedy(fix(w))
     .case("who-stole-my-cpu-talk.md")
+}
+
+/// The verdict's fix: what the culprit took against its fair share, then
+/// the first thing to do.
+fn verdict_fix(w: &Who, fair: Option<(f64, f64)>) -> Option<String> {
+    let (f, r) = fair.filter(|_| w.kind != "irq")?;
+    let what = match (w.kind, w.pid) {
+        ("host-process", Some(pid)) => format!("host process `{}` (pid {pid})", w.name),
+        ("host-kthread", _) => format!("kernel threads `{}`", w.name),
+        ("vcpu", _) => format!("VM {}'s vCPUs", w.name),
+        ("vmm", _) => format!("VM {}'s emulator threads", w.name),
+        _ => return None,
+    };
+    let first = fix(w);
+    let first = first
+        .split(". ")
+        .next()
+        .unwrap_or(&first)
+        .trim_end_matches('.');
+    let verb = if w.kind == "host-process" {
+        "takes"
+    } else {
+        "take"
+    };
+    Some(format!("{what} {verb} {r:.2} CPU (fair {f:.2}): {first}"))
 }
 
 fn fix(w: &Who) -> String {
@@ -298,6 +325,13 @@ mod tests {
             .unwrap();
         assert_eq!(f.evidence["victims"].to_string(), r#"["victim"]"#);
         assert!(f.title.contains("ran 1.80 CPUs (fair 1.00)"), "{}", f.title);
+        assert!(
+            r.verdict.fix.as_deref().unwrap_or_default().starts_with(
+                "VM hog's vCPUs take 1.80 CPU (fair 1.00): Give VM hog CPUs of its own"
+            ),
+            "{:?}",
+            r.verdict
+        );
     }
 
     /// hog's vCPUs ran 1.16 CPUs against a fair 1.0: over the clearing
