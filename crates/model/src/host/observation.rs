@@ -417,13 +417,21 @@ pub fn collect_host_with(
         None
     });
     h.sched = read_json(src, SCHED_FILE, &mut h.notes);
-    h.own_pid = read_json(src, OWN_PID, &mut h.notes);
+    h.own_pid = read_json(src, OWN_PID, &mut h.notes).or_else(|| own_pid_live(src));
     h.exit_sample = read_json(src, EXIT_SAMPLE, &mut h.notes);
     let capture_notes: Option<Vec<String>> = read_json(src, NOTES, &mut h.notes);
     h.notes.extend(capture_notes.unwrap_or_default());
     h.nodes = numa::nodes(src)?;
     h.numa_balancing = numa::numa_balancing(src)?;
     Ok(h)
+}
+
+/// On a live root (`place`, which reads /proc directly) the reader is
+/// stealscope itself: /proc/self/stat's first field. A snapshot side
+/// without the capture's own-pid file has no /proc/self: None.
+fn own_pid_live(src: &dyn Source) -> Option<u32> {
+    let stat = src.read_text("/proc/self/stat").ok()??;
+    stat.split_whitespace().next()?.parse().ok()
 }
 
 /// A JSON file the live capture wrote (absent on a live root: Ok(None)).
