@@ -10,7 +10,7 @@
 //! runs repeatedly and stays silent in a one-shot run.
 
 use super::fair_share::Fair;
-use super::host::{HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
+use super::host::{HOST_STEAL_CLEAR_PCT, HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
 use super::host_steal::mean_steal;
 use super::host_who::{basis, culprits, Who};
 use crate::finding::{round, Finding, Severity};
@@ -71,7 +71,7 @@ fn over_fair(fair: Option<(f64, f64)>, kind: &str) -> Level {
 
 pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
     let Some(mean) = mean_steal(m) else { return };
-    if mean < HOST_STEAL_WARN_PCT {
+    if mean < HOST_STEAL_CLEAR_PCT {
         return;
     }
     let attributed = m.host.attribution.available();
@@ -85,7 +85,10 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
             continue;
         }
         let ran = fair.of_culprit(m, &w);
-        let lvl = level(w.neighbor_share, over_fair(ran, w.kind));
+        let mut lvl = level(w.neighbor_share, over_fair(ran, w.kind));
+        if lvl == Level::Fires && mean < HOST_STEAL_WARN_PCT {
+            lvl = Level::Holds;
+        }
         let victims: Vec<String> = w
             .victims
             .iter()

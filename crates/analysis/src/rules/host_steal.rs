@@ -3,7 +3,7 @@
 //! and wait), saying who took the time, and naming the host work the fix
 //! should start with when it takes a share worth moving.
 
-use super::host::{HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
+use super::host::{HOST_STEAL_CLEAR_PCT, HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
 use super::host_who::{basis, culprits, summary, Who};
 use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use crate::verdict::VERDICT_FIX;
@@ -206,7 +206,7 @@ fn oversubscribed_finding(
 
 pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
     let Some(mean) = mean_steal(m) else { return };
-    if mean < HOST_STEAL_WARN_PCT {
+    if mean < HOST_STEAL_CLEAR_PCT {
         return;
     }
     let s = m.host.split;
@@ -223,6 +223,12 @@ pub fn steal(m: &MachineModel, out: &mut Vec<Finding>) {
         fits_finding(m, sev, mean, &l, &who)
     } else {
         oversubscribed_finding(m, sev, mean, &l, &who)
+    };
+    // Between the clearing and the firing threshold it only holds.
+    let f = if mean < HOST_STEAL_WARN_PCT {
+        crate::hysteresis::holding(f)
+    } else {
+        f
     };
     out.push(
         f.evidence("mean_vcpu_steal_pct", round(mean, 2))
@@ -285,6 +291,18 @@ mod tests {
     fn little_vcpu_wait_is_silent() {
         let m = busy_host().vm(100, "web1", &[busy(4.9, 0.05); 2]);
         assert!(m.run(steal).is_empty());
+    }
+
+    #[test]
+    fn steal_just_under_the_threshold_only_holds() {
+        // 1.8 % mean: under 2 % (fires), over 1.5 % (clears).
+        let mut f = busy_host()
+            .vm(100, "web1", &[busy(4.9, 0.09); 2])
+            .run(steal);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].evidence.contains_key(crate::hysteresis::HYSTERESIS));
+        crate::hysteresis::settle(&mut f, None);
+        assert!(f.is_empty(), "a one-shot run is silent under 2 %");
     }
 
     #[test]
