@@ -97,7 +97,26 @@ fn named_work(m: &MachineModel) -> Option<String> {
         ("host-kthread", _) => format!("kernel threads `{}`", w.name),
         _ => format!("`{}`", w.name),
     };
-    Some(format!("{what} takes {:.2} CPU", w.run_cpus))
+    let pinned = match w.cpus_allowed.as_deref() {
+        Some(c) if !c.is_empty() && c.len() < m.interval.cpus.len() => {
+            format!(" pinned to CPU {}", cpu_list(c))
+        }
+        _ => String::new(),
+    };
+    Some(format!("{what} takes {:.2} CPU{pinned}", w.run_cpus))
+}
+
+/// "0", "0-3", "0,2" (a sorted list of CPUs).
+fn cpu_list(cpus: &[u32]) -> String {
+    match cpus {
+        [a] => a.to_string(),
+        [a, .., b] if (b - a) as usize + 1 == cpus.len() => format!("{a}-{b}"),
+        _ => cpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    }
 }
 
 /// "; who ran: backup (pid 812) 40%, ..." or nothing.
@@ -317,8 +336,20 @@ mod tests {
         assert!(s[0].title.contains("the VMs alone fit"), "{}", s[0].title);
         let fix = s[0].evidence[VERDICT_FIX].as_str().unwrap();
         assert!(
-            fix.contains("`stress-ng` (pid 900) takes 1.00 CPU"),
+            fix.contains("`stress-ng` (pid 900) takes 1.00 CPU: move"),
             "{fix}"
         );
+        // Where the capture read its affinity, the fix says it is pinned.
+        let pinned = busy_host()
+            .vm(100, "web1", &[busy(2.5, 2.5); 2])
+            .process(900, "stress-ng", busy(5.0, 0.0))
+            .files("/stealscope/affinity.json", "{}", r#"{"900":[0]}"#);
+        let fix = pinned.run(steal)[0].evidence[VERDICT_FIX].to_string();
+        assert!(
+            fix.contains("`stress-ng` (pid 900) takes 1.00 CPU pinned to CPU 0: move"),
+            "{fix}"
+        );
+        assert_eq!(cpu_list(&[0, 1, 2, 3]), "0-3");
+        assert_eq!(cpu_list(&[0, 2]), "0,2");
     }
 }

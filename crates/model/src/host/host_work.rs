@@ -25,6 +25,9 @@ pub struct WorkItem {
     pub run_cpus: f64,
     /// Run-queue wait over the interval, in CPUs.
     pub wait_cpus: f64,
+    /// The CPUs it may run on, when the capture read them (processes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus_allowed: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -112,6 +115,7 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
             pid,
             run_cpus: cpus(run),
             wait_cpus: cpus(wait),
+            cpus_allowed: pid.and_then(|p| t1.affinity.get(&p).cloned()),
         })
         .filter(|i| i.run_cpus >= LIST_MIN_CPUS)
         .collect();

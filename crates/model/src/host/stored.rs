@@ -17,6 +17,9 @@ pub const EXIT_SAMPLE: &str = "/stealscope/kvm-exit-sample.json";
 /// The capturing stealscope's own pid (a JSON number): its threads are
 /// left out of culprits and host work, and shown once as its own cost.
 pub const OWN_PID: &str = "/stealscope/own-pid.json";
+/// t1 only: the CPUs each of the largest non-VM processes may run on
+/// (pid -> Cpus_allowed_list), so that a fix can say a loop is pinned.
+pub const AFFINITY: &str = "/stealscope/affinity.json";
 /// Notes of the live capture itself (a --qmp name that matches no VM).
 pub const NOTES: &str = "/stealscope/notes.json";
 
