@@ -240,4 +240,69 @@ mod tests {
             assert!(out.contains(l.as_str()), "{l} cut in {out}");
         }
     }
+
+    /// With -v a culprit process lists its threads; stealscope's own cost
+    /// is one line, and never a column or a VM's culprit.
+    #[test]
+    fn threads_with_v_and_its_own_cost_once() {
+        use stealscope_model::host::attribution::{AttributionStatus, ThreadShare};
+        use stealscope_model::host::host_work::HostWork;
+        let rustc = CulpritShare {
+            kind: "host-process",
+            name: "rustc".into(),
+            vm: None,
+            pid: Some(700),
+            seconds: 0.9,
+            share: 0.9,
+            victims: vec!["web".into()],
+            threads: vec![
+                ThreadShare {
+                    comm: "coordinator".into(),
+                    seconds: 0.6,
+                },
+                ThreadShare {
+                    comm: "lto cgu.05".into(),
+                    seconds: 0.3,
+                },
+            ],
+        };
+        let who = WhoStole {
+            attribution: AttributionStatus {
+                route: "bpf",
+                reason: String::new(),
+                events: Some(10),
+                lost_events: Some(0),
+                missed_switches: None,
+            },
+            culprits: vec![rustc],
+            host_work: HostWork {
+                own: Some(OwnCost {
+                    pid: 950,
+                    run_cpus: 0.006,
+                    vcpu_wait_s: Some(0.1),
+                }),
+                ..HostWork::default()
+            },
+        };
+        let verbose = Style::new(&TextOpts {
+            verbose: true,
+            ..TextOpts::plain()
+        });
+        let out = who_stole(&who, &[], &verbose);
+        assert!(
+            out.contains("rustc[700] threads: coordinator 0.60 s, lto cgu.05 0.30 s"),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("stealscope itself (pid 950)").count(),
+            1,
+            "{out}"
+        );
+        let brief = who_stole(&who, &[], &Style::new(&TextOpts::plain()));
+        assert!(!brief.contains("coordinator"), "{brief}");
+        assert!(
+            brief.contains("stealscope itself (pid 950) ran 0.01 CPUs"),
+            "{brief}"
+        );
+    }
 }
