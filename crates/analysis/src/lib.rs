@@ -3,8 +3,11 @@
 
 pub mod finding;
 pub mod hardware;
+pub mod hysteresis;
 pub mod notes;
 pub mod report;
+#[cfg(test)]
+mod report_tests;
 pub mod roles;
 pub mod rules;
 #[cfg(test)]
@@ -12,5 +15,5 @@ pub(crate) mod testing;
 pub mod verdict;
 
 pub use finding::{Finding, Severity};
-pub use report::{build, host_report, DoctorReport, HostReport, ReportInput};
+pub use report::{build, build_after, host_report, DoctorReport, HostReport, ReportInput};
 pub use verdict::Verdict;

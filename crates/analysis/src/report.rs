@@ -368,6 +368,28 @@ fn pct_of(v: f64) -> Option<f64> {
     pct(v)
 }
 
+/// One CPU's busy, idle and steal as shares of the time the kernel
+/// accounted to it (they add up to 100). Against /proc/uptime's wall time
+/// they summed to 101.6 % on a loaded host: the ticks and the uptime are
+/// read at different moments on each side, and a tick count is not a
+/// clock. Without accounted time (nothing counted): against wall time.
+fn cpu_summary(c: &stealscope_model::cputime::CpuInterval) -> CpuSummary {
+    match c.accounted_shares() {
+        Some(s) => CpuSummary {
+            cpu: c.cpu,
+            busy_pct: pct_of(s.busy),
+            idle_pct: pct_of(s.idle),
+            steal_pct: s.steal.and_then(pct_of),
+        },
+        None => CpuSummary {
+            cpu: c.cpu,
+            busy_pct: pct_of(c.busy_pct()),
+            idle_pct: pct_of(c.idle_pct()),
+            steal_pct: pct_of(c.steal_pct()),
+        },
+    }
+}
+
 pub struct ReportInput<'a> {
     pub model: &'a MachineModel,
     pub interval_s: f64,
@@ -376,8 +398,17 @@ pub struct ReportInput<'a> {
 }
 
 pub fn build(input: ReportInput<'_>) -> DoctorReport {
+    build_after(input, None)
+}
+
+/// [`build`] for a rule run that follows another on the same host (the
+/// engine's rule runner): `previous` are that run's findings, which keep
+/// the findings between their clearing and firing thresholds
+/// ([`crate::hysteresis`]).
+pub fn build_after(input: ReportInput<'_>, previous: Option<&[Finding]>) -> DoctorReport {
     let m = input.model;
     let mut findings = run_guest(m);
+    crate::hysteresis::settle(&mut findings, previous);
     rank(&mut findings);
     let mut roles = Vec::new();
     if !guest_evidence(m).is_empty() {
@@ -412,17 +443,7 @@ pub fn build(input: ReportInput<'_>) -> DoctorReport {
         kernel: input.kernel.or_else(|| m.t1.osrelease.clone()),
         summary: Summary {
             steal_pct: m.steal_pct().and_then(pct_of),
-            cpus: m
-                .interval
-                .cpus
-                .iter()
-                .map(|c| CpuSummary {
-                    cpu: c.cpu,
-                    busy_pct: pct_of(c.busy_pct()),
-                    idle_pct: pct_of(c.idle_pct()),
-                    steal_pct: pct_of(c.steal_pct()),
-                })
-                .collect(),
+            cpus: m.interval.cpus.iter().map(cpu_summary).collect(),
             steal_busy_share: share(m.split.busy_share()),
             steal_idle_share: share(m.split.idle_share()),
             windows: m.windows.len(),

@@ -3,8 +3,13 @@
 //! here once from the ranked findings, whatever finding is on top, so every
 //! view says the same thing.
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Evidence, Finding, Severity};
 use serde::Serialize;
+
+/// Evidence key of a fix that names what this finding's measure found
+/// (the host process to move first): the verdict prefers it to the
+/// finding's generic short fix.
+pub const VERDICT_FIX: &str = "verdict_fix";
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
@@ -128,8 +133,12 @@ pub fn of(findings: &[Finding]) -> Verdict {
             area(&top.id),
             top.title.split("; ").next().unwrap_or(&top.title)
         ),
-        fix: short_fix(&top.id)
+        fix: top
+            .evidence
+            .get(VERDICT_FIX)
+            .and_then(Evidence::as_str)
             .map(String::from)
+            .or_else(|| short_fix(&top.id).map(String::from))
             .or_else(|| fix_from_remedy(&top.remedy)),
         more: serious - 1,
     }

@@ -93,7 +93,7 @@ pub enum Command {
         after_help = "Examples:\n  stealscope serve                                 127.0.0.1:9464, 10 Hz\n  \
                             stealscope serve --listen [::1]:9464 --rate 20\n  \
                             stealscope serve --textfile /var/lib/prometheus/node-exporter/stealscope.prom\n\n\
-                            Metrics (SPEC.md): stealscope_cpu_seconds_total{cpu,mode}, stealscope_steal_window_ratio \
+                            Metrics (docs/contract.md): stealscope_cpu_seconds_total{cpu,mode}, stealscope_steal_window_ratio \
                             (histogram per cpu), stealscope_vcpu_wait_seconds_total / vcpu_run_seconds_total{vm,vcpu} \
                             on hosts, stealscope_finding{id,severity}, stealscope_build_info. Runs as any user; \
                             alert rules and a dashboard are in deploy/."

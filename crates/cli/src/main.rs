@@ -3,6 +3,8 @@
 //! stderr, exit 2.
 
 mod args;
+#[cfg(test)]
+mod help_refs;
 mod host_args;
 mod parse;
 mod place_cmd;

@@ -19,7 +19,9 @@ use serde_json::Value;
 use std::process::Command;
 
 /// Issue 17, second case: VMs started with -daemonize are each in their own
-/// autogroup; weights per vCPU then differ 2x and the fix is one shared group.
+/// autogroup; weights per vCPU then differ 2x, and where the 2-vCPU VM
+/// waits past its fair share the finding names it and the fix is one
+/// shared group.
 #[test]
 fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
     if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
@@ -50,10 +52,38 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
     }
     let (ga, gb) = (autogroup_id(a), autogroup_id(b));
     assert_ne!(ga, gb, "each -daemonize is its own session");
-    let r = host_json("4s");
+    // Judged only when nothing else disturbed the run: the fair share is
+    // of the CPUs the host had for these three vCPUs.
+    let Some(r) = quiet_run("4s", &[], &[a, b], MAX_OTHER_CPUS, 0.0) else {
+        return;
+    };
     assert_valid_host(&r);
-    let f = finding(&r, "host.cgroup-weight-unfair")
-        .unwrap_or_else(|| panic!("no host.cgroup-weight-unfair: {}", r["findings"]));
+    let vs = |name: &str, pid: u64| {
+        r["vms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name && v["pid"].as_u64() == Some(pid))
+            .unwrap()["steal_pct"]
+            .as_f64()
+            .unwrap()
+    };
+    let (sa, sb) = (vs("agA", a), vs("agB", b));
+    eprintln!("quiet run: agA steal {sa:.1}%, agB {sb:.1}%");
+    // Three busy vCPUs want the same CPU each, so their fair steal is one
+    // figure f and the steal over it sums to zero: 2 (sa - f) + (sb - f)
+    // = 0, so agA is past fair by (sa - sb) / 3. The finding fires from
+    // 5 pp (host_groups.rs STEAL_MARGIN_PP); near it either way is noise.
+    let past = (sa - sb) / 3.0;
+    let f = finding(&r, "host.cgroup-weight-unfair");
+    if past < 4.0 {
+        assert!(f.is_none(), "agA only {past:.1} pp past fair: {f:?}");
+        return;
+    }
+    if past < 6.0 {
+        return;
+    }
+    let f = f.unwrap_or_else(|| panic!("no host.cgroup-weight-unfair: {}", r["findings"]));
     let groups = f["evidence"]["groups"].as_array().unwrap();
     for (name, g, n) in [("agA", &ga, 2), ("agB", &gb, 1)] {
         let e = groups
@@ -71,43 +101,12 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
             .contains("stealscope place apply"),
         "{f}"
     );
-    assert!(f["title"].as_str().unwrap().contains("autogroups"), "{f}");
-    // The measured steal is in the evidence, next to the fair share.
-    let measured = f["evidence"]["measured"].as_array().unwrap();
-    let steal = |name: &str| {
-        measured.iter().find(|m| m["vm"] == name).unwrap()["steal_pct"]
-            .as_f64()
-            .unwrap()
-    };
-    eprintln!(
-        "autogroups: agA steal {}%, agB {}%",
-        steal("agA"),
-        steal("agB")
+    let title = f["title"].as_str().unwrap();
+    assert!(title.contains("autogroups"), "{f}");
+    assert!(
+        title.starts_with("VM agA gets less than its fair CPU"),
+        "{title}"
     );
-    // On a quiet 2-CPU machine the 2-vCPU VM waits more (50% vs 2% in the
-    // issue; where the group weights land per CPU decides how much, so only
-    // the direction with a margin is asserted); judged only when nothing
-    // else disturbed the run.
-    if let Some(r) = quiet_run("4s", &[], &[a, b], MAX_OTHER_CPUS, 0.0) {
-        let vs = |name: &str, pid: u64| {
-            r["vms"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|v| v["name"] == name && v["pid"].as_u64() == Some(pid))
-                .unwrap()["steal_pct"]
-                .as_f64()
-                .unwrap()
-        };
-        let (sa, sb) = (vs("agA", a), vs("agB", b));
-        eprintln!("quiet run: agA steal {sa:.1}%, agB {sb:.1}%");
-        if std::thread::available_parallelism().map_or(0, |n| n.get()) == 2 {
-            assert!(
-                sa > sb + 5.0,
-                "agA {sa} vs agB {sb}: per-VM groups are unfair here"
-            );
-        }
-    }
 }
 
 fn assert_valid_host(r: &Value) {
@@ -150,15 +149,39 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
     );
     let remedy = busy["remedy"].as_str().unwrap();
     assert!(!remedy.contains("Only moving VMs"), "{remedy}");
-    let nn = finding(&r, "host.noisy-neighbor")
-        .unwrap_or_else(|| panic!("no host.noisy-neighbor: {}", r["findings"]));
-    eprintln!("noisy-neighbor culprit: {}", nn["evidence"]["culprit"]);
-    assert_eq!(nn["evidence"]["culprit"]["name"], "whohog", "{nn}");
-    assert_eq!(nn["evidence"]["culprit"]["pid"], hog.pid(), "{nn}");
-    assert!(nn["remedy"]
-        .as_str()
+    // The loop is a noisy neighbour only when it ran over its fair share:
+    // three runnable threads on two CPUs get 0.67 CPU each; in a session
+    // autogroup of its own beside the VM's, the loop gets a whole CPU.
+    let ran = r["host_work"]["top"]
+        .as_array()
         .unwrap()
-        .contains(&format!("renice -n 10 -p {}", hog.pid())));
+        .iter()
+        .find(|w| w["pid"] == hog.pid())
+        .map_or(0.0, |w| w["run_cpus"].as_f64().unwrap());
+    let nn = finding(&r, "host.noisy-neighbor");
+    eprintln!(
+        "loop ran {ran:.2} CPU; noisy-neighbor: {:?}",
+        nn.map(|f| &f["title"])
+    );
+    if ran < 0.7 {
+        assert!(nn.is_none(), "the loop at its fair share: {nn:?}");
+    }
+    if ran > 0.9 {
+        let nn = nn.unwrap_or_else(|| panic!("no host.noisy-neighbor: {}", r["findings"]));
+        assert_eq!(nn["evidence"]["culprit"]["name"], "whohog", "{nn}");
+        assert_eq!(nn["evidence"]["culprit"]["pid"], hog.pid(), "{nn}");
+        assert!(nn["remedy"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("renice -n 10 -p {}", hog.pid())));
+    }
+    // The verdict's fix starts with the loop (host.steal.busy's or, when
+    // it fires, host.noisy-neighbor's).
+    let fix = r["verdict"]["fix"].as_str().unwrap_or_default();
+    assert!(
+        fix.starts_with(&format!("host process `whohog` (pid {}) takes ", hog.pid())),
+        "{fix}"
+    );
     // The loop's run time in the report against its own schedstat is the
     // whole-CPU share a shell loop takes: at least a third of a CPU here.
     let w = r["host_work"]["top"]

@@ -63,6 +63,9 @@ pub struct IntervalCapture {
     ask_live: bool,
     exit_thread: Option<std::thread::JoinHandle<stealscope_readers::kvm_exits::ExitSample>>,
     sched: Option<SchedHook>,
+    /// The start side's other processes, to find the largest host work
+    /// whose affinity t1 records (empty unless asking a live host).
+    procs0: Vec<stealscope_model::host::observation::HostProc>,
 }
 
 impl IntervalCapture {
@@ -100,6 +103,11 @@ impl IntervalCapture {
         if ask_live {
             live::add_side(&mut t0, &obs0.host.vms, host);
         }
+        let procs0 = if ask_live {
+            obs0.host.procs
+        } else {
+            Vec::new()
+        };
         Ok(IntervalCapture {
             root: root.to_path_buf(),
             t0,
@@ -110,6 +118,7 @@ impl IntervalCapture {
             ask_live,
             exit_thread,
             sched,
+            procs0,
         })
     }
 
@@ -142,6 +151,8 @@ impl IntervalCapture {
         }
         if self.ask_live {
             live::add_side(&mut t1, &obs1.host.vms, &self.host);
+            let wall_s = self.start.elapsed().as_secs_f64();
+            live::add_affinity(&mut t1, &self.root, &self.procs0, &obs1.host, wall_s);
         }
         if let Some(s) = self.exit_thread {
             // A panicked sampler thread is reported like any other failure.

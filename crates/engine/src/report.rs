@@ -23,8 +23,26 @@ pub fn doctor_report(snap: &Snapshot, model: &MachineModel) -> DoctorReport {
 
 /// Builds the model of a snapshot and its report.
 pub fn of(snap: &Snapshot) -> Result<DoctorReport, ReadError> {
+    after(snap, None)
+}
+
+/// [`of`] for a rule run that follows another on the same host: the
+/// findings of the run before hold findings between their clearing and
+/// firing thresholds (stealscope_analysis::hysteresis).
+pub fn after(
+    snap: &Snapshot,
+    previous: Option<&[stealscope_analysis::Finding]>,
+) -> Result<DoctorReport, ReadError> {
     let model = MachineModel::build(snap)?;
-    Ok(doctor_report(snap, &model))
+    Ok(stealscope_analysis::build_after(
+        ReportInput {
+            model: &model,
+            interval_s: snap.meta.interval_s,
+            hostname: snap.meta.hostname.clone(),
+            kernel: snap.meta.kernel.clone(),
+        },
+        previous,
+    ))
 }
 
 /// Captures one interval under `opts.root` (which must hold proc/).

@@ -35,6 +35,8 @@ pub(crate) fn run(
         exit_sample: Duration::ZERO,
         ..Default::default()
     };
+    // The findings of the run before, for the rules' hysteresis.
+    let mut previous: Option<Vec<stealscope_analysis::Finding>> = None;
     loop {
         let rate_hz = rate.hz();
         // The sampler reads the counters with every sample: no second set.
@@ -54,7 +56,9 @@ pub(crate) fn run(
         if stop.wait_until(interval.started() + every) {
             return;
         }
-        out.report(finish(interval, series, cap));
+        let r = finish(interval, series, cap, previous.as_deref());
+        previous = r.as_ref().ok().map(|r| r.findings.clone());
+        out.report(r);
     }
 }
 
@@ -62,9 +66,10 @@ fn finish(
     interval: IntervalCapture,
     series: &Series,
     cap: usize,
+    previous: Option<&[stealscope_analysis::Finding]>,
 ) -> Result<DoctorReport, ReadError> {
     let (samples, counters) = series.take(cap);
     let counters = series.counter_capture(counters);
     let snap = interval.finish(samples, counters)?;
-    crate::report::of(&snap)
+    crate::report::after(&snap, previous)
 }

@@ -52,7 +52,7 @@ impl RenderConfig {
     /// not finite, padded on the left to the width.
     pub fn render(&self, v: Option<f64>) -> String {
         let s = match v {
-            Some(v) if v.is_finite() => format!("{v:.*}{}", self.decimals, self.suffix),
+            Some(v) if v.is_finite() => format!("{}{}", fixed(v, self.decimals), self.suffix),
             _ => NA.to_string(),
         };
         match self.width {
@@ -68,6 +68,21 @@ impl RenderConfig {
             None => v,
         };
         round_opt(v, self.json_decimals)
+    }
+}
+
+/// `v` with `decimals` decimals as people read it: never "-0.00" (a
+/// figure that rounds to zero is zero, whatever its sign), not finite as
+/// [`NA`]. Every figure a text, HTML or TUI view prints goes through here
+/// or [`RenderConfig::render`].
+pub fn fixed(v: f64, decimals: usize) -> String {
+    if !v.is_finite() {
+        return NA.to_string();
+    }
+    let s = format!("{v:.decimals$}");
+    match s.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => s,
     }
 }
 
@@ -100,7 +115,7 @@ pub fn num_text(v: Option<f64>) -> String {
 
 /// A value with up to `digits` decimals, trailing zeros dropped.
 pub fn trimmed(v: f64, digits: usize) -> String {
-    let s = format!("{v:.digits$}");
+    let s = fixed(v, digits);
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
@@ -136,6 +151,17 @@ mod tests {
         assert_eq!(num_text(None), "n/a");
         assert_eq!(trimmed(1.50, 2), "1.5");
         assert_eq!(value(&Evidence::from(vec![1u8; 7])), "[7 items]");
+    }
+
+    #[test]
+    fn no_negative_zero() {
+        assert_eq!(fixed(-0.0, 2), "0.00");
+        assert_eq!(fixed(-0.004, 2), "0.00");
+        assert_eq!(fixed(-0.004, 0), "0");
+        assert_eq!(fixed(-0.006, 2), "-0.01");
+        assert_eq!(fixed(f64::NAN, 1), NA);
+        assert_eq!(PERCENT.render(Some(-0.04)), "0.0");
+        assert_eq!(PERCENT.width(6).render(Some(-0.0)), "   0.0");
     }
 
     #[test]

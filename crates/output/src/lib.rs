@@ -5,6 +5,7 @@ pub mod bins;
 pub mod html;
 pub mod json;
 pub mod metrics;
+pub mod metrics_noisy;
 pub mod place;
 pub mod probe;
 pub mod sim;

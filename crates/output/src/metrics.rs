@@ -29,6 +29,8 @@ pub struct MetricsState {
     pub vcpus: Vec<VcpuTimes>,
     /// Findings of the last rule run: (id, severity), without repeats.
     pub findings: Vec<(String, Severity)>,
+    /// Its host.noisy-neighbor findings (crate::metrics_noisy).
+    pub noisy: Vec<crate::metrics_noisy::NoisyNeighbor>,
     /// Hardware counter totals per CPU (empty when none opened).
     pub hw: RunningHw,
     /// Counters that could not be opened, and why.
@@ -55,7 +57,7 @@ pub type SharedState = Arc<Mutex<MetricsState>>;
 
 /// Metric family names as they appear on the wire (with the suffixes the
 /// classic format adds), for tests of the shipped rules and dashboard.
-pub const FAMILIES: [(&str, &str); 14] = [
+pub const FAMILIES: [(&str, &str); 15] = [
     ("stealscope_cpu_seconds_total", "counter"),
     ("stealscope_stat_anomalies_total", "counter"),
     ("stealscope_steal_window_ratio", "histogram"),
@@ -70,6 +72,7 @@ pub const FAMILIES: [(&str, &str); 14] = [
     ("stealscope_sched_route_info", "gauge"),
     ("stealscope_sched_events_total", "counter"),
     ("stealscope_sched_events_lost_total", "counter"),
+    ("stealscope_noisy_neighbor", "gauge"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -273,6 +276,22 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
     )?;
     family(
         enc,
+        "stealscope_noisy_neighbor",
+        "Share of other VMs' vCPU wait a noisy neighbour caused, while the rules' host.noisy-neighbor holds for it (it ran over its fair share and harmed these victims).",
+        s.noisy.iter().map(|n| {
+            (
+                vec![
+                    ("culprit_kind", n.kind.clone()),
+                    ("culprit", n.name.clone()),
+                    ("victims", n.victims.clone()),
+                    ("severity", n.severity.as_str().to_string()),
+                ],
+                ConstGauge::new(n.share),
+            )
+        }),
+    )?;
+    family(
+        enc,
         "stealscope_build_info",
         "The running stealscope version.",
         [(
@@ -432,6 +451,13 @@ mod tests {
             run_s: 9.0,
         });
         s.findings.push(("steal.bursty".into(), Severity::Warning));
+        s.noisy.push(crate::metrics_noisy::NoisyNeighbor {
+            kind: "host-process".into(),
+            name: "burn".into(),
+            victims: "web \"1\",db".into(),
+            severity: Severity::Warning,
+            share: 0.4,
+        });
         s.wait_by
             .add("web \"1\"", ("host-process", "burn".into()), 1_500_000_000);
         s.wait_by
@@ -520,6 +546,10 @@ mod tests {
             "stealscope_vcpu_wait_episode_seconds_bucket{le=\"0.005\",vm=\"web \\\"1\\\"\"} 1\n"
         ));
         assert!(text.contains("stealscope_sched_route_info{route=\"tracefs\",reason=\"\"} 1\n"));
+        assert!(
+            text.contains("stealscope_noisy_neighbor{culprit_kind=\"host-process\",culprit=\"burn\",victims=\"web \\\"1\\\",db\",severity=\"warning\"} 0.4\n"),
+            "{text}"
+        );
         assert!(
             text.contains("stealscope_sched_events_lost_total 2\n"),
             "{text}"

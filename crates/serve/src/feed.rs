@@ -138,6 +138,7 @@ impl Findings for FindingsFeed {
     fn report(&self, r: Result<DoctorReport, ReadError>) {
         match r {
             Ok(report) => {
+                let noisy = stealscope_output::metrics_noisy::of(&report.findings);
                 let mut f: Vec<(String, Severity)> = report
                     .findings
                     .into_iter()
@@ -145,7 +146,10 @@ impl Findings for FindingsFeed {
                     .collect();
                 f.sort();
                 f.dedup();
-                self.0.update(|s| s.findings = f);
+                self.0.update(|s| {
+                    s.findings = f;
+                    s.noisy = noisy;
+                });
             }
             Err(e) => log(&format!("rules: {e}")),
         }

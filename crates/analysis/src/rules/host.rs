@@ -8,6 +8,10 @@ use stealscope_model::MachineModel;
 /// same level as the guest-side threshold, since it is the same quantity.
 pub const HOST_STEAL_WARN_PCT: f64 = 2.0;
 pub const HOST_STEAL_CRITICAL_PCT: f64 = 10.0;
+/// Clearing threshold of [`HOST_STEAL_WARN_PCT`] where rules run
+/// repeatedly ([`crate::hysteresis`]): a host steady at 2 % moves by a few
+/// tenths between 5 s intervals, so a finding that fired holds to 1.5 %.
+pub const HOST_STEAL_CLEAR_PCT: f64 = 1.5;
 /// "Lightly loaded" VM: its vCPUs ran less than this share of the time.
 pub const IDLE_VM_UTIL_PCT: f64 = 30.0;
 /// ...next to a VM whose vCPUs ran at least this much.

@@ -6,8 +6,10 @@ use crate::finding::Finding;
 use stealscope_model::MachineModel;
 
 pub mod clock;
+pub mod fair_share;
 pub mod host;
 pub mod host_groups;
+pub mod host_noisy;
 pub mod host_steal;
 pub mod host_who;
 pub mod idle;
@@ -36,7 +38,7 @@ pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["tuning.cpufreq-governor"], tuning::cpufreq_governor),
     (&["tuning.dirty-writeback"], tuning::dirty_writeback),
     (&["host.steal.busy", "host.steal.idle"], host_steal::steal),
-    (&["host.noisy-neighbor"], host_steal::noisy_neighbor),
+    (&["host.noisy-neighbor"], host_noisy::noisy_neighbor),
     (&["host.idle-vm-penalty"], host::idle_vm_penalty),
     (&["host.numa-balancing"], host::numa_balancing),
     (&["host.vm-spans-nodes"], host::vm_spans_nodes),

@@ -223,33 +223,24 @@ fn host_loop_is_named_and_counters_add_up_in_prometheus() {
         (share - ours).abs() <= 0.1,
         "rule {share} vs counters {ours}"
     );
-    let alert = wait_for("the rule's verdict", Duration::from_secs(15), || {
-        let a = query(
+    // The alert is host.noisy-neighbor's own verdict, as serve's rule runs
+    // export it (stealscope_noisy_neighbor): the loop pinned beside the
+    // vCPU takes no more than its fair share of the host's two CPUs (the
+    // other one idles), so no series and no alert; had it one, the series
+    // would carry the VM as a victim.
+    let noisy = query(prom, "stealscope_noisy_neighbor{culprit=\"whoburn\"}");
+    for n in &noisy {
+        let victims = n["metric"]["victims"].as_str().unwrap();
+        assert!(victims.split(',').any(|v| v == "swV"), "{n}");
+    }
+    if noisy.is_empty() {
+        let alert = query(
             prom,
             "ALERTS{alertname=\"StealscopeNoisyNeighbor\",culprit=\"whoburn\"}",
         );
-        (!a.is_empty() || share < 0.25 || mean < 0.02).then_some(a)
-    });
-    let severity = |s: f64, m: f64| match (s, m) {
-        (s, m) if s >= 0.5 && m >= 0.1 => Some("critical"),
-        (s, m) if s >= 0.25 && m >= 0.02 => Some("warning"),
-        _ => None,
-    };
-    let got: Vec<&str> = alert
-        .iter()
-        .map(|a| a["metric"]["severity"].as_str().unwrap())
-        .collect();
-    // The rule ran up to a second before these queries: a figure within
-    // 10 % of a threshold may be on its other side there.
-    let either: Vec<_> = [0.9, 1.1]
-        .iter()
-        .flat_map(|f| [severity(share * f, mean), severity(share, mean * f)])
-        .map(|x| x.into_iter().collect::<Vec<_>>())
-        .collect();
-    assert!(
-        either.contains(&got),
-        "{alert:?} for share {share}, mean {mean}"
-    );
+        assert!(alert.is_empty(), "{alert:?} without the rule's series");
+    }
+    eprintln!("noisy-neighbour series: {noisy:?} (share {share:.3}, mean {mean:.3})");
     let route = query(prom, "stealscope_sched_route_info");
     // Auto tries BPF first; root here can load it.
     assert_eq!(route[0]["metric"]["route"], "bpf", "{route:?}");

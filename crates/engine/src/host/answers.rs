@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::stored::{
-    QmpAttempt, QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR,
+    QmpAttempt, QmpRecord, AFFINITY, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR,
 };
 use stealscope_model::host::VmKind;
 use stealscope_readers::kvm_exits::{self, ExitSample};
@@ -115,8 +115,42 @@ fn json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec_pretty(v).unwrap_or_default()
 }
 
+/// Stores in the end side where the largest non-VM processes may run
+/// (their Cpus_allowed_list), so that a fix can say "pinned to CPU 0":
+/// only for the few host_work lists, not for every process.
+pub fn add_affinity(
+    side: &mut MemFs,
+    root: &std::path::Path,
+    procs0: &[stealscope_model::host::observation::HostProc],
+    end: &stealscope_model::host::HostObservation,
+    wall_s: f64,
+) {
+    let start = stealscope_model::host::HostObservation {
+        procs: procs0.to_vec(),
+        ..Default::default()
+    };
+    let work = stealscope_model::host::host_work::host_work(&start, end, wall_s);
+    let mut out: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+    for pid in work.top.iter().filter_map(|w| w.pid) {
+        let path = format!("/proc/{pid}/status");
+        let Ok(text) = std::fs::read_to_string(root.join(&path[1..])) else {
+            continue; // it ended since
+        };
+        if let Ok(Some(c)) =
+            stealscope_readers::process::parse_status(&text, &path).map(|s| s.cpus_allowed)
+        {
+            out.insert(pid, c);
+        }
+    }
+    if !out.is_empty() {
+        side.insert(AFFINITY, json_bytes(&out));
+    }
+}
+
 /// Asks every VM's QMP and KVM stats fds and stores the answers in `side`.
 pub fn add_side(side: &mut MemFs, vms: &[VmObs], opts: &HostLiveOptions) {
+    // Its own threads are its cost, not a culprit: the model leaves them out.
+    side.insert(OWN_PID, json_bytes(&std::process::id()));
     let unknown: Vec<String> = opts
         .qmp
         .iter()

@@ -89,6 +89,70 @@ pub struct CulpritShare {
     pub share: f64,
     /// VMs whose vCPUs waited for it, most wait first.
     pub victims: Vec<String>,
+    /// A host process's threads that held the CPUs (it is named by its
+    /// process, threads folded in), most first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ThreadShare>,
+}
+
+/// One thread of a host-process culprit: its own comm and the vCPU wait
+/// charged to it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThreadShare {
+    pub comm: String,
+    pub seconds: f64,
+}
+
+/// Kind of the wait charged to stealscope's own threads: left out of the
+/// culprits and shown once, as the tool's own cost.
+pub const OWN: &str = "self";
+/// ...named so.
+pub const OWN_NAME: &str = "stealscope";
+
+/// What names a host-process culprit: its process's comm (threads such as
+/// rustc's "coordinator" fold into it), and which process is stealscope
+/// itself.
+#[derive(Debug, Clone, Default)]
+pub struct ProcNames {
+    /// Process comm by tgid.
+    pub comms: BTreeMap<u32, String>,
+    /// stealscope's own pid, when known.
+    pub own: Option<u32>,
+}
+
+impl ProcNames {
+    /// From the processes a host side read, and its own pid.
+    pub fn of(obs: &[&HostObservation]) -> ProcNames {
+        let mut n = ProcNames::default();
+        for o in obs {
+            n.own = n.own.or(o.own_pid);
+            for p in &o.procs {
+                n.comms.entry(p.pid).or_insert_with(|| p.comm.clone());
+            }
+        }
+        n
+    }
+
+    /// For a live view: stealscope is this process; a process is named by
+    /// its main thread's comm when the reading saw it, else by the thread.
+    pub fn live(sample: &SchedSample) -> ProcNames {
+        let mut n = ProcNames {
+            own: Some(std::process::id()),
+            ..ProcNames::default()
+        };
+        for c in sample.threads.values().flat_map(|w| w.by_thread.keys()) {
+            if c.tid == c.tgid {
+                n.comms.insert(c.tgid, c.comm.clone());
+            }
+        }
+        n
+    }
+
+    fn comm<'a>(&'a self, c: &'a Culprit) -> &'a str {
+        self.comms
+            .get(&c.tgid)
+            .map_or(c.comm.as_str(), String::as_str)
+    }
 }
 
 /// Per-vCPU attribution (by tid) and the host's culprits.
@@ -96,7 +160,10 @@ pub struct CulpritShare {
 pub struct Attribution {
     pub status: AttributionStatus,
     pub by_tid: BTreeMap<u32, (Vec<WaitBy>, WaitEpisodes)>,
+    /// Every culprit but stealscope itself, most first.
     pub culprits: Vec<CulpritShare>,
+    /// vCPU wait charged to stealscope's own threads, seconds.
+    pub own_wait_s: f64,
 }
 
 /// Class of a kernel thread by its comm: the name without its CPU, unit or
@@ -124,25 +191,34 @@ pub type Key = (&'static str, String, Option<String>, Option<u32>);
 /// thread is one of its vCPUs.
 pub(crate) type VmOf<'a> = Option<(&'a str, u32, bool)>;
 
-/// Names a culprit: a thread of a VM (`vcpu` or `vmm`), else a kernel
-/// thread class, else a host process.
-pub(crate) fn classify_with(c: &Culprit, vm: VmOf) -> Key {
+/// Names a culprit: a thread of a VM (`vcpu` or `vmm`), else stealscope
+/// itself ([`OWN`]), else a kernel thread class, else a host process by
+/// its process's comm.
+pub(crate) fn classify_with(c: &Culprit, vm: VmOf, names: &ProcNames) -> Key {
     if let Some((name, pid, vcpu)) = vm {
         let kind = if vcpu { "vcpu" } else { "vmm" };
         return (kind, name.to_string(), Some(name.to_string()), Some(pid));
     }
+    if names.own == Some(c.tgid) {
+        return (OWN, OWN_NAME.to_string(), None, Some(c.tgid));
+    }
     if c.kthread {
         return ("host-kthread", kthread_class(&c.comm), None, None);
     }
-    ("host-process", c.comm.clone(), None, Some(c.tgid))
+    (
+        "host-process",
+        names.comm(c).to_string(),
+        None,
+        Some(c.tgid),
+    )
 }
 
-fn classify(c: &Culprit, vms: &[&VmObs]) -> Key {
+fn classify(c: &Culprit, vms: &[&VmObs], names: &ProcNames) -> Key {
     let vm = vms.iter().find(|v| v.pid == c.tgid).map(|vm| {
         let vcpu = vm.vcpus.iter().any(|(_, t)| t.tid == c.tid);
         (vm.name.as_str(), vm.pid, vcpu)
     });
-    classify_with(c, vm)
+    classify_with(c, vm, names)
 }
 
 /// One vCPU's wait over an interval (`w`, already a difference of two
@@ -230,6 +306,96 @@ fn sample(s: Option<&StoredSched>, side: &str) -> Result<SchedSample, String> {
     }
 }
 
+fn status(s0: &SchedSample, s1: &SchedSample) -> AttributionStatus {
+    let lost = s1.stats.lost_events.saturating_sub(s0.stats.lost_events);
+    AttributionStatus {
+        route: s1.route.as_str(),
+        reason: if lost > 0 {
+            format!("{lost} scheduler events lost: some wait is charged as unknown")
+        } else {
+            "all vCPU threads watched".into()
+        },
+        events: Some(s1.stats.events.saturating_sub(s0.stats.events)),
+        lost_events: Some(lost),
+        missed_switches: Some(
+            s1.stats
+                .missed_switches
+                .saturating_sub(s0.stats.missed_switches),
+        ),
+    }
+}
+
+/// Host-wide sums while walking the vCPUs: per culprit its ns, ns by
+/// victim VM, and (host processes) ns by thread comm.
+#[derive(Default)]
+struct HostSums {
+    by: BTreeMap<Key, (u64, BTreeMap<String, u64>)>,
+    threads: BTreeMap<Key, BTreeMap<String, u64>>,
+}
+
+impl HostSums {
+    fn add(&mut self, vm: &str, by: &BTreeMap<Key, u64>) {
+        for (k, &ns) in by {
+            let e = self.by.entry(k.clone()).or_default();
+            e.0 += ns;
+            *e.1.entry(vm.to_string()).or_default() += ns;
+        }
+    }
+
+    fn add_threads(&mut self, w: &ThreadWaits, name: impl Fn(&Culprit) -> Key) {
+        for (c, &ns) in &w.by_thread {
+            let k = name(c);
+            if k.0 == "host-process" {
+                *self
+                    .threads
+                    .entry(k)
+                    .or_default()
+                    .entry(c.comm.clone())
+                    .or_default() += ns;
+            }
+        }
+    }
+
+    /// Culprits but stealscope itself, most first, and the wait charged
+    /// to stealscope.
+    fn culprits(self) -> (Vec<CulpritShare>, f64) {
+        let all = self.by.values().map(|v| v.0).sum::<u64>().max(1) as f64;
+        let mut threads = self.threads;
+        let mut own = 0;
+        let mut out = Vec::new();
+        for (k, (ns, victims)) in self.by {
+            if k.0 == OWN {
+                own += ns;
+                continue;
+            }
+            let mut v: Vec<(String, u64)> = victims.into_iter().collect();
+            v.sort_by_key(|x| std::cmp::Reverse(x.1));
+            let mut t: Vec<ThreadShare> = threads
+                .remove(&k)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(comm, ns)| ThreadShare {
+                    comm,
+                    seconds: ns as f64 / 1e9,
+                })
+                .collect();
+            t.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+            out.push(CulpritShare {
+                kind: k.0,
+                name: k.1,
+                vm: k.2,
+                pid: k.3,
+                seconds: ns as f64 / 1e9,
+                share: ns as f64 / all,
+                victims: v.into_iter().map(|x| x.0).collect(),
+                threads: t,
+            });
+        }
+        out.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        (out, own as f64 / 1e9)
+    }
+}
+
 /// Splits every vCPU's wait between t0 and t1 by culprit.
 pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     let mut out = Attribution::default();
@@ -246,25 +412,12 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
             return out;
         }
     };
-    let lost = s1.stats.lost_events.saturating_sub(s0.stats.lost_events);
-    out.status = AttributionStatus {
-        route: s1.route.as_str(),
-        reason: if lost > 0 {
-            format!("{lost} scheduler events lost: some wait is charged as unknown")
-        } else {
-            "all vCPU threads watched".into()
-        },
-        events: Some(s1.stats.events.saturating_sub(s0.stats.events)),
-        lost_events: Some(lost),
-        missed_switches: Some(
-            s1.stats
-                .missed_switches
-                .saturating_sub(s0.stats.missed_switches),
-        ),
-    };
+    out.status = status(&s0, &s1);
     // Culprits that exited during the interval are named from t0.
     let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();
-    let mut host: BTreeMap<Key, (u64, BTreeMap<String, u64>)> = BTreeMap::new();
+    let names = ProcNames::of(&[t1, t0]);
+    let name = |c: &Culprit| classify(c, &vms, &names);
+    let mut host = HostSums::default();
     let mut disagree: Vec<String> = Vec::new();
     for vm in &t1.vms {
         for (_, t) in &vm.vcpus {
@@ -275,7 +428,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
                 Some(w0) => w1.since(w0),
                 None => w1.clone(),
             };
-            let by = charges(&w, |c| classify(c, &vms));
+            let by = charges(&w, name);
             // A check, never a rewrite: schedstat's wait over the same
             // interval is an independent account of the sum.
             if let Some(wait) = schedstat_wait(t0, t1, t.tid) {
@@ -290,13 +443,9 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
                     ));
                 }
             }
-            let rows = wait_by_rows(&by);
-            for (k, ns) in by {
-                let e = host.entry(k).or_default();
-                e.0 += ns;
-                *e.1.entry(vm.name.clone()).or_default() += ns;
-            }
-            out.by_tid.insert(t.tid, (rows, episodes(&w)));
+            host.add(&vm.name, &by);
+            host.add_threads(&w, name);
+            out.by_tid.insert(t.tid, (wait_by_rows(&by), episodes(&w)));
         }
     }
     if !disagree.is_empty() {
@@ -308,24 +457,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
             disagree.join(", ")
         );
     }
-    let all = host.values().map(|v| v.0).sum::<u64>().max(1) as f64;
-    out.culprits = host
-        .into_iter()
-        .map(|(k, (ns, victims))| {
-            let mut v: Vec<(String, u64)> = victims.into_iter().collect();
-            v.sort_by_key(|x| std::cmp::Reverse(x.1));
-            CulpritShare {
-                kind: k.0,
-                name: k.1,
-                vm: k.2,
-                pid: k.3,
-                seconds: ns as f64 / 1e9,
-                share: ns as f64 / all,
-                victims: v.into_iter().map(|x| x.0).collect(),
-            }
-        })
-        .collect();
-    out.culprits.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    (out.culprits, out.own_wait_s) = host.culprits();
     out
 }
 

@@ -311,6 +311,9 @@ pub fn host_model(
             a.status.reason
         ));
     }
+    if let Some(own) = m.host_work.own.as_mut() {
+        own.vcpu_wait_s = a.status.available().then_some(a.own_wait_s);
+    }
     m.attribution = a.status;
     m.culprits = a.culprits;
     m

@@ -25,16 +25,35 @@ pub struct WorkItem {
     pub run_cpus: f64,
     /// Run-queue wait over the interval, in CPUs.
     pub wait_cpus: f64,
+    /// The CPUs it may run on, when the capture read them (processes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus_allowed: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct HostWork {
-    /// Run time of every thread that is not a VM's, in CPUs.
+    /// Run time of every thread that is not a VM's (nor stealscope's), in
+    /// CPUs.
     pub run_cpus: f64,
     /// Their run-queue wait, in CPUs (run + wait = runnable).
     pub wait_cpus: f64,
     /// The largest, run time first.
     pub top: Vec<WorkItem>,
+    /// stealscope's own threads, counted here once and nowhere else.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own: Option<OwnCost>,
+}
+
+/// What the capturing stealscope cost the host over the interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OwnCost {
+    pub pid: u32,
+    /// Its run time, in CPUs.
+    pub run_cpus: f64,
+    /// vCPU wait the collector charged to its threads, seconds (None
+    /// without attribution).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vcpu_wait_s: Option<f64>,
 }
 
 impl HostWork {
@@ -52,6 +71,8 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
         return w;
     }
     let mut items: BTreeMap<(&'static str, String, Option<u32>), (u64, u64)> = BTreeMap::new();
+    let own = t1.own_pid.or(t0.own_pid);
+    let mut own_run = 0u64;
     for p in &t1.procs {
         // By pid only: an exec keeps the pid and the threads' counters. A
         // process or thread started during the interval counts from zero;
@@ -65,6 +86,10 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
             run += s1.run_ns.saturating_sub(s0.run_ns);
             wait += s1.wait_ns.saturating_sub(s0.wait_ns);
         }
+        if Some(p.pid) == own {
+            own_run += run;
+            continue;
+        }
         let key = if p.kthread == Some(true) {
             ("host-kthread", kthread_class(&p.comm), None)
         } else {
@@ -75,6 +100,11 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
         e.1 += wait;
     }
     let cpus = |ns: u64| ns as f64 / 1e9 / wall_s;
+    w.own = own.map(|pid| OwnCost {
+        pid,
+        run_cpus: cpus(own_run),
+        vcpu_wait_s: None,
+    });
     w.run_cpus = cpus(items.values().map(|v| v.0).sum());
     w.wait_cpus = cpus(items.values().map(|v| v.1).sum());
     let mut top: Vec<WorkItem> = items
@@ -85,6 +115,7 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
             pid,
             run_cpus: cpus(run),
             wait_cpus: cpus(wait),
+            cpus_allowed: pid.and_then(|p| t1.affinity.get(&p).cloned()),
         })
         .filter(|i| i.run_cpus >= LIST_MIN_CPUS)
         .collect();

@@ -5,7 +5,7 @@
 //! the scheduler-event collector taken with the scans
 //! ([`vcpu_wait_by`]). Pure: the caller reads the system.
 
-use super::attribution::{charges, classify_with, wait_by_rows, Key, WaitBy};
+use super::attribution::{charges, classify_with, wait_by_rows, Key, ProcNames, WaitBy};
 use super::discovery::ThreadRole;
 use super::vcpu_times::{vm_labels, ScannedVmId, ThreadSample};
 use std::collections::{BTreeMap, VecDeque};
@@ -70,13 +70,14 @@ pub fn vcpu_wait_by<V: ScannedVmId>(
             (v.name(), v.pid(), vcpu)
         })
     };
+    let names = ProcNames::live(now);
     let mut out = BTreeMap::new();
     for (tid, w1) in &now.threads {
         let Some(w0) = before.threads.get(tid) else {
             continue;
         };
         let w = w1.since(w0);
-        let by = charges(&w, |c| classify_with(c, vm_of(c.tgid, c.tid)));
+        let by = charges(&w, |c| classify_with(c, vm_of(c.tgid, c.tid), &names));
         out.insert(*tid, by);
     }
     out

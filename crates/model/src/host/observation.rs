@@ -9,7 +9,7 @@ use super::discovery::{
 };
 use super::kvm::KvmCounters;
 use super::sched_store::{StoredSched, SCHED_FILE};
-use super::stored::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
+use super::stored::{QmpRecord, AFFINITY, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR};
 use crate::side::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -122,6 +122,13 @@ pub struct HostObservation {
     /// The scheduler-event collector's reading stored in this side.
     #[serde(skip)]
     pub sched: Option<StoredSched>,
+    /// The pid of the stealscope that captured this side, when it said.
+    #[serde(skip)]
+    pub own_pid: Option<u32>,
+    /// Where the largest non-VM processes may run, by pid (t1 of a live
+    /// capture; empty elsewhere).
+    #[serde(skip)]
+    pub affinity: BTreeMap<u32, Vec<u32>>,
     pub notes: Vec<String>,
 }
 
@@ -414,12 +421,22 @@ pub fn collect_host_with(
         None
     });
     h.sched = read_json(src, SCHED_FILE, &mut h.notes);
+    h.own_pid = read_json(src, OWN_PID, &mut h.notes).or_else(|| own_pid_live(src));
+    h.affinity = read_json(src, AFFINITY, &mut h.notes).unwrap_or_default();
     h.exit_sample = read_json(src, EXIT_SAMPLE, &mut h.notes);
     let capture_notes: Option<Vec<String>> = read_json(src, NOTES, &mut h.notes);
     h.notes.extend(capture_notes.unwrap_or_default());
     h.nodes = numa::nodes(src)?;
     h.numa_balancing = numa::numa_balancing(src)?;
     Ok(h)
+}
+
+/// On a live root (`place`, which reads /proc directly) the reader is
+/// stealscope itself: /proc/self/stat's first field. A snapshot side
+/// without the capture's own-pid file has no /proc/self: None.
+fn own_pid_live(src: &dyn Source) -> Option<u32> {
+    let stat = src.read_text("/proc/self/stat").ok()??;
+    stat.split_whitespace().next()?.parse().ok()
 }
 
 /// A JSON file the live capture wrote (absent on a live root: Ok(None)).

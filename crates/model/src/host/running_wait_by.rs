@@ -12,7 +12,7 @@
 //! culprit that comes back resumes at its all-time total. So a VM has at
 //! most `TOP_CULPRITS + 1` series, and each only ever grows.
 
-use super::attribution::Key;
+use super::attribution::{Key, OWN};
 use super::live_rows::vcpu_wait_by;
 use super::vcpu_times::vm_labels;
 use super::vcpu_times::{ScannedVmId, ThreadSample};
@@ -167,7 +167,8 @@ impl RunningWaitBy {
         let labels = vm_labels(vms);
         self.vms.retain(|l, _| labels.values().any(|x| x == l));
         for (vm, tid, by) in labelled_wait_by(before, now, vms, threads, &labels) {
-            for (key, ns) in by {
+            // stealscope's own threads are its cost, not a culprit series.
+            for (key, ns) in by.into_iter().filter(|(k, _)| k.0 != OWN) {
                 let (kind, name, _, _): Key = key;
                 self.add(vm, (kind, name), ns);
             }
@@ -205,7 +206,10 @@ pub fn scan_culprits<V: ScannedVmId>(
                 .map(|((k, n), ns)| (k.to_string(), n, ns))
                 .collect();
             rows.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
-            let rest: u64 = rows.iter().skip(top).map(|r| r.2).sum();
+            // stealscope's own threads count in `other`, never as a culprit.
+            let own: u64 = rows.iter().filter(|r| r.0 == OWN).map(|r| r.2).sum();
+            rows.retain(|r| r.0 != OWN);
+            let rest: u64 = own + rows.iter().skip(top).map(|r| r.2).sum::<u64>();
             rows.truncate(top);
             if rest > 0 {
                 rows.push(("other".into(), "other".into(), rest));

@@ -14,6 +14,12 @@ pub const QMP_DIR: &str = "/stealscope/qmp";
 pub const KVM_STATS_DIR: &str = "/stealscope/kvm-stats";
 /// t1 only: an [`ExitSample`].
 pub const EXIT_SAMPLE: &str = "/stealscope/kvm-exit-sample.json";
+/// The capturing stealscope's own pid (a JSON number): its threads are
+/// left out of culprits and host work, and shown once as its own cost.
+pub const OWN_PID: &str = "/stealscope/own-pid.json";
+/// t1 only: the CPUs each of the largest non-VM processes may run on
+/// (pid -> Cpus_allowed_list), so that a fix can say a loop is pinned.
+pub const AFFINITY: &str = "/stealscope/affinity.json";
 /// Notes of the live capture itself (a --qmp name that matches no VM).
 pub const NOTES: &str = "/stealscope/notes.json";
 

@@ -136,7 +136,7 @@ pub fn render(input: &HtmlInput) -> String {
     all_notes.extend(input.timeline.notes.iter().cloned());
     let brief = stealscope_analysis::notes::brief(&all_notes, Some(&r.hardware));
     let host_first = r.roles.iter().any(|x| x == "host");
-    let plots: [(&str, &str, Markup); 9] = [
+    let mut plots: Vec<(&str, &str, Markup)> = vec![
         (steal::ID, "steal", steal::render(&series)),
         (stacked::ID, "busy/idle/steal", stacked::render(&series)),
         (bursts::ID, "bursts", bursts::render(&series)),
@@ -155,6 +155,21 @@ pub fn render(input: &HtmlInput) -> String {
         ),
         (probes::ID, "probes", probes::render(&input.timeline.probes)),
     ];
+    // On a host, who stole the vCPUs' time is the answer: it comes right
+    // after the VM table, before the findings and the guest-steal plots
+    // (it was ~4,800 px down after them).
+    let lead: Vec<(&str, &str, Markup)> = if host_first {
+        let first = [who::ID, who_time::ID, vcpu::ID];
+        plots.sort_by_key(|p| {
+            first
+                .iter()
+                .position(|id| *id == p.0)
+                .unwrap_or(first.len())
+        });
+        plots.drain(..first.len()).collect()
+    } else {
+        Vec::new()
+    };
     let page: Markup = html! {
         (DOCTYPE)
         html lang="en" {
@@ -165,12 +180,13 @@ pub fn render(input: &HtmlInput) -> String {
                     nav {
                         @if r.host.is_some() { a href="#host" { "VMs" } }
                         a href="#findings" { "findings" }
-                        @for (id, name, _) in &plots { a href=(format!("#{id}")) { (name) } }
+                        @for (id, name, _) in lead.iter().chain(&plots) { a href=(format!("#{id}")) { (name) } }
                         a href="#notes" { "notes" }
                     }
                 }
                 (host::verdict(&r.verdict))
                 @if host_first { @if let Some(h) = &r.host { (host::section(h)) } }
+                @for (_, _, plot) in &lead { (plot) }
                 (findings::meta(r, input.meta, input.source))
                 @if !host_first { @if let Some(h) = &r.host { (host::section(h)) } }
                 (findings::findings(&r.findings))

@@ -66,7 +66,7 @@ pub fn render(s: &Series) -> Markup {
                 @let vals: Vec<f64> = rows.iter().map(|(_, v)| v[i].unwrap_or(0.0)).collect();
                 @let t0 = bins.start_of(i);
                 @let tip = format!("+{}–{}: {}", fmt_secs(t0), fmt_secs(t0 + bins.width),
-                    PARTS.iter().zip(&vals).map(|((n, _), v)| format!("{n} {v:.1} %")).collect::<Vec<_>>().join(", "));
+                    PARTS.iter().zip(&vals).map(|((n, _), v)| format!("{n} {} %", stealscope_findings::units::fixed(*v, 1))).collect::<Vec<_>>().join(", "));
                 @for (k, (name, color)) in PARTS.iter().enumerate() {
                     @let below: f64 = vals[..k].iter().sum();
                     @let v = vals[k];

@@ -20,7 +20,7 @@ pub fn plot_w() -> f64 {
 
 /// One decimal is enough for coordinates and keeps the page small.
 pub fn n1(v: f64) -> String {
-    format!("{v:.1}")
+    stealscope_findings::units::fixed(v, 1)
 }
 
 // Kept with the time bins (which caption with them): `bins` may not use

@@ -547,3 +547,58 @@ fn a_series_read_later_still_has_a_zero_tick() {
     let axis = section(&html, irq::ID).split("x-axis").nth(1).unwrap();
     assert!(axis.contains(">+0 s<"), "{axis}");
 }
+
+/// On a host, "who stole it" comes before the guest-steal plots (it was
+/// ~4,800 px down after them); on a guest the steal plots lead.
+#[test]
+fn who_stole_it_comes_first_on_a_host() {
+    let at = |html: &str, id: &str| html.find(&format!("id=\"{id}\"")).unwrap();
+    let host = page(&load("host-noisy-neighbor"), &Timeline::default());
+    assert!(
+        at(&host, who::ID) < at(&host, steal::ID),
+        "who-stole after the steal heatmap on a host"
+    );
+    assert!(at(&host, who::ID) < at(&host, "findings"));
+    let guest = page(&load("6.x-bursty-steal"), &Timeline::default());
+    assert!(at(&guest, steal::ID) < at(&guest, who::ID));
+}
+
+/// A figure that rounds to zero prints as zero: no "-0", "-0.0", "-0.00"
+/// on any fixture's page or in its text report.
+#[test]
+fn no_fixture_prints_a_negative_zero() {
+    fn negative_zero(s: &str) -> Option<&str> {
+        let word = |i: usize| {
+            s[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
+        s.match_indices("-0")
+            .filter(|(i, _)| !word(*i))
+            .map(|(i, _)| &s[i..])
+            .find(|rest| {
+                let tail: String = rest[1..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                !tail.is_empty()
+                    && tail.chars().all(|c| c == '0' || c == '.')
+                    && !rest[1 + tail.len()..].starts_with(|c: char| c.is_ascii_alphanumeric())
+            })
+    }
+    assert!(negative_zero("x -0.00 y").is_some());
+    assert!(negative_zero("x -0.05 y").is_none());
+    let mut names: Vec<String> = std::fs::read_dir(fixture(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for name in names {
+        let l = load(&name);
+        let html = page(&l, &Timeline::default());
+        let text = crate::text::doctor(&l.report, &crate::text::TextOpts::plain());
+        for (what, s) in [("page", &html), ("text", &text)] {
+            if let Some(at) = negative_zero(s) {
+                panic!("{name}: {what} prints {:?}", &at[..at.len().min(40)]);
+            }
+        }
+    }
+}

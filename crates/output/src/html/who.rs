@@ -5,6 +5,7 @@
 use super::svg;
 use maud::{html, Markup};
 use stealscope_analysis::report::HostSection;
+use stealscope_findings::units::fixed;
 use stealscope_model::host::attribution::CulpritShare;
 
 pub const ID: &str = "who-stole";
@@ -63,16 +64,19 @@ pub fn render(host: Option<&HostSection>, over_time: bool) -> Markup {
                     @if total > 0.0 {
                         tr {
                             td { (vm.name) }
-                            @for c in &cols { td { (format!("{:.2}", secs(&vm.name, c))) } }
-                            td { (format!("{total:.2}")) }
+                            @for c in &cols { td { (fixed(secs(&vm.name, c), 2)) } }
+                            td { (fixed(total, 2)) }
                         }
                     }
                 }
                 tr {
                     th { "share of all" }
-                    @for c in &cols { th { (format!("{:.0}%", 100.0 * c.share)) } }
+                    @for c in &cols { th { (fixed(100.0 * c.share, 0)) "%" } }
                     th { "" }
                 }
+            }
+            @if let Some(own) = &h.who.host_work.own {
+                p { (crate::text::who_own_line(own)) }
             }
         }
     }

@@ -68,7 +68,7 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
                         td { @if i == 0 { (v.vm) } }
                         td { (c.name) }
                         td { (c.kind) }
-                        td { (format!("{:.2}", c.seconds)) }
+                        td { (stealscope_findings::units::fixed(c.seconds, 2)) }
                         td { (format!("{:.0}%", 100.0 * c.share)) }
                     }
                 }
@@ -77,7 +77,7 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
                         td { @if v.culprits.is_empty() { (v.vm) } }
                         td { "other" }
                         td { "" }
-                        td { (format!("{:.2}", v.other_s)) }
+                        td { (stealscope_findings::units::fixed(v.other_s, 2)) }
                         td { (format!("{:.0}%", 100.0 * v.other_s / v.wait_s.max(1e-12))) }
                     }
                 }

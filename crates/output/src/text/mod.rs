@@ -7,6 +7,8 @@ pub(crate) mod layout;
 mod who;
 mod who_time;
 
+pub(crate) use who::own_line as who_own_line;
+
 pub use layout::TextOpts;
 
 use host::KvmLines;

@@ -6,7 +6,9 @@ use super::layout::Style;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use stealscope_analysis::report::WhoStole;
-use stealscope_model::host::attribution::WaitBy;
+use stealscope_findings::units::fixed;
+use stealscope_model::host::attribution::{CulpritShare, WaitBy, OWN};
+use stealscope_model::host::host_work::OwnCost;
 use stealscope_model::host::VmSteal;
 
 /// Culprit columns in the table (then "other").
@@ -54,14 +56,20 @@ fn vm_line(out: &mut String, st: &Style, name: &str, total: f64, rows: &[(String
         .take(3)
         .map(|(l, s)| format!("{} {:.0}%", cut(l, 40), 100.0 * s / total))
         .collect();
-    let lead = format!("  {}: waited {total:.2} s for ", cut(name, 24));
+    let lead = format!("  {}: waited {} s for ", cut(name, 24), fixed(total, 2));
     st.items_hang(out, &lead, "    ", &s, ", ");
 }
 
-/// Sums a VM's vCPU rows by culprit label.
+/// Sums a VM's vCPU rows by culprit label (stealscope's own threads left
+/// out: they are its cost, said once by [`own_line`]).
 fn vm_rows(vm: &VmSteal) -> Vec<(String, f64)> {
     let mut m: BTreeMap<String, f64> = BTreeMap::new();
-    for w in vm.vcpus.iter().flat_map(|c| &c.wait_by) {
+    for w in vm
+        .vcpus
+        .iter()
+        .flat_map(|c| &c.wait_by)
+        .filter(|w| w.kind != OWN)
+    {
         let WaitBy {
             kind, name, pid, ..
         } = w;
@@ -109,12 +117,12 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
         .top
         .iter()
         .take(4)
-        .map(|w| format!("{} {:.2}", label(w.kind, &w.name, w.pid), w.run_cpus))
+        .map(|w| format!("{} {}", label(w.kind, &w.name, w.pid), fixed(w.run_cpus, 2)))
         .collect();
     // Items wrap whole: four long comms with pids ran past 80 columns.
     let lead = format!(
-        "  other host work ran {:.2} CPUs{}",
-        hw.run_cpus,
+        "  other host work ran {} CPUs{}",
+        fixed(hw.run_cpus, 2),
         if top.is_empty() { "" } else { ": " }
     );
     if top.is_empty() {
@@ -122,8 +130,14 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
     } else {
         st.items(&mut out, &lead, &top, ", ");
     }
+    if let Some(own) = &hw.own {
+        st.wrap(&mut out, "  ", &own_line(own));
+    }
     if who.culprits.is_empty() {
         return out;
+    }
+    if st.verbose {
+        threads(&mut out, st, &who.culprits);
     }
     // Per VM: its top culprits.
     for vm in vms {
@@ -155,12 +169,43 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
         for c in &cols {
             let s = rows.iter().find(|r| &r.0 == c).map_or(0.0, |r| r.1);
             shown += s;
-            let _ = write!(out, " {:>COL_W$.2}", s);
+            let _ = write!(out, " {:>COL_W$}", fixed(s, 2));
         }
         let rest: f64 = rows.iter().map(|r| r.1).sum::<f64>() - shown;
-        let _ = writeln!(out, " {:>COL_W$.2}", rest.max(0.0));
+        let _ = writeln!(out, " {:>COL_W$}", fixed(rest.max(0.0), 2));
     }
     out
+}
+
+/// stealscope's own cost, said once: it is no culprit and no host work.
+pub(crate) fn own_line(own: &OwnCost) -> String {
+    let wait = own
+        .vcpu_wait_s
+        .map(|w| format!(", vCPUs waited {} s behind its threads", fixed(w, 2)))
+        .unwrap_or_default();
+    format!(
+        "stealscope itself (pid {}) ran {} CPUs{wait}: its own cost, left out of the culprits and host work",
+        own.pid,
+        fixed(own.run_cpus, 2)
+    )
+}
+
+/// `-v`: the threads of each host-process culprit (it is named by its
+/// process; these held the CPUs).
+fn threads(out: &mut String, st: &Style, culprits: &[CulpritShare]) {
+    for c in culprits
+        .iter()
+        .filter(|c| c.threads.len() > 1)
+        .take(COLUMNS)
+    {
+        let items: Vec<String> = c
+            .threads
+            .iter()
+            .map(|t| format!("{} {} s", t.comm, fixed(t.seconds, 2)))
+            .collect();
+        let lead = format!("  {} threads: ", label(c.kind, &c.name, c.pid));
+        st.items(out, &lead, &items, ", ");
+    }
 }
 
 #[cfg(test)]
@@ -194,5 +239,70 @@ mod tests {
         for (l, _) in &rows {
             assert!(out.contains(l.as_str()), "{l} cut in {out}");
         }
+    }
+
+    /// With -v a culprit process lists its threads; stealscope's own cost
+    /// is one line, and never a column or a VM's culprit.
+    #[test]
+    fn threads_with_v_and_its_own_cost_once() {
+        use stealscope_model::host::attribution::{AttributionStatus, ThreadShare};
+        use stealscope_model::host::host_work::HostWork;
+        let rustc = CulpritShare {
+            kind: "host-process",
+            name: "rustc".into(),
+            vm: None,
+            pid: Some(700),
+            seconds: 0.9,
+            share: 0.9,
+            victims: vec!["web".into()],
+            threads: vec![
+                ThreadShare {
+                    comm: "coordinator".into(),
+                    seconds: 0.6,
+                },
+                ThreadShare {
+                    comm: "lto cgu.05".into(),
+                    seconds: 0.3,
+                },
+            ],
+        };
+        let who = WhoStole {
+            attribution: AttributionStatus {
+                route: "bpf",
+                reason: String::new(),
+                events: Some(10),
+                lost_events: Some(0),
+                missed_switches: None,
+            },
+            culprits: vec![rustc],
+            host_work: HostWork {
+                own: Some(OwnCost {
+                    pid: 950,
+                    run_cpus: 0.006,
+                    vcpu_wait_s: Some(0.1),
+                }),
+                ..HostWork::default()
+            },
+        };
+        let verbose = Style::new(&TextOpts {
+            verbose: true,
+            ..TextOpts::plain()
+        });
+        let out = who_stole(&who, &[], &verbose);
+        assert!(
+            out.contains("rustc[700] threads: coordinator 0.60 s, lto cgu.05 0.30 s"),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("stealscope itself (pid 950)").count(),
+            1,
+            "{out}"
+        );
+        let brief = who_stole(&who, &[], &Style::new(&TextOpts::plain()));
+        assert!(!brief.contains("coordinator"), "{brief}");
+        assert!(
+            brief.contains("stealscope itself (pid 950) ran 0.01 CPUs"),
+            "{brief}"
+        );
     }
 }

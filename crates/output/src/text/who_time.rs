@@ -8,8 +8,21 @@ use super::layout::Style;
 use super::who::{cut, label};
 use crate::who_time::VmOverTime;
 use std::fmt::Write;
+use stealscope_findings::units::fixed;
 
 const COL_W: usize = 10;
+
+/// A bin whose waiting vCPUs print as 0.00 (two decimals) waited nothing
+/// worth a row.
+const QUIET_VCPUS: f64 = 0.005;
+
+/// A VM none of whose bins had vCPUs waiting: one line, not a table of
+/// zeros.
+fn quiet(v: &VmOverTime) -> bool {
+    v.bins
+        .iter()
+        .all(|b| b.wait_s / b.width_s.max(1e-12) < QUIET_VCPUS)
+}
 
 fn secs(s: f64) -> String {
     if s < 60.0 {
@@ -62,11 +75,17 @@ pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime], attribut
                 100.0 * v.other_s / v.wait_s.max(1e-12)
             ));
         }
-        let head = format!("  {} waited {:.2} s: ", cut(&v.vm, 24), v.wait_s);
-        st.items(out, &head, &whole, ", ");
-        if v.bins.is_empty() {
+        if quiet(v) {
+            let _ = writeln!(
+                out,
+                "  {} waited {} s: no vCPU waited in any bin",
+                cut(&v.vm, 24),
+                fixed(v.wait_s, 2)
+            );
             continue;
         }
+        let head = format!("  {} waited {} s: ", cut(&v.vm, 24), fixed(v.wait_s, 2));
+        st.items(out, &head, &whole, ", ");
         let _ = write!(out, "  {:>8} {:>6}", "from", "vCPUs");
         for c in &v.culprits {
             let _ = write!(
@@ -79,9 +98,9 @@ pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime], attribut
         for b in &v.bins {
             let _ = write!(
                 out,
-                "  {:>8} {:>6.2}",
+                "  {:>8} {:>6}",
                 secs(b.start_s),
-                b.wait_s / b.width_s.max(1e-12)
+                fixed(b.wait_s / b.width_s.max(1e-12), 2)
             );
             for s in &b.seconds {
                 let cell = if b.wait_s > 0.0 {
@@ -93,5 +112,40 @@ pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime], attribut
             }
             out.push('\n');
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::TextOpts;
+    use crate::who_time::summarize;
+    use stealscope_model::timeline::CulpritWindow;
+
+    /// A busy VM keeps its table of bins; an idle one (its vCPUs hardly
+    /// waited in any bin) is one line, not 12 rows of zeros.
+    #[test]
+    fn an_idle_vm_is_one_line() {
+        let mut w = Vec::new();
+        for t in 1..=24 {
+            for (vm, s) in [("web", 0.9), ("idle", 0.000_1)] {
+                w.push(CulpritWindow {
+                    t_s: t as f64,
+                    vm: vm.into(),
+                    culprits: vec![("host-process".into(), "backup".into(), s)],
+                });
+            }
+        }
+        let vms = summarize(&w, 4, 0.01, 12);
+        let idle = vms.iter().find(|v| v.vm == "idle").unwrap();
+        assert_eq!(idle.bins.len(), 12, "the summary keeps the bins");
+        assert!(quiet(idle) && !quiet(vms.iter().find(|v| v.vm == "web").unwrap()));
+        let st = Style::new(&TextOpts::plain());
+        let mut out = String::new();
+        section(&mut out, &st, &vms, true);
+        let idle_lines: Vec<&str> = out.lines().filter(|l| l.contains("idle")).collect();
+        assert_eq!(idle_lines.len(), 1, "{out}");
+        assert!(idle_lines[0].contains("no vCPU waited in any bin"), "{out}");
+        assert!(out.lines().count() >= 12 + 2, "web keeps its rows: {out}");
     }
 }

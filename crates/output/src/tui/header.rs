@@ -1,5 +1,7 @@
 //! The top line: what is shown, at what rate, whether it is paused, and
-//! the keys that matter most.
+//! the keys that matter most; under it, when something needs action, the
+//! verdict and its fix, wrapped whole at the screen's width (cut at 80 and
+//! 120 columns on one line, the fix was never seen).
 
 use super::TopInput;
 use ratatui::layout::Rect;
@@ -16,6 +18,65 @@ pub fn rate_text(hz: f64) -> String {
     } else {
         format!("{hz:.0} Hz ({ms:.0} ms)")
     }
+}
+
+/// The verdict lines under the top line: at most this many, so that the
+/// panels keep the screen.
+pub const VERDICT_ROWS: usize = 4;
+
+/// The verdict of the rules' latest run when it needs action, and its
+/// color: (status, lines of headline and fix wrapped at `width`).
+fn verdict(input: &TopInput, width: u16) -> Option<(Color, Vec<String>)> {
+    let v = stealscope_analysis::verdict::of(input.findings.findings);
+    if input.findings.age_s.is_none() || !matches!(v.status, "warning" | "critical") {
+        return None;
+    }
+    let color = if v.status == "critical" {
+        Color::Red
+    } else {
+        Color::Yellow
+    };
+    let w = usize::from(width).max(20);
+    let mut lines = wrap(&format!("{}: {}", v.status.to_uppercase(), v.headline), w);
+    if let Some(fix) = &v.fix {
+        lines.extend(wrap(&format!("fix: {fix}"), w));
+    }
+    if lines.len() > VERDICT_ROWS {
+        lines.truncate(VERDICT_ROWS);
+        // More follows: the last line says so.
+        if let Some(last) = lines.last_mut() {
+            *last = last.chars().take(w - 1).collect::<String>() + "~";
+        }
+    }
+    Some((color, lines))
+}
+
+/// Words of `text` on lines at most `width` wide (a word longer than a
+/// line is cut).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let len = line.chars().count();
+        if len > 0 && len + 1 + word.chars().count() > width {
+            out.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        out.push(line);
+    }
+    out.into_iter()
+        .map(|l| l.chars().take(width).collect())
+        .collect()
+}
+
+/// Rows the header takes at this width: the top line and the verdict.
+pub fn height(input: &TopInput, width: u16) -> u16 {
+    1 + verdict(input, width).map_or(0, |v| v.1.len() as u16)
 }
 
 pub fn render(frame: &mut Frame, area: Rect, input: &TopInput) {
@@ -47,20 +108,6 @@ pub fn render(frame: &mut Frame, area: Rect, input: &TopInput) {
             Style::new().fg(Color::Magenta),
         ));
     }
-    // The verdict of the rules' latest run, when something needs action
-    // (the same one doctor opens with); the findings panel has the rest.
-    let v = stealscope_analysis::verdict::of(input.findings.findings);
-    if input.findings.age_s.is_some() && matches!(v.status, "warning" | "critical") {
-        let color = if v.status == "critical" {
-            Color::Red
-        } else {
-            Color::Yellow
-        };
-        spans.push(Span::styled(
-            format!("  {}: {}", v.status.to_uppercase(), v.headline),
-            Style::new().fg(color).add_modifier(Modifier::BOLD),
-        ));
-    }
     if let Some(n) = input.notice {
         spans.push(Span::styled(
             format!("  {n}"),
@@ -71,7 +118,21 @@ pub fn render(frame: &mut Frame, area: Rect, input: &TopInput) {
         "  ? help  q quit",
         Style::new().fg(Color::DarkGray),
     ));
-    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    let mut lines = vec![Line::from(spans)];
+    // The verdict of the rules' latest run, when something needs action
+    // (the same one doctor opens with); the findings panel has the rest.
+    if let Some((color, v)) = verdict(input, area.width) {
+        let style = Style::new().fg(color);
+        for (i, l) in v.into_iter().enumerate() {
+            let style = if i == 0 {
+                style.add_modifier(Modifier::BOLD)
+            } else {
+                style
+            };
+            lines.push(Line::from(Span::styled(l, style)));
+        }
+    }
+    frame.render_widget(Paragraph::new(lines), area);
 }
 
 #[cfg(test)]
@@ -115,12 +176,49 @@ mod tests {
             Severity::Warning,
             "vCPUs waited 9.6%",
         )];
-        let rows = screen(160, 1, |fr| {
+        let rows = screen(160, 2, |fr| {
             render(fr, fr.area(), &input(&w, None, &f, &ui))
         });
         assert!(
-            rows[0].contains("WARNING: Host CPU contention: vCPUs waited 9.6%"),
+            rows[1].contains("WARNING: Host CPU contention: vCPUs waited 9.6%"),
             "{rows:?}"
         );
+    }
+
+    /// At 80 and 120 columns the whole verdict and its fix show, wrapped
+    /// whole within the width.
+    #[test]
+    fn the_verdict_and_its_fix_wrap_at_80_and_120_columns() {
+        use stealscope_analysis::{Finding, Severity};
+        let w = windows(&[(0, 1, 1)], 2);
+        let ui = UiState::default();
+        let f = [Finding::new(
+            "host.steal.busy",
+            Severity::Critical,
+            "vCPUs waited 37.5% of the time with no idle CPU: 4.0 runnable threads on 2 CPUs (3.0 vCPUs, 1.0 other host work)",
+        )
+        .evidence(
+            stealscope_analysis::verdict::VERDICT_FIX,
+            "host process `backup` (pid 900) takes 0.50 CPU: move or throttle it",
+        )];
+        for width in [80u16, 120] {
+            let i = input(&w, None, &f, &ui);
+            let h = height(&i, width);
+            assert!(h >= 3, "{width}: {h}");
+            let rows = screen(width, h, |fr| render(fr, fr.area(), &i));
+            let all = rows[1..]
+                .iter()
+                .map(|r| r.trim_end())
+                .collect::<Vec<_>>()
+                .join(" ");
+            assert!(all.contains("(3.0 vCPUs, 1.0 other host work)"), "{rows:?}");
+            assert!(
+                all.contains(
+                    "fix: host process `backup` (pid 900) takes 0.50 CPU: move or throttle it"
+                ),
+                "{rows:?}"
+            );
+            assert!(rows.iter().all(|r| r.chars().count() <= usize::from(width)));
+        }
     }
 }

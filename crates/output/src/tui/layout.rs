@@ -78,8 +78,13 @@ fn wants(input: &TopInput) -> Vec<Want> {
 }
 
 pub fn split(area: Rect, input: &TopInput) -> Areas {
-    let header = Rect { height: 1, ..area };
-    let mut left = area.height.saturating_sub(1);
+    // The top line and the verdict under it (wrapped at this width).
+    let header_h = super::header::height(input, area.width).min(area.height);
+    let header = Rect {
+        height: header_h,
+        ..area
+    };
+    let mut left = area.height.saturating_sub(header_h);
     let wants = wants(input);
     // First pass: what each would like, the CPU bars at most half the rows
     // (a 64-CPU machine must not push everything else off the screen),
@@ -125,7 +130,7 @@ pub fn split(area: Rect, input: &TopInput) -> Areas {
         vms: None,
         history: None,
     };
-    let mut y = area.y.saturating_add(1);
+    let mut y = area.y.saturating_add(header_h);
     for (h, w) in got.into_iter().zip(&wants) {
         if h == 0 {
             continue;

@@ -100,7 +100,11 @@ pub fn culprits_text(c: Option<&[WaitBy]>, width: usize) -> String {
     let Some(c) = c else {
         return stealscope_findings::units::NA.into();
     };
-    let shown: Vec<&WaitBy> = c.iter().filter(|w| w.share >= 0.01).collect();
+    // stealscope's own threads are its cost, not a culprit.
+    let shown: Vec<&WaitBy> = c
+        .iter()
+        .filter(|w| w.share >= 0.01 && w.kind != stealscope_model::host::attribution::OWN)
+        .collect();
     let fit = |label: &dyn Fn(&WaitBy) -> String| -> (String, usize) {
         // Culprits that read the same (two processes of one name) as one.
         let mut merged: Vec<(String, f64)> = Vec::new();
