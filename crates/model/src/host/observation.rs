@@ -9,6 +9,7 @@ use super::discovery::{
 };
 use super::kvm::KvmCounters;
 use super::sched_store::{StoredSched, SCHED_FILE};
+use super::starve::{StoredStarve, STARVE_FILE};
 use super::stored::{QmpRecord, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, QMP_DIR};
 use crate::side::Side;
 use serde::Serialize;
@@ -122,6 +123,9 @@ pub struct HostObservation {
     /// The scheduler-event collector's reading stored in this side.
     #[serde(skip)]
     pub sched: Option<StoredSched>,
+    /// Open waits the starvation scanner saw during the capture (end side).
+    #[serde(skip)]
+    pub starved: Option<StoredStarve>,
     pub notes: Vec<String>,
 }
 
@@ -414,6 +418,7 @@ pub fn collect_host_with(
         None
     });
     h.sched = read_json(src, SCHED_FILE, &mut h.notes);
+    h.starved = read_json(src, STARVE_FILE, &mut h.notes);
     h.exit_sample = read_json(src, EXIT_SAMPLE, &mut h.notes);
     let capture_notes: Option<Vec<String>> = read_json(src, NOTES, &mut h.notes);
     h.notes.extend(capture_notes.unwrap_or_default());
