@@ -24,12 +24,14 @@ struct Starved {
 }
 
 impl Starved {
+    /// A busy loop on CPU 1 (exec'd under its name while it still gets a
+    /// slice), then made SCHED_IDLE: it starves from [`Starved::starving`].
     fn start(name: &str) -> Starved {
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join(name);
         std::fs::copy("/bin/sh", &exe).unwrap();
-        let child = Command::new("chrt")
-            .args(["-i", "0", "taskset", "-c", "1"])
+        let child = Command::new("taskset")
+            .args(["-c", "1"])
             .arg(&exe)
             .args(["-c", "while :; do :; done"])
             .spawn()
@@ -58,17 +60,24 @@ fn truth(pid: u32) -> (char, u32, u64) {
     (f[0].chars().next().unwrap(), f[36].parse().unwrap(), run)
 }
 
-/// The run time the loop has once `chrt` and `taskset` exec'd it and it
-/// first ran: the moment its starving starts (None: it is not yet there).
+/// Waits until the loop runs under its name on CPU 1, then makes it
+/// SCHED_IDLE (`chrt -i -p 0`): the moment it starts starving and its run
+/// time then (None: it never got there).
 fn starving_from(s: &Starved, name: &str) -> Option<(Instant, u64)> {
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until {
         let comm = std::fs::read_to_string(format!("/proc/{}/comm", s.pid())).unwrap_or_default();
-        if comm.trim() == name {
-            let (state, cpu, run) = truth(s.pid());
-            if state == 'R' && cpu == 1 {
-                return Some((Instant::now(), run));
-            }
+        if comm.trim() == name && truth(s.pid()).1 == 1 {
+            let ok = Command::new("chrt")
+                .args(["-i", "-p", "0", &s.pid().to_string()])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "chrt -i -p 0 {}", s.pid());
+            let from = Instant::now();
+            // Its run time once the last slice it had ends.
+            std::thread::sleep(Duration::from_millis(20));
+            return Some((from, truth(s.pid()).2));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
