@@ -167,8 +167,16 @@ impl Loader {
             };
             ReadError::parse(&meta_path, why)
         })?;
-        let meta = parse_meta(meta_bytes, &meta_path)?;
-        let loss = self.loss(origin)?;
+        // meta.json comes first: cut inside it, nothing follows it.
+        let cut_in_meta = self.archive_cut.is_some() || self.sizes.len() == 1;
+        let meta = parse_meta(meta_bytes, &meta_path).map_err(|e| match e {
+            ReadError::Parse { path, msg } if cut_in_meta => ReadError::parse(
+                &path,
+                format!("incomplete: the snapshot is cut off inside it ({msg})"),
+            ),
+            e => e,
+        })?;
+        let loss = self.loss();
         if loss.is_empty() {
             return self.whole(origin, meta);
         }
@@ -178,21 +186,18 @@ impl Loader {
     /// What the manifest lists that did not arrive whole, and where the
     /// archive ended early (a snapshot from before manifests: the archive's
     /// own error only).
-    fn loss(&self, origin: &str) -> Result<Loss> {
+    fn loss(&self) -> Loss {
         let mut loss = match &self.manifest {
-            Some(b) => {
-                let m: Manifest = serde_json::from_slice(b).map_err(|e| {
-                    ReadError::parse(
-                        &format!("{origin}/{MANIFEST_FILE}"),
-                        format!("not valid: {e}"),
-                    )
-                })?;
-                Loss::against(&m, |n| self.sizes.get(n).copied())
-            }
+            // Written in one go right after meta.json: one that does not
+            // parse was cut (an error naming it when nothing else is left).
+            Some(b) => match serde_json::from_slice::<Manifest>(b) {
+                Ok(m) => Loss::against(&m, |n| self.sizes.get(n).copied()),
+                Err(_) => Loss::manifest_cut(),
+            },
             None => Loss::default(),
         };
         loss.archive = self.archive_cut.clone();
-        Ok(loss)
+        loss
     }
 
     fn whole(self, origin: &str, meta: Meta) -> Result<Snapshot> {

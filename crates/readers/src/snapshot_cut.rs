@@ -34,6 +34,8 @@ pub struct Loss {
     /// Files the manifest lists that are missing or shorter: (name, want, got).
     pub files: Vec<(String, u64, u64)>,
     pub bytes_expected: Option<u64>,
+    /// The manifest itself is cut short: nothing after it can be trusted.
+    pub manifest_cut: bool,
 }
 
 impl Loss {
@@ -51,11 +53,20 @@ impl Loss {
             archive: None,
             files,
             bytes_expected: Some(manifest.files.iter().map(|(_, n)| n).sum()),
+            manifest_cut: false,
+        }
+    }
+
+    /// A manifest that does not parse: cut short with everything after it.
+    pub fn manifest_cut() -> Loss {
+        Loss {
+            manifest_cut: true,
+            ..Loss::default()
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.archive.is_none() && self.files.is_empty()
+        self.archive.is_none() && self.files.is_empty() && !self.manifest_cut
     }
 
     /// Whether every file of `side` ("t0", "t1") is whole.
@@ -70,6 +81,9 @@ impl Loss {
 
     fn why(&self) -> String {
         let mut parts = Vec::new();
+        if self.manifest_cut {
+            parts.push(format!("{MANIFEST_FILE} is cut short, and what follows it with it"));
+        }
         if let Some((first, _, got)) = self.files.first() {
             let short = if *got > 0 { "cut short" } else { "missing" };
             parts.push(format!(
@@ -151,7 +165,8 @@ pub fn rebuild(
     let mut consequences = Vec::new();
     // With a manifest, the files say what is whole; without one, an
     // archive that ended early may have lost any of them.
-    let sides_whole = loss.side_whole("t0")
+    let sides_whole = !loss.manifest_cut
+        && loss.side_whole("t0")
         && loss.side_whole("t1")
         && (loss.bytes_expected.is_some() || loss.archive.is_none());
     let (t0, t1, cut_at_s) = if sides_whole && t1.files.contains_key("/proc/stat") {
