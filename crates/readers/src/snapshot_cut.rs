@@ -82,7 +82,9 @@ impl Loss {
     fn why(&self) -> String {
         let mut parts = Vec::new();
         if self.manifest_cut {
-            parts.push(format!("{MANIFEST_FILE} is cut short, and what follows it with it"));
+            parts.push(format!(
+                "{MANIFEST_FILE} is cut short, and what follows it with it"
+            ));
         }
         if let Some((first, _, got)) = self.files.first() {
             let short = if *got > 0 { "cut short" } else { "missing" };

@@ -238,7 +238,7 @@ fn synthetic_t1(t0: &Files, t0_ns: u64, last: &StatSample, vcpu: Option<&VcpuSam
 /// The end of a recording that holds one checkpoint: its last vCPU scan
 /// with the last /proc/stat sample at or before it (so both cover the same
 /// interval), else its last /proc/stat sample.
-fn synthetic_end<'a>(raw: &'a Raw, t0_ns: u64) -> Option<(&'a StatSample, Option<&'a VcpuSample>)> {
+fn synthetic_end(raw: &Raw, t0_ns: u64) -> Option<(&StatSample, Option<&VcpuSample>)> {
     let stat_at = |limit: u64| {
         raw.stat
             .iter()
@@ -274,6 +274,46 @@ fn damage(cut: Cut, header: &Header, cut_at_s: f64, consequences: Vec<String>) -
     }
 }
 
+/// t1 of a recording: its last complete checkpoint, else (one checkpoint)
+/// a side built from the last samples ([`synthetic_t1`]); what the report
+/// then leaves out goes to `lost`.
+fn end_side(
+    name: &str,
+    raw: &mut Raw,
+    (t0_ns, t0): (u64, &Files),
+    cut: Option<&Cut>,
+    notes: &mut Vec<String>,
+    lost: &mut Vec<String>,
+) -> Result<(u64, Files), ReadError> {
+    let end_ns = last_data_ns(raw, t0_ns);
+    if let Some((t, f)) = raw.last.take().filter(|(t, _)| *t > t0_ns) {
+        if end_ns > t {
+            lost.push(format!(
+                "figures end at the last complete checkpoint (+{:.1} s); the {:.1} s after it are in the series only",
+                (t - t0_ns) as f64 / 1e9,
+                (end_ns - t) as f64 / 1e9
+            ));
+        }
+        return Ok((t, f));
+    }
+    let (last, vcpu) = synthetic_end(raw, t0_ns).ok_or_else(|| {
+        let why = cut.map_or(String::new(), |c| format!("cut off ({}): ", c.why));
+        ReadError::parse(
+            name,
+            format!("{why}one checkpoint and no /proc/stat sample after it: nothing to analyse"),
+        )
+    })?;
+    notes.push(format!(
+        "the recording ends before its second checkpoint: t1 is its last /proc/stat sample (+{:.1} s){}; the other files are as at the start",
+        (last.t_ns - t0_ns) as f64 / 1e9,
+        if vcpu.is_some() { " with the vCPU threads' times of the scan then" } else { "" }
+    ));
+    if t0.contains_key(SCHED_FILE) || vcpu.is_some() {
+        lost.push("other host work and the collector's attribution need a second checkpoint: not measured (the culprits per scan are kept)".to_string());
+    }
+    Ok((last.t_ns, synthetic_t1(t0, t0_ns, last, vcpu)))
+}
+
 fn build(
     name: &str,
     header: Header,
@@ -292,40 +332,14 @@ fn build(
     })?;
     let end_ns = last_data_ns(&raw, t0_ns);
     let mut lost = Vec::new();
-    let (t1_ns, t1) = match raw.last.take() {
-        Some((t, f)) if t > t0_ns => {
-            if end_ns > t {
-                lost.push(format!(
-                    "figures end at the last complete checkpoint (+{:.1} s); the {:.1} s after it are in the series only",
-                    (t - t0_ns) as f64 / 1e9,
-                    (end_ns - t) as f64 / 1e9
-                ));
-            }
-            (t, f)
-        }
-        _ => {
-            let (last, vcpu) = synthetic_end(&raw, t0_ns).ok_or_else(|| {
-                let why = cut
-                    .as_ref()
-                    .map_or(String::new(), |c| format!("cut off ({}): ", c.why));
-                ReadError::parse(
-                    name,
-                    format!(
-                        "{why}one checkpoint and no /proc/stat sample after it: nothing to analyse"
-                    ),
-                )
-            })?;
-            notes.push(format!(
-                "the recording ends before its second checkpoint: t1 is its last /proc/stat sample (+{:.1} s){}; the other files are as at the start",
-                (last.t_ns - t0_ns) as f64 / 1e9,
-                if vcpu.is_some() { " with the vCPU threads' times of the scan then" } else { "" }
-            ));
-            if t0.contains_key(SCHED_FILE) || vcpu.is_some() {
-                lost.push("other host work and the collector's attribution need a second checkpoint: not measured (the culprits per scan are kept)".to_string());
-            }
-            (last.t_ns, synthetic_t1(&t0, t0_ns, last, vcpu))
-        }
-    };
+    let (t1_ns, t1) = end_side(
+        name,
+        &mut raw,
+        (t0_ns, &t0),
+        cut.as_ref(),
+        &mut notes,
+        &mut lost,
+    )?;
     let damage = cut.map(|c| damage(c, &header, (end_ns - t0_ns) as f64 / 1e9, lost));
     let inside = |t: u64| t >= t0_ns && t <= t1_ns;
     let after = raw.stat.iter().filter(|s| s.t_ns > t1_ns).count();
