@@ -6,7 +6,7 @@
 //! starvation scanner stored (`stealscope_model::host::starve`).
 
 use crate::finding::{round, Evidence, Finding, Severity};
-use stealscope_model::host::starve::{StoredStarve, StoredWait, STARVE_FILE};
+use stealscope_model::host::starve::{OwnWait, StoredStarve, StoredWait, STARVE_FILE};
 use stealscope_model::MachineModel;
 
 /// A wait this long is critical: the task is, for its user, hung.
@@ -139,12 +139,15 @@ pub fn starved_finding(s: &StoredStarve, m: VmOf<'_>) -> Option<Finding> {
 /// `host.capture-overran`: the capture took longer than asked by more than
 /// the margin; its own threads' wait for a CPU says why.
 pub fn capture_overran(m: &MachineModel, out: &mut Vec<Finding>) {
-    let Some(own) = m.t1.host.starved.as_ref().and_then(|s| s.own) else {
-        return;
-    };
+    if let Some(own) = m.t1.host.starved.as_ref().and_then(|s| s.own) {
+        out.extend(overran_finding(own));
+    }
+}
+
+fn overran_finding(own: OwnWait) -> Option<Finding> {
     let over = own.took_s - own.asked_s;
     if over <= OVERRUN_MARGIN_S.max(OVERRUN_MARGIN_SHARE * own.asked_s) {
-        return;
+        return None;
     }
     let why = if own.wait_s >= 0.5 * over {
         format!(
@@ -157,7 +160,7 @@ pub fn capture_overran(m: &MachineModel, out: &mut Vec<Finding>) {
             own.wait_s, own.run_s
         )
     };
-    out.push(
+    Some(
         Finding::new(
             "host.capture-overran",
             Severity::Info,
@@ -176,5 +179,83 @@ pub fn capture_overran(m: &MachineModel, out: &mut Vec<Finding>) {
              the host's CPUs are oversubscribed (see host.starved and host.steal.busy); run \
              stealscope with a higher weight (`nice -n -5`) to measure on time.",
         ),
-    );
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stealscope_model::host::starve::StoredHolder;
+
+    fn wait(pid: u32, waited_s: f64, open: bool) -> StoredWait {
+        StoredWait {
+            tid: pid + 1,
+            pid,
+            comm: "worker".into(),
+            process: "backup".into(),
+            cpu: 0,
+            cgroup: Some("/user.slice".into()),
+            waited_s,
+            open,
+            holders: vec![StoredHolder {
+                tid: 700,
+                pid: 700,
+                comm: "CPU 0/TCG".into(),
+                process: "qemu-system-x86".into(),
+                cpu_s: 2.5,
+            }],
+        }
+    }
+
+    /// The longest wait leads, named with its thread, CPU and holder (a VM's
+    /// vCPU named by its VM); ten seconds make it critical.
+    #[test]
+    fn names_the_longest_wait_its_cpu_and_who_held_it() {
+        let s = StoredStarve {
+            waits: vec![wait(812, 3.2, true), wait(900, 1.1, false)],
+            ..Default::default()
+        };
+        let vm_of = |pid: u32| (pid == 700).then(|| "web".to_string());
+        let f = starved_finding(&s, &vm_of).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.title.starts_with(
+                "`backup` (pid 812, thread `worker` 813) runnable on CPU 0 has not run for 3.2 s, behind `qemu-system-x86` (pid 700) of VM web"
+            ),
+            "{}",
+            f.title
+        );
+        assert!(f.title.ends_with("; 1 more thread starved"), "{}", f.title);
+        let long = StoredStarve {
+            waits: vec![wait(812, 12.0, true)],
+            ..Default::default()
+        };
+        assert_eq!(
+            starved_finding(&long, &vm_of).unwrap().severity,
+            Severity::Critical
+        );
+        assert!(starved_finding(&StoredStarve::default(), &vm_of).is_none());
+    }
+
+    /// 18.8 s for 5 s asked, 12 s of it waiting: overran, because it waited.
+    /// Within 1 s (or 20 %) of what was asked: nothing.
+    #[test]
+    fn an_overrun_says_how_long_its_own_threads_waited() {
+        let own = |took_s, wait_s| OwnWait {
+            asked_s: 5.0,
+            took_s,
+            wait_s,
+            run_s: 0.1,
+        };
+        let f = overran_finding(own(18.8, 12.0)).unwrap();
+        assert!(
+            f.title.contains("took 18.8 s for the 5.0 s asked"),
+            "{}",
+            f.title
+        );
+        assert!(f.title.contains("waited 12.0 s for a CPU"), "{}", f.title);
+        assert!(overran_finding(own(5.9, 0.0)).is_none());
+        let slow = overran_finding(own(9.0, 0.2)).unwrap();
+        assert!(slow.title.contains("reading /proc"), "{}", slow.title);
+    }
 }
