@@ -151,10 +151,7 @@ pub fn open(path: &Path) -> Result<Recording, ReadError> {
             r.offset()
         ));
         Some(Cut {
-            why: format!(
-                "{why}, {} bytes after it unreadable",
-                r.file_len() - r.offset()
-            ),
+            why: why.to_string(),
             bytes_lost: Some(r.file_len() - r.offset()),
         })
     } else if !raw.complete {
