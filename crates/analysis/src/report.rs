@@ -317,6 +317,9 @@ pub struct DoctorReport {
     pub findings: Vec<Finding>,
     /// Inputs that were missing or unreadable, and what was skipped.
     pub notes: Vec<String>,
+    /// The snapshot or recording is cut off: where, how much is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damage: Option<stealscope_readers::damage::Damage>,
 }
 
 impl DoctorReport {
@@ -331,7 +334,7 @@ impl DoctorReport {
         self.probes = Some(reports);
         self.findings.extend(findings);
         rank(&mut self.findings);
-        self.verdict = crate::verdict::of(&self.findings);
+        self.verdict = crate::verdict::of_report(self.damage.as_ref(), &self.findings);
         self.notes.extend(notes);
     }
 }
@@ -419,6 +422,9 @@ pub fn build_after(input: ReportInput<'_>, previous: Option<&[Finding]>) -> Doct
         roles.push("host".to_string());
     }
     let mut notes = m.notes.clone();
+    if let Some(d) = &m.damage {
+        notes.extend(d.consequences.iter().cloned());
+    }
     let hardware = crate::hardware::section(m);
     notes.extend(crate::hardware::notes(&hardware));
     if m.windows.is_empty() {
@@ -436,7 +442,7 @@ pub fn build_after(input: ReportInput<'_>, previous: Option<&[Finding]>) -> Doct
     let share = |v: Option<f64>| round_opt(v, 3);
     DoctorReport {
         schema: SCHEMA,
-        verdict: crate::verdict::of(&findings),
+        verdict: crate::verdict::of_report(m.damage.as_ref(), &findings),
         roles,
         interval_s: round_opt(Some(input.interval_s), 3),
         hostname: input.hostname,
@@ -454,6 +460,7 @@ pub fn build_after(input: ReportInput<'_>, previous: Option<&[Finding]>) -> Doct
         hardware,
         findings,
         notes,
+        damage: m.damage.clone(),
     }
 }
 
@@ -477,10 +484,14 @@ pub struct HostReport {
     pub who: Option<WhoStole>,
     pub findings: Vec<Finding>,
     pub notes: Vec<String>,
+    /// The snapshot or recording is cut off (as [`DoctorReport::damage`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damage: Option<stealscope_readers::damage::Damage>,
 }
 
 pub fn host_report(d: DoctorReport) -> HostReport {
     let who = d.host.as_ref().map(|h| h.who.clone());
+    let damage = d.damage.clone();
     let (vms, hypervisor, kvm_stats, binary, exits) = match d.host {
         Some(h) => (
             h.vms,
@@ -508,7 +519,7 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         .collect();
     HostReport {
         schema: "stealscope/host/1",
-        verdict: crate::verdict::of(&findings),
+        verdict: crate::verdict::of_report(damage.as_ref(), &findings),
         interval_s: d.interval_s,
         vms,
         hypervisor,
@@ -518,5 +529,6 @@ pub fn host_report(d: DoctorReport) -> HostReport {
         who,
         findings,
         notes,
+        damage,
     }
 }

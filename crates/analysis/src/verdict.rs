@@ -13,7 +13,8 @@ pub const VERDICT_FIX: &str = "verdict_fix";
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
-    /// "ok" (no finding), "info" (nothing needs action), "warning" or "critical".
+    /// "ok" (no finding), "info" (nothing needs action), "warning",
+    /// "critical", or "cut-off" (the file is cut off: [`of_damaged`]).
     pub status: &'static str,
     /// The id of the finding the verdict names; absent when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,6 +62,9 @@ fn short_fix(id: &str) -> Option<&'static str> {
             "`sysctl -w kernel.numa_balancing=0` and place VMs per node (`stealscope place plan`)"
         }
         "host.swap-pressure" => "reduce host memory overcommit until the VMs' memory is back in RAM",
+        "host.starved" => {
+            "give the starved task a CPU of its own or lower what holds its CPU (`taskset -pc`, `renice`, cpu.weight)"
+        }
         "steal.busy" => {
             "ask the provider to move the VM to a less loaded host or a dedicated instance type"
         }
@@ -141,6 +145,39 @@ pub fn of(findings: &[Finding]) -> Verdict {
             .or_else(|| short_fix(&top.id).map(String::from))
             .or_else(|| fix_from_remedy(&top.remedy)),
         more: serious - 1,
+    }
+}
+
+/// The verdict of a file cut off or damaged: the cut takes the verdict's
+/// place, since findings of a partial file are not the whole capture's
+/// (issue 28); the findings are still listed below it.
+pub fn of_damaged(d: &stealscope_readers::damage::Damage, findings: &[Finding]) -> Verdict {
+    Verdict {
+        status: CUT_OFF,
+        finding: None,
+        headline: d.headline(),
+        fix: Some(
+            "read the findings below as of that part only; take the capture again for a whole one"
+                .into(),
+        ),
+        more: findings
+            .iter()
+            .filter(|f| f.severity >= Severity::Warning)
+            .count(),
+    }
+}
+
+/// The status of a verdict on a cut-off or damaged file.
+pub const CUT_OFF: &str = "cut-off";
+
+/// The verdict of a report: the cut when the file is damaged, else the top finding's.
+pub fn of_report(
+    damage: Option<&stealscope_readers::damage::Damage>,
+    findings: &[Finding],
+) -> Verdict {
+    match damage {
+        Some(d) => of_damaged(d, findings),
+        None => of(findings),
     }
 }
 

@@ -69,14 +69,27 @@ fn doctor(cmd: &DoctorCmd) -> Result<(), Error> {
     if cmd.probe && !cut_short {
         stealscope_engine::doctor_probe::add_to(&mut r, cmd.probe_duration)?;
     }
+    cut_off(r.damage.is_some());
     let text = or_text(a.json, &r, || {
         stealscope_output::text::doctor(&r, &text_opts(a))
     });
     write_stdout(&text)
 }
 
+/// The input was cut off: the report is printed, and the exit status is
+/// [`EXIT_CUT_OFF`] so that a script does not take it for a whole one.
+static CUT_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+const EXIT_CUT_OFF: u8 = 3;
+
+pub(crate) fn cut_off(yes: bool) {
+    if yes {
+        CUT_OFF.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 fn host(a: &DoctorArgs) -> Result<(), Error> {
     let r = stealscope_analysis::host_report(report(a)?);
+    cut_off(r.damage.is_some());
     let text = or_text(a.json, &r, || {
         stealscope_output::text::host(&r, &text_opts(a))
     });
@@ -157,6 +170,9 @@ fn run(cli: Cli) -> Result<(), Error> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
+        Ok(()) if CUT_OFF.load(std::sync::atomic::Ordering::Relaxed) => {
+            ExitCode::from(EXIT_CUT_OFF)
+        }
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the error already names the file and the problem.

@@ -50,6 +50,7 @@ fn write_page(out: &Path, page: &str) -> Result<(), Error> {
 /// Without `-o`: the report in text (or JSON) on stdout, from the same
 /// model and culprits the page draws.
 fn print(p: &stealscope_engine::report::Page, json: bool) -> Result<(), Error> {
+    crate::cut_off(p.report.damage.is_some());
     let over = who_time::for_report(&p.timeline.culprits);
     let r = who_time::ReportJson {
         report: &p.report,
@@ -85,6 +86,7 @@ pub fn run(a: &ReportArgs) -> Result<(), Error> {
         return Ok(());
     }
     let p = stealscope_engine::report::page(&a.input)?;
+    crate::cut_off(p.report.damage.is_some());
     let page = html::render(&HtmlInput {
         report: &p.report,
         model: &p.model,

@@ -7,6 +7,7 @@
 
 use crate::host::answers::{self as live, HostLiveOptions};
 use crate::host::sched_hook::{self, SchedHook};
+use crate::host::starve::{self, StarveWatch};
 use crate::hw_sampler::is_live_root;
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
 use crate::series::{self, Series};
@@ -14,6 +15,7 @@ use crate::stop::{Rate, Wait};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use stealscope_model::host::starve::{OwnWait, STARVE_FILE};
 use stealscope_model::observation::{collect, Observation, Side};
 use stealscope_readers::kmsg::RuleRecords;
 use stealscope_readers::perf::CounterCapture;
@@ -66,6 +68,12 @@ pub struct IntervalCapture {
     /// The start side's other processes, to find the largest host work
     /// whose affinity t1 records (empty unless asking a live host).
     procs0: Vec<stealscope_model::host::observation::HostProc>,
+    /// Open waits of every thread during the interval (live root only).
+    starve: Option<StarveWatch>,
+    /// Before t0 was read, with this process's (run, wait) ns then.
+    begun: (Instant, (u64, u64)),
+    /// The interval the caller asked for, to say when it overran.
+    asked: Option<Duration>,
 }
 
 impl IntervalCapture {
@@ -81,6 +89,9 @@ impl IntervalCapture {
             .map(|d| d.as_secs_f64())
             .ok();
         let live_root = is_live_root(root);
+        let begun = (Instant::now(), starve::own_times(root));
+        // Scans from before t0 on, so that a wait open at t0 is seen.
+        let starve = live_root.then(|| StarveWatch::start(root).ok()).flatten();
         // Loaded before t0, so that its start-up is outside the interval.
         let mut sched =
             (live_root && host.attribution && sched_hook::vmm_running(root)).then(SchedHook::load);
@@ -119,7 +130,17 @@ impl IntervalCapture {
             exit_thread,
             sched,
             procs0,
+            starve,
+            begun,
+            asked: None,
         })
+    }
+
+    /// The interval asked for: a capture that takes longer by more than a
+    /// margin says so (`host.capture-overran`), with its own threads' wait.
+    pub fn asked(mut self, interval: Duration) -> Self {
+        self.asked = Some(interval);
+        self
     }
 
     /// When the start side was read.
@@ -149,6 +170,14 @@ impl IntervalCapture {
         if let Some(s) = &sched {
             sched_hook::put(&mut t1, s);
         }
+        if let Some(w) = self.starve.take() {
+            let mut reading = w.finish();
+            reading.own = self.asked.map(|a| own_wait(&self.root, a, self.begun));
+            t1.insert(
+                STARVE_FILE,
+                serde_json::to_vec(&reading).unwrap_or_default(),
+            );
+        }
         if self.ask_live {
             live::add_side(&mut t1, &obs1.host.vms, &self.host);
             let wall_s = self.start.elapsed().as_secs_f64();
@@ -175,7 +204,24 @@ impl IntervalCapture {
             t1,
             samples,
             hardware,
+            damage: None,
         })
+    }
+}
+
+/// This capture's time: asked, taken (from before t0 was read) and its
+/// own threads' run and run-queue wait meanwhile.
+fn own_wait(
+    root: &std::path::Path,
+    asked: Duration,
+    (at, (run0, wait0)): (Instant, (u64, u64)),
+) -> OwnWait {
+    let (run1, wait1) = starve::own_times(root);
+    OwnWait {
+        asked_s: asked.as_secs_f64(),
+        took_s: at.elapsed().as_secs_f64(),
+        wait_s: wait1.saturating_sub(wait0) as f64 / 1e9,
+        run_s: run1.saturating_sub(run0) as f64 / 1e9,
     }
 }
 
@@ -253,7 +299,7 @@ pub fn capture(
         exit_sample: host.exit_sample.min(opts.interval),
         ..host.clone()
     };
-    let interval = IntervalCapture::start(&opts.root, opts.sample_hz, &host)?;
+    let interval = IntervalCapture::start(&opts.root, opts.sample_hz, &host)?.asked(opts.interval);
     // With no series asked for, one period is the interval: the counters
     // are still read at both ends.
     let hz = if opts.sample_hz > 0.0 {

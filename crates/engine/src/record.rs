@@ -362,6 +362,7 @@ pub fn record(
         irq_rate_hz: (opts.irq_rate_hz > 0.0).then_some(opts.irq_rate_hz),
         host_scan_s: Some(opts.host_scan.as_secs_f64()),
         checkpoint_s: opts.checkpoint.as_secs_f64(),
+        duration_s: opts.duration.map(|d| d.as_secs_f64()),
         hostname: side0.read_value("/proc/sys/kernel/hostname").ok().flatten(),
         kernel: side0
             .read_value("/proc/sys/kernel/osrelease")

@@ -41,7 +41,7 @@ pub(crate) fn run(
         let rate_hz = rate.hz();
         // The sampler reads the counters with every sample: no second set.
         let interval = match IntervalCapture::start(root, rate_hz, &host) {
-            Ok(c) => c,
+            Ok(c) => c.asked(every),
             Err(e) => {
                 out.start_failed(e);
                 if stop.wait_until(Instant::now() + every) {

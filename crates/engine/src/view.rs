@@ -4,14 +4,17 @@
 //! only copies or draws it. One mutex; every holder only copies, pushes or
 //! draws.
 
+use crate::host::starve::{StarveWatch, RECHECK_EVERY};
 use crate::host::HostTracker;
 use crate::rules::Findings;
 use crate::sampler::{Sample, Subscriber};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
+use stealscope_analysis::rules::host_starved;
 use stealscope_analysis::{DoctorReport, Finding};
 use stealscope_model::host::discovery::ThreadRole;
+use stealscope_model::host::starve::StoredStarve;
 use stealscope_model::host::{LiveHost, Placement};
 use stealscope_model::recent::RecentWindows;
 use stealscope_readers::process::{task_cpu, task_status};
@@ -71,6 +74,12 @@ pub struct ViewFeed {
     root: PathBuf,
     /// The collector's latest reading: the one taken with the next scan.
     sched: Option<SchedSample>,
+    /// Open waits, shown as `host.starved` as soon as one passes a second
+    /// (the rule runner's interval is too late for that): live root only.
+    starve: Option<StarveWatch>,
+    starve_polled: Option<Instant>,
+    /// VM names by pid, from the last host scan.
+    vm_names: Vec<(u32, String)>,
 }
 
 impl ViewFeed {
@@ -78,12 +87,60 @@ impl ViewFeed {
     /// collector reports (why it is off, or that it is starting).
     pub fn new(view: std::sync::Arc<SharedView>, root: PathBuf, culprits: String) -> ViewFeed {
         view.lock().culprits = culprits;
+        let starve = (root == std::path::Path::new("/"))
+            .then(|| StarveWatch::start(&root).ok())
+            .flatten();
         ViewFeed {
             view,
             root,
             sched: None,
+            starve,
+            starve_polled: None,
+            vm_names: Vec::new(),
         }
     }
+
+    /// Puts the scanner's open waits into the view's findings, at most
+    /// every [`RECHECK_EVERY`] (as often as the scanner learns anything).
+    fn poll_starve(&mut self, now: Instant) {
+        let Some(w) = &self.starve else {
+            return;
+        };
+        if self
+            .starve_polled
+            .is_some_and(|t| now.saturating_duration_since(t) < RECHECK_EVERY)
+        {
+            return;
+        }
+        self.starve_polled = Some(now);
+        let reading = StoredStarve {
+            waits: w.open_now(),
+            ..Default::default()
+        };
+        let names = &self.vm_names;
+        let vm_of = |pid: u32| {
+            names
+                .iter()
+                .find(|(p, _)| *p == pid)
+                .map(|(_, n)| n.clone())
+        };
+        let live = host_starved::starved_finding(&reading, &vm_of);
+        let mut v = self.view.lock();
+        let had = v.findings.iter().any(|f| f.id == STARVED);
+        if live.is_none() && !had {
+            return;
+        }
+        v.findings.retain(|f| f.id != STARVED);
+        v.findings.extend(live);
+        rank(&mut v.findings);
+    }
+}
+
+const STARVED: &str = "host.starved";
+
+/// Most severe first, then by id (as the doctor's report ranks them).
+fn rank(f: &mut [Finding]) {
+    f.sort_by(|a, b| b.severity.cmp(&a.severity).then_with(|| a.id.cmp(&b.id)));
 }
 
 /// Where each vCPU thread of the scan runs (two small reads per vCPU).
@@ -110,9 +167,17 @@ fn host_error(e: ReadError) -> String {
 
 impl Subscriber for ViewFeed {
     fn sample(&mut self, s: Sample<'_>) -> Result<(), ReadError> {
-        let mut v = self.view.lock();
-        v.windows.push(s.t_ns, s.stat.clone());
-        v.sample_error = None;
+        {
+            let mut v = self.view.lock();
+            v.windows.push(s.t_ns, s.stat.clone());
+            v.sample_error = None;
+        }
+        self.poll_starve(s.now);
+        Ok(())
+    }
+
+    fn tick(&mut self, now: Instant) -> Result<(), ReadError> {
+        self.poll_starve(now);
         Ok(())
     }
 
@@ -133,6 +198,7 @@ impl Subscriber for ViewFeed {
         r: Result<(), ReadError>,
     ) -> Result<(), ReadError> {
         let placed = placements(&self.root, h);
+        self.vm_names = h.vms().iter().map(|v| (v.pid, v.name.clone())).collect();
         let mut v = self.view.lock();
         v.host_error = r.err().map(host_error);
         v.host |= !placed.is_empty();
@@ -182,7 +248,17 @@ impl Findings for SharedView {
         let mut v = self.lock();
         match r {
             Ok(r) => {
+                // The live scanner's open waits stand for the interval's.
+                let live: Vec<Finding> = v
+                    .findings
+                    .iter()
+                    .filter(|f| f.id == STARVED)
+                    .cloned()
+                    .collect();
                 v.findings = r.findings;
+                v.findings.retain(|f| f.id != STARVED);
+                v.findings.extend(live);
+                rank(&mut v.findings);
                 v.findings_error = None;
             }
             Err(e) => v.findings_error = Some(e.to_string()),

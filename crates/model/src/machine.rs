@@ -31,6 +31,9 @@ pub struct MachineModel {
     pub hardware: crate::hardware::HardwareModel,
     /// Problems with optional inputs (from both sides, deduplicated).
     pub notes: Vec<String>,
+    /// The snapshot or recording was cut off: its figures are partial.
+    #[serde(skip)]
+    pub damage: Option<stealscope_readers::damage::Damage>,
 }
 
 impl MachineModel {
@@ -106,6 +109,7 @@ impl MachineModel {
             host,
             hardware: crate::hardware::HardwareModel::build(snap),
             notes,
+            damage: snap.damage.clone(),
         })
     }
 

@@ -223,6 +223,7 @@ pub fn redact(snap: &Snapshot) -> Result<(Snapshot, usize), ReadError> {
             t1: redact_side(&snap.t1, &names, &vmms),
             samples: snap.samples.clone(),
             hardware: snap.hardware.clone(),
+            damage: snap.damage.clone(),
         },
         count,
     ))

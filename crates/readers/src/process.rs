@@ -213,6 +213,39 @@ pub fn parse_stat_processor(text: &str, path: &str) -> Result<u32> {
         .ok_or_else(|| ReadError::parse(path, "no processor field after the comm"))
 }
 
+/// What a starvation scan needs of a task's stat line (fs/proc/array.c,
+/// do_task_stat): its state letter (`R` = TASK_RUNNING: on a CPU or queued
+/// for one), its user+system time in clock ticks (fields 14 and 15) and
+/// the CPU it is on or queued on (`processor`, field 39: task_cpu()).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskStat {
+    pub state: u8,
+    pub ticks: u64,
+    pub cpu: u32,
+}
+
+impl TaskStat {
+    /// Running or queued to run.
+    pub fn runnable(&self) -> bool {
+        self.state == b'R'
+    }
+}
+
+/// Parses a task's stat line into a [`TaskStat`] (fields counted after the
+/// last ')', as the comm may hold both).
+pub fn parse_task_stat(text: &str, path: &str) -> Result<TaskStat> {
+    let bad = || ReadError::parse(path, "not a stat line (state, times, processor)");
+    let (_, rest) = text.rsplit_once(')').ok_or_else(bad)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+    let state = f.first().and_then(|s| s.bytes().next()).ok_or_else(bad)?;
+    let ticks = num(11).zip(num(12)).map(|(u, s)| u + s).ok_or_else(bad)?;
+    let cpu = num(36)
+        .and_then(|c| u32::try_from(c).ok())
+        .ok_or_else(bad)?;
+    Ok(TaskStat { state, ticks, cpu })
+}
+
 /// The CPU a thread last ran on; None when it exited.
 pub fn task_cpu(src: &dyn Source, pid: u32, tid: u32) -> Result<Option<u32>> {
     let path = format!("/proc/{pid}/task/{tid}/stat");
@@ -235,6 +268,22 @@ fn vanished_ok<T>(r: Result<Option<T>>) -> Result<Option<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn task_stat_of_a_real_line() {
+        let line = "3025 (CPU 0/TCG) R 1 3021 3021 0 -1 4194368 3 0 0 0 59424 1 0 0 20 0 4 0 1180 1068 164 18446744073709551615 1 1 0 0 0 0 268444163 4096 17987 0 0 0 -1 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        let s = parse_task_stat(line, "stat").unwrap();
+        assert_eq!(
+            s,
+            TaskStat {
+                state: b'R',
+                ticks: 59425,
+                cpu: 1
+            }
+        );
+        assert!(s.runnable());
+        assert!(parse_task_stat("12 (x) S 1", "p").is_err());
+    }
 
     #[test]
     fn processor_of_a_stat_line_with_a_tricky_comm() {

@@ -5,8 +5,10 @@
 //! from a directory or a .tar.gz into memory so both behave the same.
 
 use crate::cpuid::CpuidDump;
+use crate::damage::FileKind;
 use crate::error::{ReadError, Result};
 use crate::perf::CounterCapture;
+use crate::snapshot_cut::{rebuild, whole_samples, Loss, Manifest, MANIFEST_FILE};
 use crate::source::MemFs;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -53,6 +55,8 @@ pub struct Snapshot {
     pub samples: Vec<RawSample>,
     /// What is not a file: CPUID registers and perf counter reads.
     pub hardware: Hardware,
+    /// The file was cut off or damaged: what it lost (None: whole).
+    pub damage: Option<crate::damage::Damage>,
 }
 
 pub const CPUID_FILE: &str = "cpuid.json";
@@ -113,6 +117,11 @@ fn side_path(rel: &str) -> Option<(&str, String)> {
 #[derive(Default)]
 struct Loader {
     meta: Option<Vec<u8>>,
+    manifest: Option<Vec<u8>>,
+    /// Every file's size as loaded, by its name in the snapshot.
+    sizes: std::collections::BTreeMap<String, u64>,
+    /// The archive ended inside its stream (a cut-off .tar.gz).
+    archive_cut: Option<String>,
     samples: Option<Vec<u8>>,
     cpuid: Option<Vec<u8>>,
     counters: Option<Vec<u8>>,
@@ -129,8 +138,10 @@ impl Loader {
         if self.bytes > MAX_TOTAL_BYTES || self.files > MAX_FILES {
             return Err(ReadError::parse(origin, "snapshot too large"));
         }
+        self.sizes.insert(rel.to_string(), data.len() as u64);
         match rel {
             "meta.json" => self.meta = Some(data),
+            MANIFEST_FILE => self.manifest = Some(data),
             "samples.jsonl" => self.samples = Some(data),
             CPUID_FILE => self.cpuid = Some(data),
             COUNTERS_FILE => self.counters = Some(data),
@@ -147,14 +158,49 @@ impl Loader {
         Ok(())
     }
 
-    fn finish(self, origin: &str) -> Result<Snapshot> {
+    fn finish(self, origin: &str, file: FileKind) -> Result<Snapshot> {
         let meta_path = format!("{origin}/meta.json");
-        let meta = parse_meta(
-            &self
-                .meta
-                .ok_or_else(|| ReadError::parse(&meta_path, "missing"))?,
-            &meta_path,
-        )?;
+        let meta_bytes = self.meta.as_deref().ok_or_else(|| {
+            let why = match &self.archive_cut {
+                Some(e) => format!("missing: the archive ends before it ({e})"),
+                None => "missing".to_string(),
+            };
+            ReadError::parse(&meta_path, why)
+        })?;
+        // meta.json comes first: cut inside it, nothing follows it.
+        let cut_in_meta = self.archive_cut.is_some() || self.sizes.len() == 1;
+        let meta = parse_meta(meta_bytes, &meta_path).map_err(|e| match e {
+            ReadError::Parse { path, msg } if cut_in_meta => ReadError::parse(
+                &path,
+                format!("incomplete: the snapshot is cut off inside it ({msg})"),
+            ),
+            e => e,
+        })?;
+        let loss = self.loss();
+        if loss.is_empty() {
+            return self.whole(origin, meta);
+        }
+        self.cut(origin, meta, file, loss)
+    }
+
+    /// What the manifest lists that did not arrive whole, and where the
+    /// archive ended early (a snapshot from before manifests: the archive's
+    /// own error only).
+    fn loss(&self) -> Loss {
+        let mut loss = match &self.manifest {
+            // Written in one go right after meta.json: one that does not
+            // parse was cut (an error naming it when nothing else is left).
+            Some(b) => match serde_json::from_slice::<Manifest>(b) {
+                Ok(m) => Loss::against(&m, |n| self.sizes.get(n).copied()),
+                Err(_) => Loss::manifest_cut(),
+            },
+            None => Loss::default(),
+        };
+        loss.archive = self.archive_cut.clone();
+        loss
+    }
+
+    fn whole(self, origin: &str, meta: Meta) -> Result<Snapshot> {
         let samples = match self.samples {
             Some(b) => parse_samples(&b, &format!("{origin}/samples.jsonl"))?,
             None => Vec::new(),
@@ -176,6 +222,37 @@ impl Loader {
             t1,
             samples,
             hardware,
+            damage: None,
+        })
+    }
+
+    /// A cut snapshot: the whole samples and files that arrived, sides
+    /// rebuilt when one is not whole ([`crate::snapshot_cut`]).
+    fn cut(self, origin: &str, meta: Meta, file: FileKind, loss: Loss) -> Result<Snapshot> {
+        let samples = self
+            .samples
+            .as_deref()
+            .map(whole_samples)
+            .unwrap_or_default();
+        // A hardware file that is cut does not parse: left out, and said.
+        let hardware = Hardware {
+            cpuid: parse_json(self.cpuid.as_deref(), CPUID_FILE).ok().flatten(),
+            counters: parse_json(self.counters.as_deref(), COUNTERS_FILE)
+                .ok()
+                .flatten(),
+        };
+        let r = rebuild(&loss, file, meta.interval_s, (self.t0, self.t1), &samples)
+            .map_err(|why| ReadError::parse(origin, why))?;
+        let (mut t0, mut t1) = (r.t0, r.t1);
+        t0.name = format!("{origin}/t0");
+        t1.name = format!("{origin}/t1");
+        Ok(Snapshot {
+            meta,
+            t0,
+            t1,
+            samples,
+            hardware,
+            damage: Some(r.damage),
         })
     }
 }
@@ -219,7 +296,15 @@ fn load_tar_gz(path: &Path, loader: &mut Loader, origin: &str) -> Result<()> {
     let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(file));
     let bad = |e: std::io::Error| ReadError::parse(origin, format!("not a readable .tar.gz: {e}"));
     for entry in ar.entries().map_err(bad)? {
-        let entry = entry.map_err(bad)?;
+        // An archive that ends inside its stream was cut off (a copy or a
+        // disk that stopped): what came before is kept, the loss is said.
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                loader.archive_cut = Some(e.to_string());
+                break;
+            }
+        };
         if !entry.header().entry_type().is_file() {
             continue;
         }
@@ -247,11 +332,20 @@ fn load_tar_gz(path: &Path, loader: &mut Loader, origin: &str) -> Result<()> {
         let Some(start) = start else { continue };
         let rel = comps[start..].join("/");
         let mut data = Vec::new();
-        entry
-            .take(MAX_TOTAL_BYTES + 1)
-            .read_to_end(&mut data)
-            .map_err(bad)?;
+        if let Err(e) = entry.take(MAX_TOTAL_BYTES + 1).read_to_end(&mut data) {
+            loader.archive_cut = Some(format!("inside {rel}: {e}"));
+            // The part of the entry that arrived counts against the manifest.
+            loader.add(&rel, data, origin)?;
+            break;
+        }
         loader.add(&rel, data, origin)?;
+    }
+    // The stream must end where gzip says (its trailer holds the length
+    // and CRC): a cut after the last file still lost something.
+    if loader.archive_cut.is_none() {
+        if let Err(e) = std::io::copy(&mut ar.into_inner(), &mut std::io::sink()) {
+            loader.archive_cut = Some(format!("after its last file: {e}"));
+        }
     }
     Ok(())
 }
@@ -266,17 +360,19 @@ pub fn open(path: &Path) -> Result<Snapshot> {
     let origin = path.display().to_string();
     let mut loader = Loader::default();
     let md = std::fs::metadata(path).map_err(|e| ReadError::io(&origin, e))?;
-    if md.is_dir() {
+    let kind = if md.is_dir() {
         load_dir(path, "", &mut loader, &origin)?;
+        FileKind::SnapshotDirectory
     } else if is_tar_gz(path) {
         load_tar_gz(path, &mut loader, &origin)?;
+        FileKind::SnapshotArchive
     } else {
         return Err(ReadError::parse(
             &origin,
             "not a snapshot directory or .tar.gz",
         ));
-    }
-    loader.finish(&origin)
+    };
+    loader.finish(&origin, kind)
 }
 
 fn rel_files(s: &Snapshot) -> Result<Vec<(String, Vec<u8>)>> {
@@ -284,6 +380,7 @@ fn rel_files(s: &Snapshot) -> Result<Vec<(String, Vec<u8>)>> {
         "meta.json".to_string(),
         serde_json::to_vec_pretty(&s.meta).map_err(|e| ReadError::parse("meta.json", e))?,
     )];
+    let manifest_at = files.len();
     if !s.samples.is_empty() {
         let mut buf = Vec::new();
         for smp in &s.samples {
@@ -308,6 +405,17 @@ fn rel_files(s: &Snapshot) -> Result<Vec<(String, Vec<u8>)>> {
             files.push((format!("{side}{abs}"), data.clone()));
         }
     }
+    // Right after meta.json, so that a cut file still says what it lost.
+    let manifest = Manifest {
+        files: files[manifest_at..]
+            .iter()
+            .map(|(n, d)| (n.clone(), d.len() as u64))
+            .collect(),
+    };
+    files.insert(
+        manifest_at,
+        json(MANIFEST_FILE, serde_json::to_vec(&manifest))?,
+    );
     Ok(files)
 }
 
@@ -422,6 +530,7 @@ mod tests {
                     }],
                 }),
             },
+            damage: None,
         }
     }
 
@@ -478,6 +587,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("snap");
         write(&sample_snapshot(), &p).unwrap();
+        // Edited by hand: no manifest says the file was longer (a cut).
+        std::fs::remove_file(p.join(MANIFEST_FILE)).unwrap();
         std::fs::write(p.join(COUNTERS_FILE), b"{\"opened\": 3}").unwrap();
         let e = open(&p).unwrap_err().to_string();
         assert!(
@@ -488,6 +599,54 @@ mod tests {
         std::fs::write(p.join(CPUID_FILE), b"[1,2]").unwrap();
         let e = open(&p).unwrap_err().to_string();
         assert!(e.contains("cpuid.json"), "{e}");
+    }
+
+    /// A snapshot cut anywhere after meta.json is read up to the cut, with
+    /// the loss named; before it, an error that says what is missing.
+    #[test]
+    fn a_cut_snapshot_reports_the_cut_at_every_offset() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = sample_snapshot();
+        s.samples.push(RawSample {
+            t_ns: 2_000_000_005,
+            stat: "cpu  3 3 3 3 0 0 0 9\n".into(),
+        });
+        let whole = tmp.path().join("s.tar.gz");
+        write(&s, &whole).unwrap();
+        assert!(open(&whole).unwrap().damage.is_none());
+        let bytes = std::fs::read(&whole).unwrap();
+        let (mut cut, mut errors) = (0, 0);
+        for n in (1..bytes.len()).step_by(7) {
+            let p = tmp.path().join(format!("c{n}.tar.gz"));
+            std::fs::write(&p, &bytes[..n]).unwrap();
+            match open(&p) {
+                Ok(c) => {
+                    let d = c.damage.expect("a cut snapshot says so");
+                    assert_eq!(d.file, FileKind::SnapshotArchive);
+                    assert!(d.headline().contains("cut off"), "{d:?}");
+                    cut += 1;
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(e.contains("cut off") || e.contains("meta.json"), "{n}: {e}");
+                    errors += 1;
+                }
+            }
+        }
+        assert!(cut > 0 && errors > 0, "{cut} cut, {errors} errors");
+        // A directory whose t1 lost a file: rebuilt from the samples, the
+        // steal of the series kept (9 ticks stolen between the samples).
+        let dir = tmp.path().join("d");
+        write(&s, &dir).unwrap();
+        std::fs::remove_file(dir.join("t1/dev/cpu_dma_latency")).unwrap();
+        let c = open(&dir).unwrap();
+        let d = c.damage.unwrap();
+        assert_eq!(d.file, FileKind::SnapshotDirectory);
+        assert_eq!(d.bytes_lost, Some(4));
+        assert!(d.why.contains("t1/dev/cpu_dma_latency"), "{d:?}");
+        let t1 = c.t1.read_text("/proc/stat").unwrap().unwrap();
+        assert!(t1.starts_with("cpu  3 3 3 3 0 0 0 9\n"), "{t1}");
+        assert_eq!(d.cut_at_s, Some(2.0));
     }
 
     proptest::proptest! {

@@ -10,6 +10,7 @@ pub mod fair_share;
 pub mod host;
 pub mod host_groups;
 pub mod host_noisy;
+pub mod host_starved;
 pub mod host_steal;
 pub mod host_who;
 pub mod idle;
@@ -50,6 +51,8 @@ pub const GUEST_RULES: &[(&[&str], RuleFn)] = &[
     (&["host.no-ept"], host::no_ept),
     (&["host.hlt-exits-dominant"], host::hlt_exits_dominant),
     (&["host.swap-pressure"], host::swap_pressure),
+    (&["host.starved"], host_starved::starved),
+    (&["host.capture-overran"], host_starved::capture_overran),
 ];
 
 /// Rules about the steal and idling of this machine's own vCPUs. On a host

@@ -215,6 +215,7 @@ impl TestMachine {
             t1,
             samples,
             hardware: Hardware::default(),
+            damage: None,
         }
     }
 

@@ -7,6 +7,7 @@
 pub mod answers;
 pub mod scanner;
 pub mod sched_hook;
+pub mod starve;
 pub mod tracker;
 pub mod watch;
 

@@ -11,6 +11,7 @@ pub mod live_rows;
 pub mod observation;
 pub mod running_wait_by;
 pub mod sched_store;
+pub mod starve;
 pub mod stored;
 pub mod vcpu_times;
 pub mod vm_rates;

@@ -10,6 +10,7 @@ use super::discovery::{
 use super::kvm::KvmCounters;
 use super::sched_store::{StoredSched, SCHED_FILE};
 use super::stored::{QmpRecord, AFFINITY, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR};
+use super::starve::{StoredStarve, STARVE_FILE};
 use crate::side::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -129,6 +130,9 @@ pub struct HostObservation {
     /// capture; empty elsewhere).
     #[serde(skip)]
     pub affinity: BTreeMap<u32, Vec<u32>>,
+    /// Open waits the starvation scanner saw during the capture (end side).
+    #[serde(skip)]
+    pub starved: Option<StoredStarve>,
     pub notes: Vec<String>,
 }
 
@@ -423,6 +427,7 @@ pub fn collect_host_with(
     h.sched = read_json(src, SCHED_FILE, &mut h.notes);
     h.own_pid = read_json(src, OWN_PID, &mut h.notes).or_else(|| own_pid_live(src));
     h.affinity = read_json(src, AFFINITY, &mut h.notes).unwrap_or_default();
+    h.starved = read_json(src, STARVE_FILE, &mut h.notes);
     h.exit_sample = read_json(src, EXIT_SAMPLE, &mut h.notes);
     let capture_notes: Option<Vec<String>> = read_json(src, NOTES, &mut h.notes);
     h.notes.extend(capture_notes.unwrap_or_default());

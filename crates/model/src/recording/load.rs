@@ -4,11 +4,14 @@
 //! and [`MachineModel`](crate::MachineModel), and a [`Timeline`] of the
 //! series a snapshot does not hold (interrupts, vCPU waits, probe windows).
 
+use crate::host::sched_store::SCHED_FILE;
 use crate::irq_rates::rates;
 use crate::timeline::{CulpritWindow, IrqWindow, ProbeWindow, Timeline, VcpuWindow};
 use std::collections::BTreeMap;
 use std::path::Path;
+use stealscope_readers::damage::{Damage, FileKind};
 use stealscope_readers::perf::{CounterCapture, CounterSample};
+use stealscope_readers::process::task_schedstat_path;
 use stealscope_readers::recording::{
     CulpritScan, Header, IrqSample, ProbeRecord, Record, RecordingReader, StatSample, VcpuSample,
 };
@@ -131,7 +134,8 @@ impl Raw {
     }
 }
 
-/// Reads a recording; a cut-off tail is a note, anything else wrong an error.
+/// Reads a recording; a cut-off tail is a note and the recording's
+/// [`Damage`], anything else wrong an error.
 pub fn open(path: &Path) -> Result<Recording, ReadError> {
     let name = path.display().to_string();
     let mut r = RecordingReader::open(path)?;
@@ -141,30 +145,49 @@ pub fn open(path: &Path) -> Result<Recording, ReadError> {
         raw.add(rec);
     }
     let mut notes = Vec::new();
-    if let Some(why) = r.truncation() {
+    let cut = if let Some(why) = r.truncation() {
         notes.push(format!(
             "recording cut off ({why}); read up to the last complete record at offset {}",
             r.offset()
         ));
+        Some(Cut {
+            why: why.to_string(),
+            bytes_lost: Some(r.file_len() - r.offset()),
+        })
     } else if !raw.complete {
         notes.push(
             "recording has no end frame (the recorder was stopped without finishing); read up to its last frame"
                 .to_string(),
         );
-    }
+        Some(Cut {
+            why: "it has no end frame (the recorder was stopped without finishing)".into(),
+            bytes_lost: None,
+        })
+    } else {
+        None
+    };
     if raw.unknown > 0 {
         notes.push(format!(
             "skipped {} frames of kinds this build does not know (written by a newer stealscope)",
             raw.unknown
         ));
     }
-    build(&name, header, raw, notes)
+    build(&name, header, raw, notes, cut)
+}
+
+/// How a recording ends early, as its reader found it.
+struct Cut {
+    why: String,
+    bytes_lost: Option<u64>,
 }
 
 /// When the file holds one checkpoint only (cut off within the first
-/// checkpoint period), t1 is t0 with the last sample's cpu rows and the
-/// uptime advanced to it.
-fn synthetic_t1(t0: &Files, t0_ns: u64, last: &StatSample) -> Files {
+/// checkpoint period), t1 is t0 with the last sample's cpu rows, the
+/// uptime advanced to it and each vCPU thread's schedstat from the vCPU
+/// series at the same moment (else its vCPUs would read 0 % steal). What
+/// only a checkpoint holds (the collector's reading, other processes'
+/// times) is not known at t1: the collector's file says so.
+fn synthetic_t1(t0: &Files, t0_ns: u64, last: &StatSample, vcpu: Option<&VcpuSample>) -> Files {
     let mut files = t0.clone();
     let rows = stat::render_cpu_lines(&last.stat);
     let rest = t0
@@ -190,7 +213,102 @@ fn synthetic_t1(t0: &Files, t0_ns: u64, last: &StatSample) -> Files {
             );
         }
     }
+    for (e, t) in vcpu.map(|v| v.threads.as_slice()).unwrap_or_default() {
+        let path = task_schedstat_path(e.pid, e.tid);
+        // The times-run count is not in the series: t0's stands.
+        let slices = files
+            .get(&path)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|t| t.split_whitespace().nth(2).map(str::to_string))
+            .unwrap_or_else(|| "0".into());
+        let text = format!("{} {} {slices}\n", t.run_ns, t.wait_ns);
+        files.insert(path, text.into_bytes());
+    }
+    if files.contains_key(SCHED_FILE) {
+        let why = "the recording is cut off before its second checkpoint: no collector reading at its end";
+        let v = serde_json::json!({ "unavailable": [why] });
+        files.insert(SCHED_FILE.to_string(), v.to_string().into_bytes());
+    }
     files
+}
+
+/// The end of a recording that holds one checkpoint: its last vCPU scan
+/// with the last /proc/stat sample at or before it (so both cover the same
+/// interval), else its last /proc/stat sample.
+fn synthetic_end(raw: &Raw, t0_ns: u64) -> Option<(&StatSample, Option<&VcpuSample>)> {
+    let stat_at = |limit: u64| {
+        raw.stat
+            .iter()
+            .rev()
+            .find(|s| s.t_ns > t0_ns && s.t_ns <= limit)
+    };
+    if let Some(v) = raw.prev_vcpu.as_ref().filter(|v| v.t_ns > t0_ns) {
+        if let Some(s) = stat_at(v.t_ns) {
+            return Some((s, Some(v)));
+        }
+    }
+    stat_at(u64::MAX).map(|s| (s, None))
+}
+
+/// The last moment any series of the file reaches.
+fn last_data_ns(raw: &Raw, t0_ns: u64) -> u64 {
+    let stat = raw.stat.last().map_or(0, |s| s.t_ns);
+    let vcpu = raw.prev_vcpu.as_ref().map_or(0, |s| s.t_ns);
+    let ckpt = raw.last.as_ref().map_or(0, |(t, _)| *t);
+    stat.max(vcpu).max(ckpt).max(t0_ns)
+}
+
+/// What a cut-off recording lost, for the report's verdict.
+fn damage(cut: Cut, header: &Header, cut_at_s: f64, consequences: Vec<String>) -> Damage {
+    Damage {
+        file: FileKind::Recording,
+        cut_at_s: Some(cut_at_s),
+        intended_s: header.duration_s,
+        bytes_lost: cut.bytes_lost,
+        bytes_expected: None,
+        why: cut.why,
+        consequences,
+    }
+}
+
+/// t1 of a recording: its last complete checkpoint, else (one checkpoint)
+/// a side built from the last samples ([`synthetic_t1`]); what the report
+/// then leaves out goes to `lost`.
+fn end_side(
+    name: &str,
+    raw: &mut Raw,
+    (t0_ns, t0): (u64, &Files),
+    cut: Option<&Cut>,
+    notes: &mut Vec<String>,
+    lost: &mut Vec<String>,
+) -> Result<(u64, Files), ReadError> {
+    let end_ns = last_data_ns(raw, t0_ns);
+    if let Some((t, f)) = raw.last.take().filter(|(t, _)| *t > t0_ns) {
+        if end_ns > t {
+            lost.push(format!(
+                "figures end at the last complete checkpoint (+{:.1} s); the {:.1} s after it are in the series only",
+                (t - t0_ns) as f64 / 1e9,
+                (end_ns - t) as f64 / 1e9
+            ));
+        }
+        return Ok((t, f));
+    }
+    let (last, vcpu) = synthetic_end(raw, t0_ns).ok_or_else(|| {
+        let why = cut.map_or(String::new(), |c| format!("cut off ({}): ", c.why));
+        ReadError::parse(
+            name,
+            format!("{why}one checkpoint and no /proc/stat sample after it: nothing to analyse"),
+        )
+    })?;
+    notes.push(format!(
+        "the recording ends before its second checkpoint: t1 is its last /proc/stat sample (+{:.1} s){}; the other files are as at the start",
+        (last.t_ns - t0_ns) as f64 / 1e9,
+        if vcpu.is_some() { " with the vCPU threads' times of the scan then" } else { "" }
+    ));
+    if t0.contains_key(SCHED_FILE) || vcpu.is_some() {
+        lost.push("other host work and the collector's attribution need a second checkpoint: not measured (the culprits per scan are kept)".to_string());
+    }
+    Ok((last.t_ns, synthetic_t1(t0, t0_ns, last, vcpu)))
 }
 
 fn build(
@@ -198,32 +316,28 @@ fn build(
     header: Header,
     mut raw: Raw,
     mut notes: Vec<String>,
+    cut: Option<Cut>,
 ) -> Result<Recording, ReadError> {
-    let (t0_ns, t0) = raw
-        .first
-        .take()
-        .ok_or_else(|| ReadError::parse(name, "no complete checkpoint: nothing to analyse"))?;
-    let (t1_ns, t1) = match raw.last.take() {
-        Some((t, f)) if t > t0_ns => (t, f),
-        _ => {
-            let last = raw
-                .stat
-                .iter()
-                .rev()
-                .find(|s| s.t_ns > t0_ns)
-                .ok_or_else(|| {
-                    ReadError::parse(
-                        name,
-                        "one checkpoint and no /proc/stat sample after it: nothing to analyse",
-                    )
-                })?;
-            notes.push(format!(
-                "the recording ends before its second checkpoint: t1 is its last /proc/stat sample (+{:.1} s); the other files are as at the start",
-                (last.t_ns - t0_ns) as f64 / 1e9
-            ));
-            (last.t_ns, synthetic_t1(&t0, t0_ns, last))
-        }
-    };
+    let (t0_ns, t0) = raw.first.take().ok_or_else(|| {
+        let why = cut
+            .as_ref()
+            .map_or(String::new(), |c| format!("cut off ({}): ", c.why));
+        ReadError::parse(
+            name,
+            format!("{why}no complete checkpoint: nothing to analyse"),
+        )
+    })?;
+    let end_ns = last_data_ns(&raw, t0_ns);
+    let mut lost = Vec::new();
+    let (t1_ns, t1) = end_side(
+        name,
+        &mut raw,
+        (t0_ns, &t0),
+        cut.as_ref(),
+        &mut notes,
+        &mut lost,
+    )?;
+    let damage = cut.map(|c| damage(c, &header, (end_ns - t0_ns) as f64 / 1e9, lost));
     let inside = |t: u64| t >= t0_ns && t <= t1_ns;
     let after = raw.stat.iter().filter(|s| s.t_ns > t1_ns).count();
     if after > 0 {
@@ -340,6 +454,7 @@ fn build(
             cpuid: header.cpuid.clone(),
             counters,
         },
+        damage,
     };
     Ok(Recording {
         header,

@@ -176,8 +176,32 @@ fn cut_off_before_the_second_checkpoint_ends_at_the_last_sample() {
         "cpu rows of the last sample, the rest as at t0"
     );
     assert_eq!(s.t1.files["/proc/uptime"], b"102.00 50.00\n");
+    // The vCPU's times at t1 are its last scan's (2 s: 1.2 s run, 0.6 s
+    // waited), not t0's: its steal is what the file holds, never 0 %.
+    assert_eq!(
+        s.t1.files["/proc/7/task/8/schedstat"],
+        b"1200000000 600000000 0\n"
+    );
     let m = MachineModel::build(s).unwrap();
     assert!((m.wall_s - 2.0).abs() < 1e-9);
+    let d = s.damage.as_ref().expect("a cut file says so");
+    assert_eq!(d.bytes_lost, Some(7));
+    assert_eq!(d.cut_at_s, Some(2.0));
+    assert!(d.why.contains("incomplete stat frame"), "{d:?}");
+    assert!(
+        d.headline().contains("cut off at +2.0 s"),
+        "{}",
+        d.headline()
+    );
+    assert_eq!(m.damage.as_ref(), Some(d));
+}
+
+#[test]
+fn a_complete_recording_has_no_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.ssr");
+    write(&p, true);
+    assert!(open(&p).unwrap().snapshot.damage.is_none());
 }
 
 #[test]

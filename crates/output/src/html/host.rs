@@ -18,7 +18,7 @@ pub fn verdict(v: &Verdict) -> Markup {
     html! {
         section id="verdict" class=(format!("verdict status-{}", v.status)) data-status=(v.status) {
             p class="headline" {
-                strong { (match v.status { "critical" => "CRITICAL", "warning" => "WARNING", _ => "OK" }) ": " }
+                strong { (match v.status { "critical" => "CRITICAL", "warning" => "WARNING", "cut-off" => "CUT OFF", _ => "OK" }) ": " }
                 (v.headline)
                 @if let Some(id) = &v.finding {
                     @if v.status != "info" {

@@ -97,7 +97,7 @@ table.vms td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.nested { font-size: 12px; margin: 0; }
 table.nested th, table.nested td { padding: 1px 8px 1px 0; border-bottom: 1px solid #eee; }
 .verdict { border: 2px solid #4a8a4a; padding: 6px 14px; margin: 12px 0; background: #f4faf4; font-size: 15px; }
-.verdict.status-critical { border-color: #c0392b; background: #fdf3f2; }
+.verdict.status-critical, .verdict.status-cut-off { border-color: #c0392b; background: #fdf3f2; }
 .verdict.status-warning { border-color: #e69b00; background: #fffaf0; }
 .verdict p { margin: 4px 0; }
 .finding { border-left: 5px solid #999; padding: 4px 12px; margin: 12px 0; background: #fafafa; }

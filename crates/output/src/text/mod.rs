@@ -38,6 +38,7 @@ fn verdict(out: &mut String, st: &Style, v: &Verdict) {
     let label = match v.status {
         "critical" => st.severity(Severity::Critical),
         "warning" => st.severity(Severity::Warning),
+        stealscope_analysis::verdict::CUT_OFF => st.paint("1;31", "CUT OFF"),
         _ => st.paint("1;32", "OK"),
     };
     let mut tail = Vec::new();

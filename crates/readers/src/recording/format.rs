@@ -109,6 +109,10 @@ pub struct Header {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_scan_s: Option<f64>,
     pub checkpoint_s: f64,
+    /// How long the recorder was asked to run (`--duration`); None: until
+    /// stopped. A cut-off file says from it how much is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,6 +146,7 @@ impl Header {
             irq_rate_hz: None,
             host_scan_s: None,
             checkpoint_s: 60.0,
+            duration_s: None,
             hostname: None,
             kernel: None,
             clk_tck: None,

@@ -119,6 +119,11 @@ impl<R: Read> RecordingReader<R> {
         self.truncated.as_deref()
     }
 
+    /// The file's length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.len
+    }
+
     /// Bytes read so far (the end of the last complete frame).
     pub fn offset(&self) -> u64 {
         self.offset
