@@ -86,20 +86,23 @@ impl SchedSlot {
             SchedSlot::Gone { reasons, .. } => Some(StoredSched::Unavailable {
                 unavailable: reasons.clone(),
             }),
-            SchedSlot::Running { c, tids } => match sched_hook::store(tids, end, || c.read()) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    let route = c.route().as_str();
-                    let reasons = vec![format!("{route}: {e}")];
-                    *self = SchedSlot::Gone {
-                        reasons: reasons.clone(),
-                        unsaid: Some(format!("scheduler events stopped: {e}")),
-                    };
-                    Some(StoredSched::Unavailable {
-                        unavailable: reasons,
-                    })
+            SchedSlot::Running { c, tids } => {
+                let fallbacks = c.fallbacks().to_vec();
+                match sched_hook::store(tids, end, &fallbacks, || c.read()) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        let route = c.route().as_str();
+                        let reasons = vec![format!("{route}: {e}")];
+                        *self = SchedSlot::Gone {
+                            reasons: reasons.clone(),
+                            unsaid: Some(format!("scheduler events stopped: {e}")),
+                        };
+                        Some(StoredSched::Unavailable {
+                            unavailable: reasons,
+                        })
+                    }
                 }
-            },
+            }
         }
     }
 

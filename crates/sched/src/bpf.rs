@@ -4,13 +4,15 @@
 //! interval. The charging rules live in the C program (mirroring
 //! [`crate::aggregate`]); this file only moves counters into the model.
 
+pub use crate::bpf_info::ProgStats;
+use crate::bpf_ksym::RqPath;
 use crate::error::{CollectError, Result};
 use crate::hist::{EpisodeHist, BUCKETS};
 use crate::model::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
 use crate::route::RouteImpl;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint};
-use aya::{Btf, Ebpf, Pod};
+use aya::{Btf, Ebpf, EbpfLoader, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_readers::clock::monotonic_ns;
 
@@ -24,28 +26,18 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("handle_migrate", "sched_migrate_task"),
 ];
 
-/// `raw_tp` programs, each attached to several tracepoints: they feed the
-/// `irq` share of a wait.
-const RAW_PROGRAMS: &[(&str, &[&str])] = &[
-    ("handle_irq_entry", &["irq_handler_entry", "softirq_entry"]),
-    ("handle_irq_exit", &["irq_handler_exit", "softirq_exit"]),
+/// `raw_tp` programs and their tracepoint: they feed the `irq` share of a
+/// wait. Hard and soft interrupts have programs of their own, so that no
+/// program is ever re-entered on a CPU (the kernel skips a re-entered
+/// program, see wait_by.bpf.c).
+const RAW_PROGRAMS: &[(&str, &str)] = &[
+    ("handle_hardirq_entry", "irq_handler_entry"),
+    ("handle_hardirq_exit", "irq_handler_exit"),
+    ("handle_softirq_entry", "softirq_entry"),
+    ("handle_softirq_exit", "softirq_exit"),
 ];
 
-const RING: usize = 256;
-
 // Layouts shared with bpf/wait_by.bpf.c (same field order and sizes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Rec {
-    start: u64,
-    irq_start: u64,
-    tid: u32,
-    tgid: u32,
-    kthread: u32,
-    stale: u32,
-    comm: [u8; 16],
-}
-
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct CpuState {
@@ -54,11 +46,12 @@ struct CpuState {
     overflows: u64,
     missed: u64,
     nq: i64,
-    irq_ns: u64,
-    irq_since: u64,
-    irq_depth: u64,
+    hard_ns: u64,
+    hard_since: u64,
+    soft_ns: u64,
+    soft_since: u64,
+    soft_hard0: u64,
     head: u64,
-    ring: [Rec; RING],
 }
 
 #[repr(C)]
@@ -106,7 +99,6 @@ unsafe impl Pod for Victim {}
 unsafe impl Pod for ChargeKey {}
 unsafe impl Pod for Charge {}
 
-const _: () = assert!(std::mem::size_of::<Rec>() == 48);
 const _: () = assert!(std::mem::size_of::<Victim>() == 120 + 8 * BUCKETS);
 
 fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
@@ -142,6 +134,35 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// The object loaded with the run queue reached by `path`, every program
+/// attached, or why not.
+fn load_attach(btf: &Btf, path: RqPath) -> std::result::Result<Ebpf, String> {
+    let object = crate::bpf_ksym::resolve_runqueues(OBJECT, btf, path)?;
+    let object = crate::bpf_ksym::as_bytes(&object, OBJECT.len());
+    let cpus = aya::util::nr_cpus()
+        .map_err(|(path, e)| format!("{path}: {e}"))?
+        .max(1) as u32;
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries("rings", cpus)
+        .load(object)
+        .map_err(|e| explain(&chain(&e)))?;
+    for (name, tp) in PROGRAMS {
+        let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
+        prog.load(tp, btf)
+            .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
+        prog.attach()
+            .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+    }
+    for (name, tp) in RAW_PROGRAMS {
+        let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
+        prog.load()
+            .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
+        prog.attach(tp)
+            .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+    }
+    Ok(ebpf)
+}
+
 pub(crate) struct BpfRoute {
     ebpf: Ebpf,
     watched: BTreeSet<u32>,
@@ -155,23 +176,26 @@ impl BpfRoute {
             return Err(format!("{BTF} missing (kernel built without BTF)"));
         }
         let btf = Btf::from_sys_fs().map_err(|e| format!("{BTF}: {}", chain(&e)))?;
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| explain(&chain(&e)))?;
-        for (name, tp) in PROGRAMS {
-            let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
-            prog.load(tp, &btf)
-                .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
-            prog.attach()
-                .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
-        }
-        for (name, tps) in RAW_PROGRAMS {
-            let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
-            prog.load()
-                .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
-            for tp in *tps {
-                prog.attach(tp)
-                    .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+        // Most kernels have CONFIG_FAIR_GROUP_SCHED; the other path is
+        // tried only when that one does not load, and both reasons are
+        // kept when neither does.
+        let mut why = Vec::new();
+        let mut loaded = None;
+        for path in [RqPath::CfsRq, RqPath::Runqueues] {
+            match load_attach(&btf, path) {
+                Ok(e) => {
+                    loaded = Some(e);
+                    break;
+                }
+                // Only a program the verifier refused can depend on
+                // the path (a map or permission error would repeat).
+                Err(e) if e.starts_with("loading ") => why.push(format!("{}: {e}", path.as_str())),
+                Err(e) => return Err(e),
             }
         }
+        let Some(ebpf) = loaded else {
+            return Err(why.join("; "));
+        };
         Ok(BpfRoute {
             ebpf,
             watched: BTreeSet::new(),
@@ -181,6 +205,19 @@ impl BpfRoute {
     fn victims(&self) -> Result<HashMap<&MapData, u32, Victim>> {
         HashMap::try_from(self.ebpf.map("watched").expect("map in object"))
             .map_err(|e| bpf_err("watched", e))
+    }
+
+    /// Each program's kernel counters, by name.
+    fn kernel_prog_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
+        let names = PROGRAMS.iter().chain(RAW_PROGRAMS).map(|(n, _)| *n);
+        names
+            .map(|name| {
+                let prog = self.ebpf.program(name).expect("program in object");
+                let fd = prog.fd().map_err(|e| bpf_err(name, e))?;
+                let st = crate::bpf_info::prog_stats(fd).map_err(|e| bpf_err(name, e))?;
+                Ok((name, st))
+            })
+            .collect()
     }
 
     fn charges(&self) -> Result<HashMap<&MapData, ChargeKey, Charge>> {
@@ -273,6 +310,10 @@ impl RouteImpl for BpfRoute {
             .map_err(|e| bpf_err("gate", e))
     }
 
+    fn program_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
+        self.kernel_prog_stats()
+    }
+
     fn read(&mut self) -> Result<SchedSample> {
         let monotonic_ns = monotonic_ns();
         let mut threads = BTreeMap::new();
@@ -319,6 +360,11 @@ impl RouteImpl for BpfRoute {
             stats.lost_events += c.lost;
             stats.overflows += c.overflows;
             stats.missed_switches += c.missed;
+        }
+        // A run the kernel skipped (the program was already running on
+        // that CPU) is an event the program never saw.
+        for (_, p) in self.kernel_prog_stats()? {
+            stats.lost_events += p.recursion_misses;
         }
         Ok(SchedSample {
             route: Route::Bpf,

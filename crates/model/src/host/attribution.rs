@@ -55,6 +55,13 @@ pub struct AttributionStatus {
     /// next switch on the CPU; the wait they hid is charged as unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missed_switches: Option<u64>,
+    /// Wait stretches older than the BPF route's per-CPU record (charged
+    /// as unknown): counted, never hidden.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overflows: Option<u64>,
+    /// Routes tried before this one and why each could not start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
 }
 
 impl Default for AttributionStatus {
@@ -65,6 +72,8 @@ impl Default for AttributionStatus {
             events: None,
             lost_events: None,
             missed_switches: None,
+            overflows: None,
+            fallbacks: Vec::new(),
         }
     }
 }
@@ -230,6 +239,14 @@ fn sample(s: Option<&StoredSched>, side: &str) -> Result<SchedSample, String> {
     }
 }
 
+/// The routes a stored reading says were tried before its own.
+fn stored_fallbacks(s: Option<&StoredSched>) -> Vec<String> {
+    match s {
+        Some(StoredSched::Sample(x)) => x.fallbacks.clone(),
+        _ => Vec::new(),
+    }
+}
+
 /// Splits every vCPU's wait between t0 and t1 by culprit.
 pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     let mut out = Attribution::default();
@@ -261,6 +278,8 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
                 .missed_switches
                 .saturating_sub(s0.stats.missed_switches),
         ),
+        overflows: Some(s1.stats.overflows.saturating_sub(s0.stats.overflows)),
+        fallbacks: stored_fallbacks(t1.sched.as_ref()),
     };
     // Culprits that exited during the interval are named from t0.
     let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();

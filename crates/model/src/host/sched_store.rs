@@ -29,6 +29,10 @@ pub struct StoredSample {
     pub monotonic_ns: u64,
     pub stats: StoredStats,
     pub threads: Vec<StoredThread>,
+    /// Routes tried before this one and why each could not start
+    /// (`bpf: ...`): a fallback says why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -148,6 +152,7 @@ impl From<&SchedSample> for StoredSched {
                     schedstat: None,
                 })
                 .collect(),
+            fallbacks: Vec::new(),
         })
     }
 }
