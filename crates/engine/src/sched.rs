@@ -125,8 +125,20 @@ impl SchedSlot {
         let SchedSlot::Running { c, tids } = self else {
             return;
         };
-        if now != *tids && c.watch(&now).is_ok() {
-            *tids = now;
+        if now == *tids {
+            return;
+        }
+        // A full map is counted by the route (stats.unwatched); any other
+        // failure stops the collector with its reason, said once.
+        match c.watch(&now) {
+            Ok(()) => *tids = now,
+            Err(e) => {
+                let route = c.route().as_str();
+                *self = SchedSlot::Gone {
+                    reasons: vec![format!("{route}: {e}")],
+                    unsaid: Some(format!("scheduler events stopped: {e}")),
+                };
+            }
         }
     }
 }

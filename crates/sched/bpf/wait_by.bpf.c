@@ -49,6 +49,7 @@ unsigned long long bpf_pseudo(unsigned long long type,
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_NOEXIST 1
+#define BPF_F_NO_PREALLOC 1
 #define PF_KTHREAD 0x00200000
 
 // Only the fields read; CO-RE relocates their offsets against the running
@@ -87,6 +88,7 @@ struct task_struct {
 	struct sched_info sched_info;
 	int pid;
 	int tgid;
+	u64 start_time;
 	char comm[16];
 } __attribute__((preserve_access_index));
 
@@ -105,6 +107,7 @@ enum { ST_UNKNOWN = 0, ST_RUNNING = 1, ST_QUEUED = 2, ST_SLEEPING = 3 };
 struct rec {
 	u64 start;
 	u64 irq_start;
+	u64 tstart; // the thread's start_time (its identity with tid and comm)
 	u32 tid;
 	u32 tgid;
 	u32 kthread;
@@ -159,16 +162,22 @@ struct victim {
 	u64 buckets[BUCKETS];
 };
 
+// A culprit is a thread as the kernel knows it at that moment: a reused
+// tid has another start time, an exec another comm, so either is a new
+// culprit with its own name and tgid (keyed by tid alone, the first
+// charge's comm and tgid stuck for good: a dead VM's reused "CPU n/KVM"
+// tid was named as the host process that got it).
 struct charge_key {
 	u32 victim;
 	u32 tid;
+	u64 tstart; // task_struct.start_time (monotonic ns at fork)
+	char comm[16];
 };
 
 struct charge {
 	u64 ns;
 	u32 tgid;
 	u32 kthread;
-	char comm[16];
 };
 
 struct {
@@ -193,16 +202,27 @@ struct {
 	__type(value, u64);
 } gate SEC(".maps");
 
+// Sizes are the loader's (src/bpf.rs, from the host's CPU count; at least
+// 131,072 watched threads). Victims are allocated when user space inserts
+// them, not up front: one is 2.3 KiB, and 131,072 preallocated would be
+// 300 MiB. Run-time allocation is safe in tracing programs from kernel 6.1
+// (bpf_mem_alloc), which the loader requires.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, u32);
 	__type(value, struct victim);
 } watched SEC(".maps");
 
+// Pruned by user space after each read (entries that did not grow since
+// the previous read), so it holds the pairs active in about one interval.
+// Preallocated: the program inserts here, inside sched_switch, and a
+// run-time allocation there fails whenever a walk meets more new culprits
+// than the allocator's per-CPU cache holds (15 lost in a 2 s test).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 65536);
 	__type(key, struct charge_key);
 	__type(value, struct charge);
 } charges SEC(".maps");
@@ -370,14 +390,14 @@ static __always_inline void add_culprit(struct victim *v, u32 vtid,
 		v->idle_ns += ns;
 		return;
 	}
-	struct charge_key k = { .victim = vtid, .tid = r->tid };
+	struct charge_key k = { .victim = vtid, .tid = r->tid, .tstart = r->tstart };
+	__builtin_memcpy(k.comm, r->comm, 16);
 	struct charge *c = bpf_map_lookup_elem(&charges, &k);
 	if (c) {
 		__sync_fetch_and_add(&c->ns, ns);
 		return;
 	}
 	struct charge n = { .ns = ns, .tgid = r->tgid, .kthread = r->kthread };
-	__builtin_memcpy(n.comm, r->comm, 16);
 	if (bpf_map_update_elem(&charges, &k, &n, BPF_NOEXIST) == 0)
 		return;
 	c = bpf_map_lookup_elem(&charges, &k); // lost a race with another CPU
@@ -606,6 +626,7 @@ int handle_switch(u64 *ctx)
 	}
 	r->tid = ntid;
 	r->tgid = next->tgid;
+	r->tstart = next->start_time;
 	r->kthread = !!(next->flags & PF_KTHREAD);
 	r->stale = 0;
 	// Direct loads: a tp_btf argument is a trusted BTF pointer, cheaper

@@ -15,6 +15,7 @@
 
 pub mod aggregate;
 mod bpf;
+mod bpf_charges;
 mod bpf_info;
 mod bpf_ksym;
 pub mod collector;

@@ -259,6 +259,7 @@ impl TracefsRoute {
                 lost_events: lost,
                 overflows: 0,
                 missed_switches: agg.missed_switches(),
+                unwatched: 0,
             },
         })
     }

@@ -266,7 +266,12 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     let lost = s1.stats.lost_events.saturating_sub(s0.stats.lost_events);
     out.status = AttributionStatus {
         route: s1.route.as_str(),
-        reason: if lost > 0 {
+        reason: if s1.stats.unwatched > 0 {
+            format!(
+                "{} threads not watched (the collector's map is full): their wait is not attributed",
+                s1.stats.unwatched
+            )
+        } else if lost > 0 {
             format!("{lost} scheduler events lost: some wait is charged as unknown")
         } else {
             "all vCPU threads watched".into()
