@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
 }
 
 /// The route, or None (skip) when this is not root outside CI.

@@ -1,6 +1,7 @@
 //! The BPF route against real threads whose shape the test controls; ground
 //! truth is each thread's own /proc schedstat (run ns, wait ns, times run).
-//! Needs root and 2 CPUs: fails under CI=true, skips otherwise.
+//! Needs root and 2 CPUs: fails under CI (any value but empty, 0 or
+//! false), skips otherwise (`common::require`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -8,9 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use stealscope_sched::{Collector, Preference, SchedSample, ThreadWaits};
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+mod common;
 
 /// The cases share CPU 1; run them one at a time so one case's spinners
 /// do not stretch another's reads apart.
@@ -24,20 +23,12 @@ fn can_run() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let why = if !root {
-        "not root"
-    } else if cpus < 2 {
-        "fewer than 2 CPUs"
-    } else {
-        // SAFETY: setpriority on the calling thread with valid arguments.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), -20) };
-        return true;
-    };
-    if ci() {
-        panic!("required in CI but unavailable: {why}");
+    if !common::require(root, "not root") || !common::require(cpus >= 2, "fewer than 2 CPUs") {
+        return false;
     }
-    eprintln!("SKIPPED (not CI): {why}");
-    false
+    // SAFETY: setpriority on the calling thread with valid arguments.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), -20) };
+    true
 }
 
 fn gettid() -> u32 {
@@ -505,6 +496,13 @@ fn direct_io_and_a_ping_pong_keep_irq_time_and_sums() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cc = std::process::Command::new("cc").arg("--version").output();
+    if !common::require(
+        cc.is_ok_and(|o| o.status.success()),
+        "cc (builds bench/pingpong.c)",
+    ) {
+        return;
+    }
     let pingpong = build_pingpong();
     let file = disk_file(64);
     let stop = Arc::new(AtomicBool::new(false));
