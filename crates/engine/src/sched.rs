@@ -86,20 +86,23 @@ impl SchedSlot {
             SchedSlot::Gone { reasons, .. } => Some(StoredSched::Unavailable {
                 unavailable: reasons.clone(),
             }),
-            SchedSlot::Running { c, tids } => match sched_hook::store(tids, end, || c.read()) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    let route = c.route().as_str();
-                    let reasons = vec![format!("{route}: {e}")];
-                    *self = SchedSlot::Gone {
-                        reasons: reasons.clone(),
-                        unsaid: Some(format!("scheduler events stopped: {e}")),
-                    };
-                    Some(StoredSched::Unavailable {
-                        unavailable: reasons,
-                    })
+            SchedSlot::Running { c, tids } => {
+                let fallbacks = c.fallbacks().to_vec();
+                match sched_hook::store(tids, end, &fallbacks, || c.read()) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        let route = c.route().as_str();
+                        let reasons = vec![format!("{route}: {e}")];
+                        *self = SchedSlot::Gone {
+                            reasons: reasons.clone(),
+                            unsaid: Some(format!("scheduler events stopped: {e}")),
+                        };
+                        Some(StoredSched::Unavailable {
+                            unavailable: reasons,
+                        })
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -122,8 +125,20 @@ impl SchedSlot {
         let SchedSlot::Running { c, tids } = self else {
             return;
         };
-        if now != *tids && c.watch(&now).is_ok() {
-            *tids = now;
+        if now == *tids {
+            return;
+        }
+        // A full map is counted by the route (stats.unwatched); any other
+        // failure stops the collector with its reason, said once.
+        match c.watch(&now) {
+            Ok(()) => *tids = now,
+            Err(e) => {
+                let route = c.route().as_str();
+                *self = SchedSlot::Gone {
+                    reasons: vec![format!("{route}: {e}")],
+                    unsaid: Some(format!("scheduler events stopped: {e}")),
+                };
+            }
         }
     }
 }

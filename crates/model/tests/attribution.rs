@@ -80,6 +80,7 @@ fn side(vms: Vec<VmObs>, threads: Vec<ThreadWaits>, events: u64) -> HostObservat
             lost_events: 0,
             overflows: 0,
             missed_switches: 0,
+            unwatched: 0,
         },
     };
     HostObservation {

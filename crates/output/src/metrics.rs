@@ -51,13 +51,17 @@ pub struct SchedStatus {
     pub reason: String,
     pub events: u64,
     pub lost_events: u64,
+    /// Waits longer than the BPF route's per-CPU record.
+    pub overflows: u64,
+    /// Threads the collector could not watch (its map full).
+    pub unwatched: u64,
 }
 
 pub type SharedState = Arc<Mutex<MetricsState>>;
 
 /// Metric family names as they appear on the wire (with the suffixes the
 /// classic format adds), for tests of the shipped rules and dashboard.
-pub const FAMILIES: [(&str, &str); 15] = [
+pub const FAMILIES: [(&str, &str); 17] = [
     ("stealscope_cpu_seconds_total", "counter"),
     ("stealscope_stat_anomalies_total", "counter"),
     ("stealscope_steal_window_ratio", "histogram"),
@@ -73,6 +77,8 @@ pub const FAMILIES: [(&str, &str); 15] = [
     ("stealscope_sched_events_total", "counter"),
     ("stealscope_sched_events_lost_total", "counter"),
     ("stealscope_noisy_neighbor", "gauge"),
+    ("stealscope_sched_overflows_total", "counter"),
+    ("stealscope_sched_unwatched_threads", "gauge"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -361,13 +367,25 @@ fn encode_wait_by(s: &MetricsState, enc: &mut DescriptorEncoder) -> fmt::Result 
         ),
         (
             "stealscope_sched_events_lost",
-            "Scheduler events lost (kernel buffer overrun or full map): their wait is charged as unknown.",
+            "Scheduler events lost (kernel buffer overrun, full map, or a BPF run the kernel skipped): their wait is charged as unknown.",
             st.lost_events,
+        ),
+        (
+            "stealscope_sched_overflows",
+            "Waits longer than the BPF route's per-CPU record: their older part is charged as unknown.",
+            st.overflows,
         ),
     ] {
         let c = ConstCounter::new(v);
         c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)?;
     }
+    let g = ConstGauge::new(st.unwatched as i64);
+    g.encode(enc.encode_descriptor(
+        "stealscope_sched_unwatched_threads",
+        "Threads the collector was asked to watch but could not (its map full): their wait is not attributed.",
+        None,
+        g.metric_type(),
+    )?)?;
     Ok(())
 }
 
@@ -471,6 +489,8 @@ mod tests {
             reason: String::new(),
             events: 10,
             lost_events: 2,
+            overflows: 3,
+            unwatched: 0,
         });
         let tsc = |t_ns, count| stealscope_readers::perf::CounterSample {
             t_ns,
@@ -552,6 +572,14 @@ mod tests {
         );
         assert!(
             text.contains("stealscope_sched_events_lost_total 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("stealscope_sched_overflows_total 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("stealscope_sched_unwatched_threads 0\n"),
             "{text}"
         );
         assert!(text.contains("stealscope_cpu_hw_events_total{cpu=\"0\",event=\"tsc\"} 250.0\n"));

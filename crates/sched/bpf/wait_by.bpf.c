@@ -29,11 +29,27 @@ static void *(*bpf_map_lookup_percpu_elem)(void *map, const void *key,
                                            u32 cpu) = (void *)195;
 static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx,
                         u64 flags) = (void *)181;
+static void *(*bpf_per_cpu_ptr)(const void *percpu_ptr, u32 cpu) = (void *)153;
+
+// `ld_imm64 dst, src=type, imm` (LLVM's BPF pseudo intrinsic, as BCC uses):
+// with BPF_PSEUDO_BTF_ID it loads the address of a kernel variable named by
+// its vmlinux BTF id, what libbpf emits for a `__ksym`, which aya 0.14
+// does not resolve. The loader (src/bpf_ksym.rs) writes the id of the
+// per-CPU `runqueues` over RUNQUEUES_MARK, or, on a kernel where the
+// branch using it is dead, a plain load of 0 (the kernel resolves every
+// BTF-id load before it prunes dead code, and resolving `runqueues` needs
+// CONFIG_KALLSYMS_ALL).
+unsigned long long bpf_pseudo(unsigned long long type,
+                              unsigned long long imm) asm("llvm.bpf.pseudo");
+#define BPF_PSEUDO_BTF_ID 3
+#define RUNQUEUES_MARK 0x52554e51 // "RUNQ"
+#define BPF_FIELD_EXISTS 2
 
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_NOEXIST 1
+#define BPF_F_NO_PREALLOC 1
 #define PF_KTHREAD 0x00200000
 
 // Only the fields read; CO-RE relocates their offsets against the running
@@ -56,6 +72,7 @@ struct rq {
 	u64 clock;
 } __attribute__((preserve_access_index));
 
+// Only with CONFIG_FAIR_GROUP_SCHED (see rq_now).
 struct cfs_rq {
 	struct rq *rq;
 } __attribute__((preserve_access_index));
@@ -71,22 +88,26 @@ struct task_struct {
 	struct sched_info sched_info;
 	int pid;
 	int tgid;
+	u64 start_time;
 	char comm[16];
 } __attribute__((preserve_access_index));
 
 // Mirrors hist.rs: 8 sub-buckets per power of two, clamped at 2^36.
 #define MAX_EXP 35
 #define BUCKETS ((MAX_EXP - 1) * 8)
-// Stretches kept per CPU (a power of two).
-#define RING 256
+// Stretches kept per CPU (a power of two): 1,024 cover ~40 ms at 26,000
+// switches a second on one CPU (256 covered 10 ms, and the waits longer
+// than that were the ones lost to `unknown`). 48 KiB per CPU.
+#define RING 1024
 
 enum { ST_UNKNOWN = 0, ST_RUNNING = 1, ST_QUEUED = 2, ST_SLEEPING = 3 };
 
 // One stretch of a CPU: from `start` until the next record, `tid` was
-// current. irq_start is the CPU's irq_ns counter at `start`.
+// current. irq_start is the CPU's irq_ns() at `start`.
 struct rec {
 	u64 start;
 	u64 irq_start;
+	u64 tstart; // the thread's start_time (its identity with tid and comm)
 	u32 tid;
 	u32 tgid;
 	u32 kthread;
@@ -100,11 +121,23 @@ struct cpu_state {
 	u64 overflows;
 	u64 missed; // arrivals of watched threads the program did not see
 	s64 nq; // watched threads queued on this CPU (any CPU may change it)
-	u64 irq_ns; // hard + soft irq time on this CPU so far
-	u64 irq_since; // entry of the outermost irq in progress
-	u64 irq_depth;
-	u64 head; // records written so far
-	struct rec ring[RING];
+	// Interrupt time, hard and soft apart: each kind has its own programs
+	// and fields, since a hardirq lands inside a softirq (softirqs run
+	// with interrupts on) but neither nests in itself. A `since` of 0
+	// means not timing; an exit always clears it, so a lost entry or exit
+	// never leaves a CPU stuck (one shared depth counter did).
+	u64 hard_ns; // hardirq time so far
+	u64 hard_since;
+	u64 soft_ns; // softirq time so far, less the hardirqs inside
+	u64 soft_since;
+	u64 soft_hard0; // hard_ns at soft_since
+	u64 head; // records written so far (in `rings`)
+};
+
+// A CPU's stretch records: in an array map indexed by CPU (max_entries set
+// by the loader), since a per-CPU value is limited to 32 KiB.
+struct ring {
+	struct rec r[RING];
 };
 
 // Per watched thread: its state and cumulative counters (user space reads
@@ -112,7 +145,7 @@ struct cpu_state {
 struct victim {
 	u64 since; // queued on `cpu` since (this stretch)
 	u64 ep_kd; // kdelay() at the episode's start
-	u64 irq0; // irq_ns of `cpu` at `since`
+	u64 irq0; // irq_ns() of `cpu` at `since`
 	u64 st_kd; // kdelay() at the stretch's start
 	u64 acct; // kdelay() when last in step with the kernel
 	u64 pcount; // the kernel's pcount then (0: never in step yet)
@@ -129,16 +162,22 @@ struct victim {
 	u64 buckets[BUCKETS];
 };
 
+// A culprit is a thread as the kernel knows it at that moment: a reused
+// tid has another start time, an exec another comm, so either is a new
+// culprit with its own name and tgid (keyed by tid alone, the first
+// charge's comm and tgid stuck for good: a dead VM's reused "CPU n/KVM"
+// tid was named as the host process that got it).
 struct charge_key {
 	u32 victim;
 	u32 tid;
+	u64 tstart; // task_struct.start_time (monotonic ns at fork)
+	char comm[16];
 };
 
 struct charge {
 	u64 ns;
 	u32 tgid;
 	u32 kthread;
-	char comm[16];
 };
 
 struct {
@@ -148,6 +187,13 @@ struct {
 	__type(value, struct cpu_state);
 } cpus SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); // the loader sets the number of possible CPUs
+	__type(key, u32);
+	__type(value, struct ring);
+} rings SEC(".maps");
+
 // gate[0] = number of watched threads; 0 makes every program return at once.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -156,16 +202,27 @@ struct {
 	__type(value, u64);
 } gate SEC(".maps");
 
+// Sizes are the loader's (src/bpf.rs, from the host's CPU count; at least
+// 131,072 watched threads). Victims are allocated when user space inserts
+// them, not up front: one is 2.3 KiB, and 131,072 preallocated would be
+// 300 MiB. Run-time allocation is safe in tracing programs from kernel 6.1
+// (bpf_mem_alloc), which the loader requires.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, u32);
 	__type(value, struct victim);
 } watched SEC(".maps");
 
+// Pruned by user space after each read (entries that did not grow since
+// the previous read), so it holds the pairs active in about one interval.
+// Preallocated: the program inserts here, inside sched_switch, and a
+// run-time allocation there fails whenever a walk meets more new culprits
+// than the allocator's per-CPU cache holds (15 lost in a 2 s test).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 65536);
 	__type(key, struct charge_key);
 	__type(value, struct charge);
 } charges SEC(".maps");
@@ -198,6 +255,12 @@ static __always_inline struct cpu_state *this_cpu(void)
 	return bpf_map_lookup_elem(&cpus, &zero);
 }
 
+// Interrupt time on a CPU so far (hard and soft apart, see cpu_state).
+static __always_inline u64 irq_ns(struct cpu_state *cs)
+{
+	return cs->hard_ns + cs->soft_ns;
+}
+
 static __always_inline int gated(void)
 {
 	u32 zero = 0;
@@ -227,35 +290,43 @@ static __always_inline u32 bucket(u64 ns)
 	return (e - 2) * 8 + ((ns >> (e - 3)) & 7);
 }
 
-// The kernel's wait of `p` so far, including the part it will add when the
-// current stretch ends: run_delay + rq->clock - last_queued. Exact at the
-// points it is read: at sched_switch the rq clock is the one
-// sched_info_arrive uses next (context_switch runs after the tracepoint,
-// with no clock update between); at a wake-up last_queued was just set
-// from the same clock; at a migration the dequeue already settled it.
-// se.cfs_rq is set for every class (set_task_rq), so ->rq is p's runqueue.
-static __always_inline u64 kdelay(struct task_struct *p)
-{
-	u64 d = p->sched_info.run_delay;
-	u64 lq = p->sched_info.last_queued;
-	if (lq) {
-		u64 clock = p->se.cfs_rq->rq->clock;
-		if (clock > lq)
-			d += clock - lq;
-	}
-	return d;
-}
-
 // The clock of p's run queue (sched_clock, updated at every __schedule,
 // enqueue and wake-up under the rq lock): where stretches start and end.
 // A load, not a clock read, and the clock of kdelay's lengths. Reading
 // bpf_ktime_get_ns instead (kvm-clock in this VM) cost ~70 ns of the
 // ~150 ns a switch took where a watched thread waits (BENCHMARKS.md).
-// At a migration p's rq is still the origin's: its stretch ends on that
-// clock, and the new one starts on it too.
+// At a migration p's rq is still the origin's (task_cpu(p) changes right
+// after the tracepoint): its stretch ends on that clock, and the new one
+// starts on it too. The rq is reached through `p->se.cfs_rq->rq` (set for
+// every class by set_task_rq; three loads) where that field exists, which
+// is CONFIG_FAIR_GROUP_SCHED; elsewhere through the per-CPU `runqueues` of
+// task_cpu(p) (BTF-id load, resolved by the loader). The field check is a
+// CO-RE relocation, so the verifier sees a constant and never walks the
+// other branch (whose field relocation may be poisoned).
 static __always_inline u64 rq_now(struct task_struct *p)
 {
-	return p->se.cfs_rq->rq->clock;
+	if (__builtin_preserve_field_info(p->se.cfs_rq, BPF_FIELD_EXISTS))
+		return p->se.cfs_rq->rq->clock;
+	struct rq *rq = bpf_per_cpu_ptr(
+		(void *)bpf_pseudo(BPF_PSEUDO_BTF_ID, RUNQUEUES_MARK),
+		p->thread_info.cpu);
+	return rq ? rq->clock : 0;
+}
+
+// The kernel's wait of `p` so far, including the part it will add when the
+// current stretch ends: run_delay + now - last_queued, `now` being
+// rq_now(p). Exact at the points it is read: at sched_switch the rq clock
+// is the one sched_info_arrive uses next (context_switch runs after the
+// tracepoint, with no clock update between); at a wake-up last_queued was
+// just set from the same clock; at a migration the dequeue already settled
+// it.
+static __always_inline u64 kdelay(struct task_struct *p, u64 now)
+{
+	u64 d = p->sched_info.run_delay;
+	u64 lq = p->sched_info.last_queued;
+	if (lq && now > lq)
+		d += now - lq;
+	return d;
 }
 
 // The kernel's length k of a stretch measured as m ns, as a ratio in
@@ -319,14 +390,14 @@ static __always_inline void add_culprit(struct victim *v, u32 vtid,
 		v->idle_ns += ns;
 		return;
 	}
-	struct charge_key k = { .victim = vtid, .tid = r->tid };
+	struct charge_key k = { .victim = vtid, .tid = r->tid, .tstart = r->tstart };
+	__builtin_memcpy(k.comm, r->comm, 16);
 	struct charge *c = bpf_map_lookup_elem(&charges, &k);
 	if (c) {
 		__sync_fetch_and_add(&c->ns, ns);
 		return;
 	}
 	struct charge n = { .ns = ns, .tgid = r->tgid, .kthread = r->kthread };
-	__builtin_memcpy(n.comm, r->comm, 16);
 	if (bpf_map_update_elem(&charges, &k, &n, BPF_NOEXIST) == 0)
 		return;
 	c = bpf_map_lookup_elem(&charges, &k); // lost a race with another CPU
@@ -342,6 +413,7 @@ static __always_inline void add_culprit(struct victim *v, u32 vtid,
 struct walk {
 	struct victim *v;
 	struct cpu_state *cs;
+	struct ring *rg;
 	struct cpu_state *me;
 	struct ratio rt;
 	u64 t0, t1, head, end, irq_end;
@@ -361,7 +433,7 @@ static long walk_one(u64 i, struct walk *w)
 		return 1;
 	}
 	struct victim *v = w->v;
-	struct rec *r = &w->cs->ring[(w->head - 1 - i) & (RING - 1)];
+	struct rec *r = &w->rg->r[(w->head - 1 - i) & (RING - 1)];
 	u64 s = r->start, t0 = w->t0, t1 = w->t1, end = w->end;
 	if (s >= end) { // written after t1 (a remote CPU moved on)
 		w->irq_end = r->irq_start;
@@ -405,20 +477,22 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 	}
 	u32 zero = 0;
 	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
-	if (!cs) {
+	struct ring *rg = bpf_map_lookup_elem(&rings, &cpu);
+	if (!cs || !rg) {
 		v->unknown_ns += k;
 		return;
 	}
 	struct walk w = {
 		.v = v,
 		.cs = cs,
+		.rg = rg,
 		.me = me,
 		.rt = stretch_ratio(t1 - t0, k),
 		.t0 = t0,
 		.t1 = t1,
 		.head = cs->head,
 		.end = t1,
-		.irq_end = cs->irq_ns,
+		.irq_end = irq_ns(cs),
 		.vtid = vtid,
 	};
 	bpf_loop(RING, walk_one, &w, 0);
@@ -451,7 +525,7 @@ static __always_inline void queue_on(struct victim *v, u32 cpu, u64 now,
 	v->since = now;
 	v->st_kd = kd;
 	v->cpu = cpu;
-	v->irq0 = cs ? cs->irq_ns : 0;
+	v->irq0 = cs ? irq_ns(cs) : 0;
 	if (cs)
 		__sync_fetch_and_add(&cs->nq, 1);
 }
@@ -469,6 +543,10 @@ int handle_switch(u64 *ctx)
 	me->events++;
 	if (gated())
 		return 0;
+	u32 this = bpf_get_smp_processor_id();
+	struct ring *rg = bpf_map_lookup_elem(&rings, &this);
+	if (!rg)
+		return 0;
 	// The rq clock is read only when a watched thread is involved or
 	// queued here: most switches on a host concern no one watched.
 	u64 now = 0;
@@ -478,7 +556,7 @@ int handle_switch(u64 *ctx)
 	// this 6.18 VM, every switch away from two threads of PID 1, about 1
 	// in 1,500, reaches neither tracefs nor BPF): it ran only part of its
 	// stretch, so its share of any wait there is unknown, not its own.
-	struct rec *last = &me->ring[(h - 1) & (RING - 1)];
+	struct rec *last = &rg->r[(h - 1) & (RING - 1)];
 	if (h && last->tid != ptid && !last->stale) {
 		last->stale = 1;
 		me->missed++;
@@ -487,8 +565,8 @@ int handle_switch(u64 *ctx)
 	struct victim *v = watched_victim(ntid);
 	if (v) {
 		now = rq_now(next);
-		u32 cpu = bpf_get_smp_processor_id();
-		u64 kd = kdelay(next);
+		u32 cpu = this;
+		u64 kd = kdelay(next, now);
 		u64 lq = next->sched_info.last_queued;
 		u64 pc = next->sched_info.pcount;
 		if (v->state == ST_QUEUED && v->pcount) {
@@ -524,12 +602,12 @@ int handle_switch(u64 *ctx)
 		// this same rq clock right after.
 		if (!now)
 			now = rq_now(prev);
-		u64 kd = kdelay(prev);
+		u64 kd = kdelay(prev, now);
 		resync(v, kd, prev->sched_info.pcount, me);
 		leave_queue(v); // a switch-in it missed
 		if (preempt || prev_state == 0) {
 			v->ep_kd = kd;
-			queue_on(v, bpf_get_smp_processor_id(), now, kd);
+			queue_on(v, this, now, kd);
 		} else {
 			v->state = ST_SLEEPING;
 		}
@@ -538,16 +616,17 @@ int handle_switch(u64 *ctx)
 	// With nothing watched queued here, a record's start and irq time
 	// never matter: a thread queued later charges it from its own start
 	// (the walk stops at the first record not after it), so 0 will do.
-	struct rec *r = &me->ring[h & (RING - 1)];
+	struct rec *r = &rg->r[h & (RING - 1)];
 	if (me->nq > 0) {
 		r->start = now ? now : rq_now(next);
-		r->irq_start = me->irq_ns;
+		r->irq_start = irq_ns(me);
 	} else {
 		r->start = 0;
 		r->irq_start = 0;
 	}
 	r->tid = ntid;
 	r->tgid = next->tgid;
+	r->tstart = next->start_time;
 	r->kthread = !!(next->flags & PF_KTHREAD);
 	r->stale = 0;
 	// Direct loads: a tp_btf argument is a trusted BTF pointer, cheaper
@@ -570,7 +649,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
 		return 0;
 	u64 now = rq_now(p);
-	u64 kd = kdelay(p);
+	u64 kd = kdelay(p, now);
 	resync(v, kd, p->sched_info.pcount, me);
 	v->ep_kd = kd;
 	queue_on(v, p->thread_info.cpu, now, kd);
@@ -605,7 +684,7 @@ int handle_migrate(u64 *ctx)
 	if (!v || v->state != ST_QUEUED || !v->pcount)
 		return 0;
 	u64 now = rq_now(p);
-	u64 kd = kdelay(p);
+	u64 kd = kdelay(p, now);
 	u64 k = kd > v->st_kd ? kd - v->st_kd : 0;
 	charge(v, tid, v->cpu, now, k, me);
 	v->acct += k;
@@ -615,34 +694,67 @@ int handle_migrate(u64 *ctx)
 	return 0;
 }
 
-// Interrupt time, nested or not, counted once per outermost handler. Only
-// entries are gated, so an exit always matches an entry it saw. One program
-// each for entry and exit, attached to both irq_handler_* and softirq_*
-// (raw_tp: they read no argument, and a tp_btf program fits one
-// tracepoint only).
+// Interrupt time: hardirqs and softirqs each by their own raw_tp programs
+// (they read no argument). A hardirq can land inside a softirq; a program
+// running when the same program fires again on its CPU is skipped by the
+// kernel (counted in its recursion_misses, which src/bpf.rs reads), so
+// one program for both lost the hardirq's entry or exit and left a shared
+// depth counter stuck. Now no program can be re-entered: hardirq programs
+// run with interrupts off, softirqs never nest, and the sched programs
+// run under the rq or pi lock with interrupts off.
+// Timed only while a watched thread is queued here: irq time matters
+// only inside a wait (the stretch records and queue_on take irq_ns()
+// only then). One woken inside this handler charges its remainder to
+// the culprit, a few µs at most. Only entries are gated.
 SEC("raw_tp")
-int handle_irq_entry(void *ctx)
+int handle_hardirq_entry(void *ctx)
 {
 	struct cpu_state *me = this_cpu();
-	if (!me || gated())
+	if (!me)
 		return 0;
-	// Timed only while a watched thread is queued here: irq time matters
-	// only inside a wait (the stretch records and queue_on take irq_ns
-	// only then). One woken inside this handler charges its remainder to
-	// the culprit, a few µs at most.
-	if (me->irq_depth++ == 0)
-		me->irq_since = me->nq > 0 ? bpf_ktime_get_ns() : 0;
+	me->hard_since = !gated() && me->nq > 0 ? bpf_ktime_get_ns() : 0;
 	return 0;
 }
 
 SEC("raw_tp")
-int handle_irq_exit(void *ctx)
+int handle_hardirq_exit(void *ctx)
 {
 	struct cpu_state *me = this_cpu();
-	if (!me || me->irq_depth == 0)
+	if (!me || !me->hard_since)
 		return 0;
-	if (--me->irq_depth == 0 && me->irq_since)
-		me->irq_ns += bpf_ktime_get_ns() - me->irq_since;
+	u64 now = bpf_ktime_get_ns();
+	if (now > me->hard_since)
+		me->hard_ns += now - me->hard_since;
+	me->hard_since = 0;
+	return 0;
+}
+
+SEC("raw_tp")
+int handle_softirq_entry(void *ctx)
+{
+	struct cpu_state *me = this_cpu();
+	if (!me)
+		return 0;
+	me->soft_hard0 = me->hard_ns;
+	me->soft_since = !gated() && me->nq > 0 ? bpf_ktime_get_ns() : 0;
+	return 0;
+}
+
+// A softirq's time less the hardirqs inside it (counted by their own
+// programs in hard_ns; an interrupt may update hard_ns while this runs,
+// which only moves its time from this softirq's to the next one's).
+SEC("raw_tp")
+int handle_softirq_exit(void *ctx)
+{
+	struct cpu_state *me = this_cpu();
+	if (!me || !me->soft_since)
+		return 0;
+	u64 now = bpf_ktime_get_ns();
+	u64 hard = me->hard_ns - me->soft_hard0;
+	u64 dur = now > me->soft_since ? now - me->soft_since : 0;
+	if (dur > hard)
+		me->soft_ns += dur - hard;
+	me->soft_since = 0;
 	return 0;
 }
 

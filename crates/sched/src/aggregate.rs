@@ -61,7 +61,8 @@ pub trait Identify: Send {
 }
 
 /// Reads /proc/<tid>/status (Tgid) and /proc/<tid>/stat (flags, PF_KTHREAD)
-/// once per (tid, comm) seen as a culprit.
+/// once per (tid, comm) seen as a culprit in an interval
+/// ([`Aggregator::forget_identities`]).
 pub struct ProcIdentity {
     root: PathBuf,
 }
@@ -242,6 +243,16 @@ impl Aggregator {
 
     /// Switches found missing: a `sched_switch` whose `prev` was not what
     /// the CPU's last switch put there.
+    /// Forgets every culprit's identity (tgid, kthread), so the next
+    /// charge to a (tid, comm) reads /proc again: a tid reused since, with
+    /// the same comm (a new VM's `CPU 0/KVM`), gets its new process's tgid
+    /// instead of the dead one's. The tracefs route calls it at each read,
+    /// so an identity is at most one interval old (an exec changes the
+    /// comm, which is part of the key already).
+    pub fn forget_identities(&mut self) {
+        self.culprits.clear();
+    }
+
     pub fn missed_switches(&self) -> u64 {
         self.missed_switches
     }

@@ -451,3 +451,33 @@ fn a_missing_switch_to_another_than_the_woken_stays_unknown() {
     let (split, w, _) = woken_onto_idle(&[sw(1, 500, B, false, V)]);
     assert_eq!(split, (0, 0, 450), "{w:?}");
 }
+
+/// Identities that change between calls, as a reused tid's do: tgid =
+/// 1000 + how many times it was asked.
+struct Counting(u32);
+impl Identify for Counting {
+    fn identify(&mut self, _tid: u32) -> (u32, bool) {
+        self.0 += 1;
+        (1000 + self.0, false)
+    }
+}
+
+// Issue 29: the (tid, comm) cache kept a dead thread's tgid for whoever
+// got its tid next (a new VM's `CPU 0/KVM` named as the old one). After
+// forget_identities (each read) the same (tid, comm) is asked again.
+#[test]
+fn a_reused_tid_is_identified_again_after_a_read() {
+    let mut a = Aggregator::with_identity(Box::new(Counting(0)));
+    a.watch(&[V]);
+    a.apply(&sw(1, 0, V, true, A));
+    a.apply(&sw(1, 50, A, true, V));
+    a.apply(&sw(1, 60, V, true, A));
+    a.apply(&sw(1, 70, A, true, V));
+    let tgids =
+        |a: &Aggregator| -> Vec<u32> { a.waits()[&V].by_thread.keys().map(|c| c.tgid).collect() };
+    assert_eq!(tgids(&a), [1001], "cached within an interval");
+    a.forget_identities();
+    a.apply(&sw(1, 80, V, true, A));
+    a.apply(&sw(1, 90, A, true, V));
+    assert_eq!(tgids(&a), [1001, 1002], "the tid's new owner");
+}

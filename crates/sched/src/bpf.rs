@@ -4,13 +4,16 @@
 //! interval. The charging rules live in the C program (mirroring
 //! [`crate::aggregate`]); this file only moves counters into the model.
 
+use crate::bpf_charges::{Charge, ChargeKey, ChargeTotals};
+pub use crate::bpf_info::ProgStats;
+use crate::bpf_ksym::RqPath;
 use crate::error::{CollectError, Result};
 use crate::hist::{EpisodeHist, BUCKETS};
-use crate::model::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
+use crate::model::{Route, SchedSample, SchedStats, ThreadWaits};
 use crate::route::RouteImpl;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint};
-use aya::{Btf, Ebpf, Pod};
+use aya::{Btf, Ebpf, EbpfLoader, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_readers::clock::monotonic_ns;
 
@@ -24,28 +27,18 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("handle_migrate", "sched_migrate_task"),
 ];
 
-/// `raw_tp` programs, each attached to several tracepoints: they feed the
-/// `irq` share of a wait.
-const RAW_PROGRAMS: &[(&str, &[&str])] = &[
-    ("handle_irq_entry", &["irq_handler_entry", "softirq_entry"]),
-    ("handle_irq_exit", &["irq_handler_exit", "softirq_exit"]),
+/// `raw_tp` programs and their tracepoint: they feed the `irq` share of a
+/// wait. Hard and soft interrupts have programs of their own, so that no
+/// program is ever re-entered on a CPU (the kernel skips a re-entered
+/// program, see wait_by.bpf.c).
+const RAW_PROGRAMS: &[(&str, &str)] = &[
+    ("handle_hardirq_entry", "irq_handler_entry"),
+    ("handle_hardirq_exit", "irq_handler_exit"),
+    ("handle_softirq_entry", "softirq_entry"),
+    ("handle_softirq_exit", "softirq_exit"),
 ];
 
-const RING: usize = 256;
-
 // Layouts shared with bpf/wait_by.bpf.c (same field order and sizes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Rec {
-    start: u64,
-    irq_start: u64,
-    tid: u32,
-    tgid: u32,
-    kthread: u32,
-    stale: u32,
-    comm: [u8; 16],
-}
-
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct CpuState {
@@ -54,11 +47,12 @@ struct CpuState {
     overflows: u64,
     missed: u64,
     nq: i64,
-    irq_ns: u64,
-    irq_since: u64,
-    irq_depth: u64,
+    hard_ns: u64,
+    hard_since: u64,
+    soft_ns: u64,
+    soft_since: u64,
+    soft_hard0: u64,
     head: u64,
-    ring: [Rec; RING],
 }
 
 #[repr(C)]
@@ -83,30 +77,11 @@ struct Victim {
     buckets: [u64; BUCKETS],
 }
 
-#[repr(C)]
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct ChargeKey {
-    victim: u32,
-    tid: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Charge {
-    ns: u64,
-    tgid: u32,
-    kthread: u32,
-    comm: [u8; 16],
-}
-
 // SAFETY: plain C layouts without padding holes the kernel could leave
 // uninitialised in a way Rust cares about (all fields are integers).
 unsafe impl Pod for CpuState {}
 unsafe impl Pod for Victim {}
-unsafe impl Pod for ChargeKey {}
-unsafe impl Pod for Charge {}
 
-const _: () = assert!(std::mem::size_of::<Rec>() == 48);
 const _: () = assert!(std::mem::size_of::<Victim>() == 120 + 8 * BUCKETS);
 
 fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
@@ -142,9 +117,75 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// The object loaded with the run queue reached by `path`, every program
+/// attached, or why not.
+fn load_attach(btf: &Btf, path: RqPath) -> std::result::Result<Ebpf, String> {
+    let object = crate::bpf_ksym::resolve_runqueues(OBJECT, btf, path)?;
+    let object = crate::bpf_ksym::as_bytes(&object, OBJECT.len());
+    let cpus = aya::util::nr_cpus()
+        .map_err(|(path, e)| format!("{path}: {e}"))?
+        .max(1) as u32;
+    let (watch, charges) = map_sizes(cpus);
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries("rings", cpus)
+        .map_max_entries("watched", watch)
+        .map_max_entries("charges", charges)
+        .load(object)
+        .map_err(|e| explain(&chain(&e)))?;
+    for (name, tp) in PROGRAMS {
+        let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
+        prog.load(tp, btf)
+            .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
+        prog.attach()
+            .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+    }
+    for (name, tp) in RAW_PROGRAMS {
+        let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
+        prog.load()
+            .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
+        prog.attach(tp)
+            .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+    }
+    Ok(ebpf)
+}
+
+/// Threads the `watched` map takes: every vCPU and VMM thread of a large
+/// host (128 CPUs at 8 vCPUs each is 1,024 vCPU threads before the
+/// emulator's), at least 131,072, and 512 per CPU beyond that. Entries are
+/// allocated as threads are watched (BPF_F_NO_PREALLOC), so the size
+/// costs only the hash buckets (16 bytes each) until used. `charges` is
+/// preallocated (~100 bytes an entry): 512 pairs per CPU, at least 65,536
+/// (6 MiB), active in one interval (it is pruned after each read). A
+/// full map is counted: `unwatched`, `lost_events`.
+fn map_sizes(cpus: u32) -> (u32, u32) {
+    let per_cpu = cpus.saturating_mul(512);
+    (per_cpu.max(1 << 17), per_cpu.max(1 << 16))
+}
+
+/// Refuses kernels before `major.minor`: the maps are allocated at run
+/// time, which tracing programs may do safely only since bpf_mem_alloc
+/// (6.1; before, the verifier warns that it is unsafe and allows it).
+fn require_kernel(major: u32, minor: u32) -> std::result::Result<(), String> {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_err(|e| format!("/proc/sys/kernel/osrelease: {e}"))?;
+    let mut v = rel.trim().split(['.', '-']).map(|x| x.parse::<u32>().ok());
+    let (Some(Some(a)), Some(Some(b))) = (v.next(), v.next()) else {
+        return Err(format!("kernel release {:?} not understood", rel.trim()));
+    };
+    if (a, b) < (major, minor) {
+        return Err(format!(
+            "kernel {a}.{b} is before {major}.{minor} (run-time allocated maps in tracing programs)"
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) struct BpfRoute {
     ebpf: Ebpf,
     watched: BTreeSet<u32>,
+    /// Threads asked for that the map could not take (full).
+    unwatched: u64,
+    totals: ChargeTotals,
 }
 
 impl BpfRoute {
@@ -154,33 +195,102 @@ impl BpfRoute {
         if !std::path::Path::new(BTF).exists() {
             return Err(format!("{BTF} missing (kernel built without BTF)"));
         }
+        require_kernel(6, 1)?;
         let btf = Btf::from_sys_fs().map_err(|e| format!("{BTF}: {}", chain(&e)))?;
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| explain(&chain(&e)))?;
-        for (name, tp) in PROGRAMS {
-            let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
-            prog.load(tp, &btf)
-                .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
-            prog.attach()
-                .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
-        }
-        for (name, tps) in RAW_PROGRAMS {
-            let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
-            prog.load()
-                .map_err(|e| explain(&format!("loading {name}: {}", chain(&e))))?;
-            for tp in *tps {
-                prog.attach(tp)
-                    .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+        // Most kernels have CONFIG_FAIR_GROUP_SCHED; the other path is
+        // tried only when that one does not load, and both reasons are
+        // kept when neither does.
+        let mut why = Vec::new();
+        let mut loaded = None;
+        for path in [RqPath::CfsRq, RqPath::Runqueues] {
+            match load_attach(&btf, path) {
+                Ok(e) => {
+                    loaded = Some(e);
+                    break;
+                }
+                // Only a program the verifier refused can depend on
+                // the path (a map or permission error would repeat).
+                Err(e) if e.starts_with("loading ") => why.push(format!("{}: {e}", path.as_str())),
+                Err(e) => return Err(e),
             }
         }
+        let Some(ebpf) = loaded else {
+            return Err(why.join("; "));
+        };
         Ok(BpfRoute {
             ebpf,
             watched: BTreeSet::new(),
+            unwatched: 0,
+            totals: ChargeTotals::default(),
         })
     }
 
     fn victims(&self) -> Result<HashMap<&MapData, u32, Victim>> {
         HashMap::try_from(self.ebpf.map("watched").expect("map in object"))
             .map_err(|e| bpf_err("watched", e))
+    }
+
+    /// Each program's kernel counters, by name.
+    fn kernel_prog_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
+        let names = PROGRAMS.iter().chain(RAW_PROGRAMS).map(|(n, _)| *n);
+        names
+            .map(|name| {
+                let prog = self.ebpf.program(name).expect("program in object");
+                let fd = prog.fd().map_err(|e| bpf_err(name, e))?;
+                let st = crate::bpf_info::prog_stats(fd).map_err(|e| bpf_err(name, e))?;
+                Ok((name, st))
+            })
+            .collect()
+    }
+
+    /// Inserts `new` victims (zeroed, BPF_NOEXIST: one already there keeps
+    /// its counters) after removing `gone`; the tids now in the map and
+    /// how many the full map refused.
+    fn insert_victims(&mut self, gone: &[u32], new: &[u32]) -> Result<(Vec<u32>, u64)> {
+        const BPF_NOEXIST: u64 = 1;
+        let map = self.ebpf.map_mut("watched").expect("map in object");
+        let mut victims: HashMap<&mut MapData, u32, Victim> =
+            HashMap::try_from(map).map_err(|e| bpf_err("watched", e))?;
+        for t in gone {
+            let _ = victims.remove(t);
+        }
+        // SAFETY: Victim is plain integers; all-zero is its start state
+        // (ST_UNKNOWN: the first switch tells the program the truth).
+        let zero: Victim = unsafe { std::mem::zeroed() };
+        let (mut added, mut full) = (Vec::new(), 0);
+        for &t in new {
+            match victims.insert(t, zero, BPF_NOEXIST) {
+                Ok(()) => added.push(t),
+                Err(e) => match os_error(&e) {
+                    Some(libc::EEXIST) => added.push(t),
+                    Some(libc::E2BIG) | Some(libc::ENOMEM) => full += 1,
+                    _ => return Err(bpf_err(&format!("watched insert {t}"), e)),
+                },
+            }
+        }
+        Ok((added, full))
+    }
+
+    /// Deletes the `charges` entries `drop` selects.
+    fn prune_charges(&mut self, drop: impl Fn(&ChargeKey) -> bool) -> Result<()> {
+        let map = self.ebpf.map_mut("charges").expect("map in object");
+        let mut charges: HashMap<&mut MapData, ChargeKey, Charge> =
+            HashMap::try_from(map).map_err(|e| bpf_err("charges", e))?;
+        let doomed: Vec<ChargeKey> = charges
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(&drop)
+            .collect();
+        for k in doomed {
+            let _ = charges.remove(&k);
+        }
+        Ok(())
+    }
+
+    /// Entries in the `charges` map now (tests of the pruning).
+    #[cfg(test)]
+    pub(crate) fn charge_entries(&self) -> usize {
+        self.charges().map_or(0, |m| m.keys().count())
     }
 
     fn charges(&self) -> Result<HashMap<&MapData, ChargeKey, Charge>> {
@@ -211,6 +321,14 @@ impl BpfRoute {
     }
 }
 
+/// The errno under a map error, if it came from a syscall.
+fn os_error(e: &aya::maps::MapError) -> Option<i32> {
+    match e {
+        aya::maps::MapError::SyscallError(s) => s.io_error.raw_os_error(),
+        _ => None,
+    }
+}
+
 /// Adds the privilege hint to permission errors.
 fn explain(msg: &str) -> String {
     if msg.contains("Operation not permitted") || msg.contains("os error 1)") {
@@ -220,57 +338,38 @@ fn explain(msg: &str) -> String {
     }
 }
 
-fn comm(b: &[u8; 16]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
-}
-
 impl RouteImpl for BpfRoute {
     fn route(&self) -> Route {
         Route::Bpf
     }
 
+    /// Watches `tids`: threads that stay keep their counters (inserted
+    /// with BPF_NOEXIST, so a retry never zeroes one), threads gone are
+    /// removed with their charges. A full map is not an error: the
+    /// threads it could not take are counted in `stats.unwatched`.
     fn watch(&mut self, tids: &[u32]) -> Result<()> {
         let want: BTreeSet<u32> = tids.iter().copied().filter(|&t| t != 0).collect();
         let gone: Vec<u32> = self.watched.difference(&want).copied().collect();
         let new: Vec<u32> = want.difference(&self.watched).copied().collect();
-        {
-            let map = self.ebpf.map_mut("watched").expect("map in object");
-            let mut victims: HashMap<&mut MapData, u32, Victim> =
-                HashMap::try_from(map).map_err(|e| bpf_err("watched", e))?;
-            for t in &gone {
-                let _ = victims.remove(t);
-            }
-            // SAFETY: Victim is plain integers; all-zero is its start state
-            // (ST_UNKNOWN: the first switch tells the program the truth).
-            let zero: Victim = unsafe { std::mem::zeroed() };
-            for t in &new {
-                victims
-                    .insert(t, zero, 0)
-                    .map_err(|e| bpf_err(&format!("watched insert {t}"), e))?;
-            }
-        }
-        if !gone.is_empty() {
-            let map = self.ebpf.map_mut("charges").expect("map in object");
-            let mut charges: HashMap<&mut MapData, ChargeKey, Charge> =
-                HashMap::try_from(map).map_err(|e| bpf_err("charges", e))?;
-            let stale: Vec<ChargeKey> = charges
-                .keys()
-                .filter_map(|k| k.ok())
-                .filter(|k| gone.contains(&k.victim))
-                .collect();
-            for k in stale {
-                let _ = charges.remove(&k);
-            }
-        }
+        let (added, full) = self.insert_victims(&gone, &new)?;
+        self.prune_charges(|k| gone.contains(&k.victim))?;
+        self.totals.forget(&gone);
         self.set_tid_bits(&gone, false)?;
-        self.set_tid_bits(&new, true)?;
-        self.watched = want;
+        self.set_tid_bits(&added, true)?;
+        for t in &gone {
+            self.watched.remove(t);
+        }
+        self.watched.extend(&added);
+        self.unwatched = full;
         let map = self.ebpf.map_mut("gate").expect("map in object");
         let mut gate: Array<&mut MapData, u64> =
             Array::try_from(map).map_err(|e| bpf_err("gate", e))?;
         gate.set(0, self.watched.len() as u64, 0)
             .map_err(|e| bpf_err("gate", e))
+    }
+
+    fn program_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
+        self.kernel_prog_stats()
     }
 
     fn read(&mut self) -> Result<SchedSample> {
@@ -298,27 +397,33 @@ impl RouteImpl for BpfRoute {
                 },
             );
         }
-        for item in self.charges()?.iter() {
-            let (k, c) = item.map_err(|e| bpf_err("charges read", e))?;
-            if let Some(t) = threads.get_mut(&k.victim) {
-                let culprit = Culprit {
-                    tid: k.tid,
-                    tgid: c.tgid,
-                    comm: comm(&c.comm),
-                    kthread: c.kthread != 0,
-                };
-                *t.by_thread.entry(culprit).or_insert(0) += c.ns;
-            }
+        let entries: Vec<(ChargeKey, Charge)> = self
+            .charges()?
+            .iter()
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| bpf_err("charges read", e))?;
+        let idle = self.totals.fold(&entries);
+        self.prune_charges(|k| idle.contains(k))?;
+        for (tid, t) in threads.iter_mut() {
+            t.by_thread = self.totals.of(*tid);
         }
         let cpus: PerCpuArray<&MapData, CpuState> =
             PerCpuArray::try_from(self.ebpf.map("cpus").expect("map in object"))
                 .map_err(|e| bpf_err("cpus", e))?;
-        let mut stats = SchedStats::default();
+        let mut stats = SchedStats {
+            unwatched: self.unwatched,
+            ..SchedStats::default()
+        };
         for c in cpus.get(&0, 0).map_err(|e| bpf_err("cpus read", e))?.iter() {
             stats.events += c.events;
             stats.lost_events += c.lost;
             stats.overflows += c.overflows;
             stats.missed_switches += c.missed;
+        }
+        // A run the kernel skipped (the program was already running on
+        // that CPU) is an event the program never saw.
+        for (_, p) in self.kernel_prog_stats()? {
+            stats.lost_events += p.recursion_misses;
         }
         Ok(SchedSample {
             route: Route::Bpf,
@@ -328,3 +433,7 @@ impl RouteImpl for BpfRoute {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "bpf_live_tests.rs"]
+mod live_tests;

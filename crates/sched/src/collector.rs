@@ -1,6 +1,7 @@
 //! Starts the best route this kernel allows and says why the others could
 //! not run.
 
+use crate::bpf_info::ProgStats;
 use crate::error::Result;
 use crate::model::{Route, SchedSample};
 use crate::route::RouteImpl;
@@ -53,6 +54,7 @@ fn start_route(route: Route) -> std::result::Result<Box<dyn RouteImpl>, String> 
 /// tracefs instance.
 pub struct Collector {
     inner: Box<dyn RouteImpl>,
+    fallbacks: Vec<String>,
 }
 
 impl Collector {
@@ -61,7 +63,12 @@ impl Collector {
         let mut reasons = Vec::new();
         for &route in try_routes(pref) {
             match start_route(route) {
-                Ok(inner) => return Ok(Collector { inner }),
+                Ok(inner) => {
+                    return Ok(Collector {
+                        inner,
+                        fallbacks: reasons,
+                    })
+                }
                 Err(why) => reasons.push(format!("{}: {why}", route.as_str())),
             }
         }
@@ -70,6 +77,19 @@ impl Collector {
 
     pub fn route(&self) -> Route {
         self.inner.route()
+    }
+
+    /// The routes tried before this one and why each could not start
+    /// (`bpf: ...`), so that a report says why it fell back.
+    pub fn fallbacks(&self) -> &[String] {
+        &self.fallbacks
+    }
+
+    /// The kernel's counters of each BPF program (`bpf_prog_info`; run
+    /// count and time only with `kernel.bpf_stats_enabled`); empty for
+    /// tracefs. Their `recursion_misses` are in `lost_events` already.
+    pub fn program_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
+        self.inner.program_stats()
     }
 
     pub fn watch(&mut self, tids: &[u32]) -> Result<()> {

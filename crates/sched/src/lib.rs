@@ -15,6 +15,9 @@
 
 pub mod aggregate;
 mod bpf;
+mod bpf_charges;
+mod bpf_info;
+mod bpf_ksym;
 pub mod collector;
 pub mod error;
 pub mod event;
@@ -27,6 +30,7 @@ mod route;
 pub mod tracefs_raw;
 pub mod tracefs_text;
 
+pub use bpf_info::ProgStats;
 pub use collector::{Collector, Preference, Unavailable};
 pub use error::{CollectError, Result};
 pub use hist::EpisodeHist;

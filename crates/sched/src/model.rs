@@ -97,6 +97,9 @@ pub struct SchedStats {
     /// whose wait the kernel counted without the program seeing them (bpf
     /// route). Their wait goes to unknown.
     pub missed_switches: u64,
+    /// Threads asked to be watched that the route could not take (its
+    /// map full): their wait has no attribution. Counted, never hidden.
+    pub unwatched: u64,
 }
 
 /// One reading of every watched thread.

@@ -2,6 +2,7 @@
 //! that the collector, which starts routes, and the routes, which implement
 //! this, do not depend on each other.
 
+use crate::bpf_info::ProgStats;
 use crate::error::Result;
 use crate::model::{Route, SchedSample};
 
@@ -13,4 +14,8 @@ pub(crate) trait RouteImpl: Send {
     fn watch(&mut self, tids: &[u32]) -> Result<()>;
     /// Cumulative counters of every watched thread.
     fn read(&mut self) -> Result<SchedSample>;
+    /// The kernel's counters of each BPF program (none for tracefs).
+    fn program_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
+        Ok(Vec::new())
+    }
 }

@@ -249,8 +249,8 @@ impl TracefsRoute {
         std::thread::sleep(Duration::from_nanos(COMMIT_MARGIN_NS + 500_000));
         self.drain()?;
         let lost = self.lost()?;
-        let agg = lock(&self.shared.agg);
-        Ok(SchedSample {
+        let mut agg = lock(&self.shared.agg);
+        let sample = SchedSample {
             route: Route::Tracefs,
             monotonic_ns: monotonic_ns(),
             threads: agg.waits(),
@@ -259,8 +259,12 @@ impl TracefsRoute {
                 lost_events: lost,
                 overflows: 0,
                 missed_switches: agg.missed_switches(),
+                unwatched: 0,
             },
-        })
+        };
+        // A culprit's tid may be reused by the next interval.
+        agg.forget_identities();
+        Ok(sample)
     }
 
     /// Asks the reader for a drain and waits for it.

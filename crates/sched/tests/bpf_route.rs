@@ -1,6 +1,7 @@
 //! The BPF route against real threads whose shape the test controls; ground
 //! truth is each thread's own /proc schedstat (run ns, wait ns, times run).
-//! Needs root and 2 CPUs: fails under CI=true, skips otherwise.
+//! Needs root and 2 CPUs: fails under CI (any value but empty, 0 or
+//! false), skips otherwise (`common::require`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -8,9 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use stealscope_sched::{Collector, Preference, SchedSample, ThreadWaits};
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+mod common;
 
 /// The cases share CPU 1; run them one at a time so one case's spinners
 /// do not stretch another's reads apart.
@@ -24,20 +23,12 @@ fn can_run() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let why = if !root {
-        "not root"
-    } else if cpus < 2 {
-        "fewer than 2 CPUs"
-    } else {
-        // SAFETY: setpriority on the calling thread with valid arguments.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), -20) };
-        return true;
-    };
-    if ci() {
-        panic!("required in CI but unavailable: {why}");
+    if !common::require(root, "not root") || !common::require(cpus >= 2, "fewer than 2 CPUs") {
+        return false;
     }
-    eprintln!("SKIPPED (not CI): {why}");
-    false
+    // SAFETY: setpriority on the calling thread with valid arguments.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid(), -20) };
+    true
 }
 
 fn gettid() -> u32 {
@@ -439,4 +430,167 @@ fn unprivileged_start_is_unavailable_with_a_reason() {
     eprintln!("{err}");
     assert!(out.status.success(), "child failed: {err}");
     assert!(err.contains("child: no scheduler events: bpf: "), "{err}");
+}
+
+/// Builds bench/pingpong.c into the test's scratch directory.
+fn build_pingpong() -> std::path::PathBuf {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/pingpong.c");
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pingpong");
+    let st = std::process::Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(src)
+        .status()
+        .expect("cc (needed to build bench/pingpong.c)");
+    assert!(st.success(), "cc {src} failed");
+    out
+}
+
+/// A file of `mb` MiB on /work's disk (the test's scratch directory), for
+/// O_DIRECT reads that reach the block device and its interrupts.
+fn disk_file(mb: u32) -> std::path::PathBuf {
+    let f = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("odirect.img");
+    let st = std::process::Command::new("dd")
+        .args(["if=/dev/zero", "bs=1M", "oflag=direct", "status=none"])
+        .arg(format!("of={}", f.display()))
+        .arg(format!("count={mb}"))
+        .status()
+        .expect("dd");
+    assert!(st.success());
+    f
+}
+
+/// The command at nice 0 (this test's thread runs at -20, see `can_run`):
+/// the load competes with the nice-0 victim as equals.
+fn at_nice_0(mut cmd: std::process::Command) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setpriority is async-signal-safe; it touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpriority(libc::PRIO_PROCESS, 0, 0);
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// /proc/TID/schedstat of any thread: (run ns, wait ns, times run).
+fn any_schedstat(tid: u32) -> (u64, u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/schedstat")).unwrap();
+    let v: Vec<u64> = s.split_whitespace().map(|f| f.parse().unwrap()).collect();
+    (v[0], v[1], v[2])
+}
+
+// Issue 29: one pair of programs timed hard and soft interrupts with one
+// per-CPU depth; a hardirq inside a softirq run of the same program was
+// skipped by the kernel (recursion_misses 6-8 under 25 s of O_DIRECT
+// reads), the depth stuck above zero and no interrupt on that CPU was
+// timed again. Here: 25 s of O_DIRECT reads (the disk's interrupt is on
+// CPU 1) and a ping-pong on CPU 1 beside a watched spinner. Checked: no
+// interrupt program was skipped, whatever was skipped is in lost_events,
+// every watched thread's charges add up to the schedstat this test reads
+// (2 %), and interrupt time still reaches a waiter after the load.
+#[test]
+fn direct_io_and_a_ping_pong_keep_irq_time_and_sums() {
+    if !can_run() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cc = std::process::Command::new("cc").arg("--version").output();
+    if !common::require(
+        cc.is_ok_and(|o| o.status.success()),
+        "cc (builds bench/pingpong.c)",
+    ) {
+        return;
+    }
+    let pingpong = build_pingpong();
+    let file = disk_file(64);
+    let stop = Arc::new(AtomicBool::new(false));
+    let victim = spin("stl-iovictim", &[1], 0, &stop);
+    let mut pp = at_nice_0(std::process::Command::new(&pingpong))
+        .args(["1", "0", "27", "2000"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("pingpong");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(pp.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let pids: Vec<u32> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let script = format!(
+        "end=$((SECONDS+26)); while [ $SECONDS -lt $end ]; do \
+         dd if={} of=/dev/null bs=4k iflag=direct status=none; done",
+        file.display()
+    );
+    let mut io = at_nice_0(std::process::Command::new("bash"))
+        .args(["-c", &script])
+        .spawn()
+        .expect("sh");
+    let mut c = start();
+    let watched = [victim.tid, pids[0], pids[1]];
+    c.watch(&watched).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let sa: Vec<_> = watched.iter().map(|&t| any_schedstat(t)).collect();
+    let a = c.read().unwrap();
+    std::thread::sleep(Duration::from_secs(23));
+    let b = c.read().unwrap();
+    let sb: Vec<_> = watched.iter().map(|&t| any_schedstat(t)).collect();
+    let progs = c.program_stats().unwrap();
+    let _ = io.wait();
+    let _ = pp.wait();
+    eprintln!("stats {:?}", b.stats);
+    for (name, p) in &progs {
+        eprintln!("  {name}: recursion_misses {}", p.recursion_misses);
+    }
+    let misses: u64 = progs.iter().map(|(_, p)| p.recursion_misses).sum();
+    assert!(progs.len() >= 8, "every program's counters: {progs:?}");
+    assert!(b.stats.lost_events >= misses, "misses are lost events");
+    for (name, p) in progs.iter().filter(|(n, _)| n.contains("irq")) {
+        assert_eq!(p.recursion_misses, 0, "{name} was re-entered");
+    }
+    for (i, &t) in watched.iter().enumerate() {
+        let w = b.threads[&t].since(&a.threads[&t]);
+        let wait = sb[i].1 - sa[i].1;
+        let got = w.wait_ns();
+        eprintln!(
+            "tid {t}: charged {got} ns (irq {}, unknown {}), schedstat {wait} ns",
+            w.irq_ns, w.unknown_ns
+        );
+        eprintln!(
+            "  episodes {} max {} ns, over 10 ms {}",
+            w.episodes.count, w.episodes.max_ns, w.episodes.over_10ms
+        );
+        assert!(wait > 100_000_000, "tid {t} barely waited: {wait} ns");
+        // The route tops up from the kernel's run_delay into unknown, so
+        // the sum alone cannot catch a shortfall: bound the unknown.
+        assert!(w.unknown_ns <= wait / 20, "tid {t}: {w:?}");
+        let diff = (got as f64 - wait as f64).abs();
+        assert!(diff <= 0.02 * wait as f64, "tid {t}: {got} vs {wait}");
+    }
+    // After the load: a hog beside the victim, so it waits while the
+    // timer ticks on CPU 1; its irq share must still grow.
+    let hog = spin("stl-iohog", &[1], 0, &stop);
+    let a = c.read().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let b = c.read().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let w = b.threads[&victim.tid].since(&a.threads[&victim.tid]);
+    eprintln!(
+        "after the load: wait {} ns, irq {} ns",
+        w.wait_ns(),
+        w.irq_ns
+    );
+    assert!(
+        w.wait_ns() > 100_000_000,
+        "the victim waited behind the hog"
+    );
+    assert!(w.irq_ns > 0, "no interrupt timed on CPU 1 after the load");
+    victim.handle.join().unwrap();
+    hog.handle.join().unwrap();
 }

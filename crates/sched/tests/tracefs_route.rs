@@ -1,8 +1,8 @@
 //! The tracefs route against real threads: a watched victim and culprit
 //! spinners pinned together, the victim's own schedstat (run, wait, times
 //! run) as the independent account of its wait, and the culprits' schedstat
-//! for their run time. Needs root and tracefs: FAILS under CI=true, skips
-//! with a reason elsewhere.
+//! for their run time. Needs root and tracefs: FAILS under CI (any value
+//! but empty, 0 or false, `common::ci`), skips with a reason elsewhere.
 //!
 //! The victim and culprits run at nice -20 (and -15) so that the builds of
 //! other checkouts sharing these 2 CPUs take a small part of CPU 1.
@@ -13,16 +13,8 @@ use std::time::Duration;
 use stealscope_sched::tracefs_raw::{Options, TracefsRoute};
 use stealscope_sched::{Collector, Preference, SchedSample, ThreadWaits};
 
-fn require(ok: bool, what: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("required in CI but unavailable: {what}");
-    }
-    eprintln!("SKIPPED (not CI): {what}");
-    false
-}
+mod common;
+use common::require;
 
 /// The tests share CPU 1: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -100,6 +100,8 @@ impl Subscriber for Feed {
                     reason: String::new(),
                     events: s.stats.events,
                     lost_events: s.stats.lost_events,
+                    overflows: s.stats.overflows,
+                    unwatched: s.stats.unwatched,
                 }
             }
             Err(why) => {

@@ -73,7 +73,8 @@ impl SchedHook {
             };
         };
         let route = c.route();
-        match store(tids, end, || c.read()) {
+        let fallbacks = c.fallbacks().to_vec();
+        match store(tids, end, &fallbacks, || c.read()) {
             Ok(s) => s,
             Err(e) => StoredSched::Unavailable {
                 unavailable: vec![format!("{}: {e}", route.as_str())],
@@ -97,10 +98,12 @@ pub(crate) enum End {
 /// count too (read after at both ends, one that ended between the first
 /// read and its schedstat was counted by the collector alone: a CI run
 /// had 102 episodes against 101 runs). `record`'s checkpoints store
-/// theirs the same way.
+/// theirs the same way. `fallbacks`: the routes tried before this one and
+/// why they could not start, kept with the reading for the report.
 pub(crate) fn store<E>(
     tids: &[u32],
     end: End,
+    fallbacks: &[String],
     read: impl FnOnce() -> Result<SchedSample, E>,
 ) -> Result<StoredSched, E> {
     let before: BTreeMap<u32, [u64; 3]> = match end {
@@ -112,6 +115,7 @@ pub(crate) fn store<E>(
     };
     let mut stored = StoredSched::from(&read()?);
     if let StoredSched::Sample(x) = &mut stored {
+        x.fallbacks = fallbacks.to_vec();
         for t in &mut x.threads {
             t.schedstat = match end {
                 End::Start => before.get(&t.tid).copied(),

@@ -55,6 +55,13 @@ pub struct AttributionStatus {
     /// next switch on the CPU; the wait they hid is charged as unknown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missed_switches: Option<u64>,
+    /// Wait stretches older than the BPF route's per-CPU record (charged
+    /// as unknown): counted, never hidden.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overflows: Option<u64>,
+    /// Routes tried before this one and why each could not start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
 }
 
 impl Default for AttributionStatus {
@@ -65,6 +72,8 @@ impl Default for AttributionStatus {
             events: None,
             lost_events: None,
             missed_switches: None,
+            overflows: None,
+            fallbacks: Vec::new(),
         }
     }
 }
@@ -306,11 +315,16 @@ fn sample(s: Option<&StoredSched>, side: &str) -> Result<SchedSample, String> {
     }
 }
 
-fn status(s0: &SchedSample, s1: &SchedSample) -> AttributionStatus {
+fn status(s0: &SchedSample, s1: &SchedSample, t1: &HostObservation) -> AttributionStatus {
     let lost = s1.stats.lost_events.saturating_sub(s0.stats.lost_events);
     AttributionStatus {
         route: s1.route.as_str(),
-        reason: if lost > 0 {
+        reason: if s1.stats.unwatched > 0 {
+            format!(
+                "{} threads not watched (the collector's map is full): their wait is not attributed",
+                s1.stats.unwatched
+            )
+        } else if lost > 0 {
             format!("{lost} scheduler events lost: some wait is charged as unknown")
         } else {
             "all vCPU threads watched".into()
@@ -322,6 +336,8 @@ fn status(s0: &SchedSample, s1: &SchedSample) -> AttributionStatus {
                 .missed_switches
                 .saturating_sub(s0.stats.missed_switches),
         ),
+        overflows: Some(s1.stats.overflows.saturating_sub(s0.stats.overflows)),
+        fallbacks: stored_fallbacks(t1.sched.as_ref()),
     }
 }
 
@@ -396,6 +412,14 @@ impl HostSums {
     }
 }
 
+/// The routes a stored reading says were tried before its own.
+fn stored_fallbacks(s: Option<&StoredSched>) -> Vec<String> {
+    match s {
+        Some(StoredSched::Sample(x)) => x.fallbacks.clone(),
+        _ => Vec::new(),
+    }
+}
+
 /// Splits every vCPU's wait between t0 and t1 by culprit.
 pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     let mut out = Attribution::default();
@@ -412,7 +436,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
             return out;
         }
     };
-    out.status = status(&s0, &s1);
+    out.status = status(&s0, &s1, t1);
     // Culprits that exited during the interval are named from t0.
     let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();
     let names = ProcNames::of(&[t1, t0]);

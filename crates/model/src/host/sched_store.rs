@@ -29,6 +29,10 @@ pub struct StoredSample {
     pub monotonic_ns: u64,
     pub stats: StoredStats,
     pub threads: Vec<StoredThread>,
+    /// Routes tried before this one and why each could not start
+    /// (`bpf: ...`): a fallback says why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -39,6 +43,14 @@ pub struct StoredStats {
     /// Absent in snapshots from before it was counted.
     #[serde(default)]
     pub missed_switches: u64,
+    /// Threads the collector could not watch (map full); absent before
+    /// issue 29 and when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unwatched: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,6 +136,7 @@ impl From<&SchedSample> for StoredSched {
                 lost_events: s.stats.lost_events,
                 overflows: s.stats.overflows,
                 missed_switches: s.stats.missed_switches,
+                unwatched: s.stats.unwatched,
             },
             threads: s
                 .threads
@@ -148,6 +161,7 @@ impl From<&SchedSample> for StoredSched {
                     schedstat: None,
                 })
                 .collect(),
+            fallbacks: Vec::new(),
         })
     }
 }
@@ -200,6 +214,7 @@ impl StoredSample {
                 lost_events: self.stats.lost_events,
                 overflows: self.stats.overflows,
                 missed_switches: self.stats.missed_switches,
+                unwatched: self.stats.unwatched,
             },
         })
     }
@@ -238,6 +253,7 @@ mod tests {
                 lost_events: 1,
                 overflows: 0,
                 missed_switches: 2,
+                unwatched: 3,
             },
         };
         let json = serde_json::to_string(&StoredSched::from(&s)).unwrap();

@@ -111,6 +111,15 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
                 "  {m} switches missing from the trace: their wait is charged as unknown"
             );
         }
+        if let Some(o) = a.overflows.filter(|&o| o > 0) {
+            let _ = writeln!(
+                out,
+                "  {o} waits longer than the per-CPU record: charged as unknown"
+            );
+        }
+        for f in &a.fallbacks {
+            let _ = writeln!(out, "  not used: {f}");
+        }
     }
     let hw = &who.host_work;
     let top: Vec<String> = hw

@@ -1,0 +1,190 @@
+//! The BPF route's culprit charges in user space: the kernel map holds
+//! what each (victim, culprit) pair accrued, and is pruned after every read
+//! (pairs that did not grow since the previous read are deleted), so the
+//! cumulative totals a sample reports live here. That keeps the map to the
+//! pairs active in about one interval however long `serve` runs, and a
+//! new culprit never lands in `unknown` because old ones filled the map.
+
+use crate::model::Culprit;
+use aya::Pod;
+use std::collections::{BTreeMap, HashMap};
+
+/// Layouts shared with bpf/wait_by.bpf.c (same field order and sizes).
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub(crate) struct ChargeKey {
+    pub victim: u32,
+    pub tid: u32,
+    /// The culprit's task_struct.start_time: a reused tid is another key.
+    pub tstart: u64,
+    /// Its comm when it ran: an exec is another key.
+    pub comm: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Charge {
+    pub ns: u64,
+    pub tgid: u32,
+    pub kthread: u32,
+}
+
+// SAFETY: plain C layouts of integers without padding.
+unsafe impl Pod for ChargeKey {}
+unsafe impl Pod for Charge {}
+
+const _: () = assert!(std::mem::size_of::<ChargeKey>() == 32);
+const _: () = assert!(std::mem::size_of::<Charge>() == 16);
+
+fn comm(b: &[u8; 16]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// Cumulative charges per victim and culprit since each victim was watched.
+#[derive(Debug, Default)]
+pub(crate) struct ChargeTotals {
+    /// Each map entry's value at the previous read.
+    seen: HashMap<ChargeKey, u64>,
+    totals: BTreeMap<u32, BTreeMap<Culprit, u64>>,
+}
+
+impl ChargeTotals {
+    /// Folds one full read of the map in and returns the entries to delete:
+    /// those that did not grow since the previous read. An entry deleted
+    /// and created again starts from zero, so its whole value is new. (A
+    /// charge the program adds in the instant between this read and the
+    /// delete is lost: it needs a pair idle for a whole interval to charge
+    /// again within microseconds.)
+    pub(crate) fn fold(&mut self, entries: &[(ChargeKey, Charge)]) -> Vec<ChargeKey> {
+        let mut idle = Vec::new();
+        let mut seen = HashMap::with_capacity(entries.len());
+        for (k, c) in entries {
+            let prev = self.seen.get(k).copied();
+            if prev == Some(c.ns) {
+                idle.push(*k);
+                continue;
+            }
+            let grew = match prev {
+                Some(p) if c.ns >= p => c.ns - p,
+                _ => c.ns,
+            };
+            seen.insert(*k, c.ns);
+            let culprit = Culprit {
+                tid: k.tid,
+                tgid: c.tgid,
+                comm: comm(&k.comm),
+                kthread: c.kthread != 0,
+            };
+            *self
+                .totals
+                .entry(k.victim)
+                .or_default()
+                .entry(culprit)
+                .or_insert(0) += grew;
+        }
+        self.seen = seen;
+        idle
+    }
+
+    /// Drops what is kept for victims no longer watched.
+    pub(crate) fn forget(&mut self, victims: &[u32]) {
+        for v in victims {
+            self.totals.remove(v);
+        }
+        self.seen.retain(|k, _| !victims.contains(&k.victim));
+    }
+
+    /// A victim's cumulative charges by culprit.
+    pub(crate) fn of(&self, victim: u32) -> BTreeMap<Culprit, u64> {
+        self.totals.get(&victim).cloned().unwrap_or_default()
+    }
+
+    /// Map entries the previous read saw (for tests of the pruning).
+    #[cfg(test)]
+    pub(crate) fn live_entries(&self) -> usize {
+        self.seen.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(victim: u32, tid: u32, tstart: u64, name: &str) -> ChargeKey {
+        let mut comm = [0u8; 16];
+        comm[..name.len()].copy_from_slice(name.as_bytes());
+        ChargeKey {
+            victim,
+            tid,
+            tstart,
+            comm,
+        }
+    }
+
+    fn charge(ns: u64, tgid: u32) -> Charge {
+        Charge {
+            ns,
+            tgid,
+            kthread: 0,
+        }
+    }
+
+    fn total(t: &ChargeTotals, victim: u32, tid: u32, name: &str) -> u64 {
+        t.of(victim)
+            .iter()
+            .filter(|(c, _)| c.tid == tid && c.comm == name)
+            .map(|(_, &ns)| ns)
+            .sum()
+    }
+
+    #[test]
+    fn totals_grow_by_what_each_entry_added_and_idle_entries_are_pruned() {
+        let mut t = ChargeTotals::default();
+        let a = key(1, 10, 5, "burn");
+        assert!(t.fold(&[(a, charge(100, 10))]).is_empty());
+        assert!(t.fold(&[(a, charge(250, 10))]).is_empty());
+        assert_eq!(total(&t, 1, 10, "burn"), 250);
+        // Idle for a read: deleted from the map, the total stays.
+        assert_eq!(t.fold(&[(a, charge(250, 10))]), vec![a]);
+        assert_eq!(t.live_entries(), 0);
+        assert_eq!(total(&t, 1, 10, "burn"), 250);
+        // Charged again after the delete: a fresh entry from zero.
+        assert!(t.fold(&[(a, charge(40, 10))]).is_empty());
+        assert_eq!(total(&t, 1, 10, "burn"), 290);
+    }
+
+    #[test]
+    fn a_reused_tid_or_an_exec_is_a_culprit_of_its_own_name() {
+        let mut t = ChargeTotals::default();
+        let old = key(1, 77, 1_000, "CPU 0/KVM");
+        let reused = key(1, 77, 9_000, "bash");
+        let exec = key(1, 77, 9_000, "stress");
+        t.fold(&[
+            (old, charge(5, 70)),
+            (reused, charge(7, 77)),
+            (exec, charge(11, 77)),
+        ]);
+        let m = t.of(1);
+        let names: Vec<(&str, u32, u64)> = m
+            .iter()
+            .map(|(c, &ns)| (c.comm.as_str(), c.tgid, ns))
+            .collect();
+        assert!(names.contains(&("CPU 0/KVM", 70, 5)), "{names:?}");
+        assert!(names.contains(&("bash", 77, 7)), "{names:?}");
+        assert!(names.contains(&("stress", 77, 11)), "{names:?}");
+    }
+
+    #[test]
+    fn forgetting_a_victim_drops_its_totals_only() {
+        let mut t = ChargeTotals::default();
+        t.fold(&[
+            (key(1, 10, 0, "a"), charge(1, 10)),
+            (key(2, 10, 0, "a"), charge(2, 10)),
+        ]);
+        t.forget(&[1]);
+        assert!(t.of(1).is_empty());
+        assert_eq!(total(&t, 2, 10, "a"), 2);
+        assert_eq!(t.live_entries(), 1);
+    }
+}
