@@ -253,6 +253,7 @@ mod tests {
             other_cpus: vec![0, 1],
             reasons: vec![why.into(); 2],
             mapping: Some(why.repeat(2)),
+            spill: None,
         });
         p.actions.push(Action::Affinity {
             vm: "a-rather-long-virtual-machine-name".into(),

@@ -282,6 +282,8 @@ mod tests {
                 events: Some(10),
                 lost_events: Some(0),
                 missed_switches: None,
+                overflows: None,
+                fallbacks: Vec::new(),
             },
             culprits: vec![rustc],
             host_work: HostWork {
