@@ -5,8 +5,7 @@
 //! daemon logs each batch's measured result beside its prediction; a forced
 //! plan that starves a host loop pinned to CPU 0 is undone by the watchdog,
 //! with the reason, and the loop gets CPU again. The walk-through's other
-//! half (the plan keeps the loop's CPU light, vCPUs within 10 pp) needs the
-//! planner of branch s13-policy and is ignored until it is merged.
+//! half: the plan keeps the loop's CPU light, vCPUs within 10 pp.
 //!
 //! The machine is shared: steal comparisons run three rounds and pass on
 //! the median; every round is printed, and a rejected one says why.
@@ -34,6 +33,14 @@ const NO_MARGIN: &str = "mem_margin_pct = 0\nmem_margin_min_mib = 0\n";
 /// against five busy autogroups (BENCHMARKS.md): a known gap of the model,
 /// not what these tests check.
 const BUSY_HOST: f64 = 1.0;
+
+/// The tests measure steal and share the CPUs: they take turns, whatever
+/// `--test-threads` says.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn have_qemu() -> bool {
     is_root()
@@ -141,6 +148,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[test]
 fn apply_refuses_a_plan_predicted_worse_and_force_applies_it() {
+    let _turn = turn();
     if !require(
         have_qemu(),
         "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
@@ -304,6 +312,7 @@ fn plan_round(
 
 #[test]
 fn plan_prediction_is_within_5_pp_of_what_is_then_measured() {
+    let _turn = turn();
     if !require(
         have_qemu(),
         "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
@@ -436,6 +445,7 @@ fn daemon_round(vms: &[&Vm], cfg: &Path, journal: &Path, c: &mut Cleanup) -> (St
 
 #[test]
 fn the_daemon_logs_each_batch_measured_beside_its_prediction() {
+    let _turn = turn();
     if !require(
         have_qemu(),
         "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
@@ -496,6 +506,7 @@ fn run_ns(pid: u32) -> u64 {
 
 #[test]
 fn a_forced_starving_plan_is_undone_by_the_watchdog_and_the_loop_runs_again() {
+    let _turn = turn();
     if !require(
         have_qemu(),
         "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
@@ -576,8 +587,8 @@ fn a_forced_starving_plan_is_undone_by_the_watchdog_and_the_loop_runs_again() {
 /// The walk-through's first half: the plan keeps backup's CPU light and
 /// after apply every busy vCPU's steal is within 10 pp of the others'.
 #[test]
-#[ignore = "needs s13-policy"]
 fn the_plan_keeps_the_pinned_loops_cpu_light_and_vcpus_within_10_pp() {
+    let _turn = turn();
     if !require(
         have_qemu(),
         "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
@@ -620,6 +631,7 @@ fn the_plan_keeps_the_pinned_loops_cpu_light_and_vcpus_within_10_pp() {
 
 #[test]
 fn unprivileged_plan_reads_and_writing_commands_name_the_journal() {
+    let _turn = turn();
     if !require(is_root(), "root (to run as nobody)") {
         return;
     }

@@ -9,7 +9,7 @@ use crate::input::{
     WaitEvidence,
 };
 use std::collections::BTreeMap;
-use stealscope_model::host::attribution::{attribute, Attribution};
+use stealscope_model::host::attribution::{attribute, Attribution, OWN};
 use stealscope_model::host::discovery::weight_group_path;
 use stealscope_model::host::observation::ThreadObs;
 use stealscope_model::host::observation::VmObs;
@@ -209,7 +209,8 @@ fn evidence(att: &Attribution, v: &VmObs, wall_s: f64) -> Option<WaitEvidence> {
             continue;
         };
         seen += 1;
-        for r in rows {
+        // stealscope's own threads are its cost, not a culprit to plan around.
+        for r in rows.iter().filter(|r| r.kind != OWN) {
             *by.entry((r.kind, r.name.as_str(), r.pid)).or_default() += r.seconds;
         }
     }

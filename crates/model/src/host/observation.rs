@@ -9,8 +9,8 @@ use super::discovery::{
 };
 use super::kvm::KvmCounters;
 use super::sched_store::{StoredSched, SCHED_FILE};
-use super::stored::{QmpRecord, AFFINITY, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR};
 use super::starve::{StoredStarve, STARVE_FILE};
+use super::stored::{QmpRecord, AFFINITY, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR};
 use crate::side::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
