@@ -3,6 +3,8 @@
 
 pub mod finding;
 pub mod hardware;
+#[cfg(test)]
+mod host_noisy_tests;
 pub mod hysteresis;
 pub mod notes;
 pub mod report;

@@ -35,7 +35,6 @@ pub mod psi;
 pub mod qmp;
 pub mod recording;
 pub mod snapshot;
-pub mod snapshot_cut;
 pub mod source;
 pub mod stat;
 pub mod tracefs;

@@ -8,8 +8,10 @@ use crate::cpuid::CpuidDump;
 use crate::damage::FileKind;
 use crate::error::{ReadError, Result};
 use crate::perf::CounterCapture;
-use crate::snapshot_cut::{rebuild, whole_samples, Loss, Manifest, MANIFEST_FILE};
+pub mod cut;
+
 use crate::source::MemFs;
+use cut::{rebuild, whole_samples, Loss, Manifest, MANIFEST_FILE};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::path::{Component, Path};
@@ -227,7 +229,7 @@ impl Loader {
     }
 
     /// A cut snapshot: the whole samples and files that arrived, sides
-    /// rebuilt when one is not whole ([`crate::snapshot_cut`]).
+    /// rebuilt when one is not whole ([`cut`]).
     fn cut(self, origin: &str, meta: Meta, file: FileKind, loss: Loss) -> Result<Snapshot> {
         let samples = self
             .samples

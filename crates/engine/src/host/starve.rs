@@ -68,7 +68,7 @@ impl StarveWatch {
             stop,
             state,
             thread: Some(thread),
-            clk_tck: crate::capture::clk_tck().unwrap_or(100) as f64,
+            clk_tck: ticks_per_s(),
         })
     }
 
@@ -290,4 +290,13 @@ pub fn own_times(root: &Path) -> (u64, u64) {
         }
     }
     (run, wait)
+}
+
+/// USER_HZ, the unit of stat's utime and stime (read here rather than from
+/// `capture`, which uses this module: no module cycle).
+fn ticks_per_s() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map_or(100.0, |v| v as f64)
 }

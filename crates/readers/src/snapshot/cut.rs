@@ -13,8 +13,8 @@
 //! whole, without any process or live answer (the VMs' figures need both
 //! ends).
 
+use super::RawSample;
 use crate::damage::{Damage, FileKind};
-use crate::snapshot::RawSample;
 use crate::source::MemFs;
 use serde::{Deserialize, Serialize};
 
