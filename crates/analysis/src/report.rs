@@ -1,4 +1,4 @@
-//! The doctor report (SPEC.md "JSON report"): summary, ranked findings, notes.
+//! The doctor report (docs/contract.md): summary, ranked findings, notes.
 
 use crate::finding::{evidence, Finding};
 use crate::roles::guest_evidence;

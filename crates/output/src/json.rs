@@ -1,4 +1,4 @@
-//! JSON rendering (the `--json` contract in SPEC.md) for every report.
+//! JSON rendering (the `--json` contract in docs/contract.md) for every report.
 
 use serde::Serialize;
 

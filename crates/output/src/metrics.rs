@@ -1,4 +1,4 @@
-//! Prometheus exposition of `serve`'s state (SPEC.md "Prometheus metrics"),
+//! Prometheus exposition of `serve`'s state (docs/contract.md, "Prometheus metrics"),
 //! encoded by prometheus-client: OpenMetrics text for Prometheus, and the
 //! classic text format (0.0.4) for everyone else (curl, `promtool check
 //! metrics`, node_exporter's textfile collector). Families without series

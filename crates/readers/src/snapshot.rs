@@ -1,4 +1,4 @@
-//! Snapshot format `stealscope-snapshot/1` (SPEC.md): meta.json, t0/ and t1/
+//! Snapshot format `stealscope-snapshot/1` (docs/snapshot.md): meta.json, t0/ and t1/
 //! holding files under their absolute paths, optional samples.jsonl,
 //! cpuid.json (raw CPUID registers) and counters.json (per-CPU hardware
 //! counter reads aligned with the samples). Read
