@@ -3,10 +3,11 @@
 //! create-blocks-from openmetrics` to backfill into a Prometheus TSDB, so
 //! that `stealscope fleet` is checked against a real Prometheus.
 //!
-//! The fleet ([`synthetic`]): hosts of 32 CPUs in 2 nodes, each filled
-//! with VMs of 1-8 vCPUs to 1.5 vCPUs per CPU, whose demand follows a daily
-//! wave around a per-host level (some hosts run hot: busy steal), and a
-//! few hosts whose VMs are all pinned to 8 CPUs while the rest idle (idle
+//! The fleet ([`synthetic`]): hosts of 16 CPUs in 2 nodes, each filled
+//! with VMs of 1-8 vCPUs to 1.5 vCPUs per CPU (2 GiB per vCPU, 48 GiB per
+//! node), whose demand follows a daily wave around a per-host level (one
+//! host in four runs hot: busy steal), and a
+//! few hosts whose VMs are all pinned to 4 CPUs while the rest idle (idle
 //! steal, which `place` fixes on the host). Each step of each host is one
 //! run of [`crate::measured::run_measured`] at that step's levels.
 //!
@@ -56,9 +57,13 @@ pub fn synthetic(hosts: u32, steps: usize, step_s: f64, seed: u64) -> Vec<SynthH
 
 fn synth_host(i: u32, steps: usize, step_s: f64, seed: u64) -> SynthHost {
     let mut rng = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let cpus = 32u32;
-    // Most hosts moderate, some hot; one in 20 with its VMs pinned.
-    let heat = 0.35 + 0.6 * rng.unit() * rng.unit().sqrt();
+    let cpus = 16u32;
+    // Most hosts moderate, one in four hot; one in 20 with its VMs pinned.
+    let heat = if rng.unit() < 0.25 {
+        0.65 + 0.3 * rng.unit()
+    } else {
+        0.25 + 0.25 * rng.unit()
+    };
     let pinned = rng.unit() < 0.05;
     let mut vms = Vec::new();
     let mut vcpus_used = 0;
@@ -82,9 +87,9 @@ fn synth_host(i: u32, steps: usize, step_s: f64, seed: u64) -> SynthHost {
             vm: MeasuredVm {
                 name: format!("h{i}-vm{n}"),
                 vcpus,
-                mem_gib: 4.0 * vcpus as f64,
+                mem_gib: 2.0 * vcpus as f64,
                 levels: levels.into(),
-                pinned: pinned.then(|| (0..8).collect()),
+                pinned: pinned.then(|| (0..4).collect()),
             },
             uuid: uuid(&mut rng),
         });
@@ -93,7 +98,7 @@ fn synth_host(i: u32, steps: usize, step_s: f64, seed: u64) -> SynthHost {
         name: format!("hv{i:05}"),
         cpus,
         nodes: 2,
-        mem_gib_per_node: 128.0,
+        mem_gib_per_node: 48.0,
         vms,
     }
 }
@@ -129,20 +134,31 @@ pub fn step_runs(h: &SynthHost, step_s: f64, seed: u64) -> Vec<HostRun> {
         .collect()
 }
 
-/// Writes every host's series, scraped at `start_unix + k * step_s` for
-/// k = 0..=steps (the counters start at 0). `runs[h]` are `step_runs` of
-/// host h. `silent` hosts export only `up 0` (a target with no serve).
+/// How the series are written: scraped `scrapes_per_step` times per step
+/// from `start_unix` (counters start at 0 and grow evenly within a step,
+/// as a constant demand makes them); `silent` hosts export only `up 0` (a
+/// target with no serve).
+#[derive(Debug, Clone)]
+pub struct WriteSpec {
+    pub step_s: f64,
+    pub scrapes_per_step: usize,
+    pub start_unix: f64,
+    pub silent: Vec<usize>,
+}
+
+/// Writes every host's series; `runs[h]` are `step_runs` of host h.
 pub fn write(
     out: &mut dyn Write,
     hosts: &[SynthHost],
     runs: &[Vec<HostRun>],
-    step_s: f64,
-    start_unix: f64,
-    silent: &[usize],
+    spec: &WriteSpec,
 ) -> io::Result<()> {
+    let silent = &spec.silent;
     let live: Vec<usize> = (0..hosts.len()).filter(|i| !silent.contains(i)).collect();
-    let steps = runs.iter().map(Vec::len).max().unwrap_or(0);
-    let ts = |k: usize| start_unix + k as f64 * step_s;
+    let sub = spec.scrapes_per_step.max(1);
+    let steps = runs.iter().map(Vec::len).max().unwrap_or(0) * sub;
+    let every = spec.step_s / sub as f64;
+    let ts = |k: usize| spec.start_unix + k as f64 * every;
     let mut buf = String::new();
     // Families one after another (OpenMetrics groups a family's samples).
     buf.push_str("# TYPE up gauge\n");
@@ -159,7 +175,7 @@ pub fn write(
         out.write_all(buf.as_bytes())?;
         for &i in &live {
             buf.clear();
-            fam.write(&mut buf, &hosts[i], &runs[i], steps, &ts);
+            fam.write(&mut buf, &hosts[i], &runs[i], (steps, sub), &ts);
             out.write_all(buf.as_bytes())?;
         }
     }
@@ -236,10 +252,11 @@ impl Family {
         buf: &mut String,
         h: &SynthHost,
         runs: &[HostRun],
-        steps: usize,
+        (steps, sub): (usize, usize),
         ts: &dyn Fn(usize) -> f64,
     ) {
         let hl = host_labels(h);
+        let c = Counters { steps, sub, ts };
         let name = self.sample();
         let mut gauge = |labels: String, v: f64| {
             for k in 0..=steps {
@@ -270,14 +287,36 @@ impl Family {
                     v.vm.mem_gib * (1u64 << 30) as f64,
                 )
             }),
-            Family::Run | Family::Wait => write_vcpus(buf, &name, &hl, h, runs, self, ts),
-            Family::Idle => write_idle(buf, &name, &hl, h, runs, ts),
-            Family::WaitBy => write_wait_by(buf, &name, &hl, h, runs, ts),
+            Family::Run | Family::Wait => write_vcpus(buf, &name, &hl, h, runs, self, &c),
+            Family::Idle => write_idle(buf, &name, &hl, h, runs, &c),
+            Family::WaitBy => write_wait_by(buf, &name, &hl, h, runs, &c),
         }
     }
 }
 
-/// Each vCPU's share of its VM's run or wait, summed step by step.
+/// Scrape times of the counters: `sub` per step, `steps` in all.
+struct Counters<'a> {
+    steps: usize,
+    sub: usize,
+    ts: &'a dyn Fn(usize) -> f64,
+}
+
+impl Counters<'_> {
+    /// One counter series from its increase in each step.
+    fn emit(&self, buf: &mut String, series: &str, incs: &[f64]) {
+        let mut base = 0.0;
+        for m in 0..=self.steps {
+            let (k, part) = (m / self.sub, m % self.sub);
+            if part == 0 && k > 0 {
+                base += incs.get(k - 1).copied().unwrap_or(0.0);
+            }
+            let within = incs.get(k).copied().unwrap_or(0.0) * part as f64 / self.sub as f64;
+            let _ = writeln!(buf, "{series} {:.6} {:.3}", base + within, (self.ts)(m));
+        }
+    }
+}
+
+/// Each vCPU's share of its VM's run or wait.
 fn write_vcpus(
     buf: &mut String,
     name: &str,
@@ -285,59 +324,38 @@ fn write_vcpus(
     h: &SynthHost,
     runs: &[HostRun],
     fam: Family,
-    ts: &dyn Fn(usize) -> f64,
+    c: &Counters,
 ) {
     for (j, v) in h.vms.iter().enumerate() {
         let n = v.vm.vcpus as f64;
-        for c in 0..v.vm.vcpus {
-            let mut total = 0.0;
-            for k in 0..=runs.len() {
-                if k > 0 {
-                    let r = &runs[k - 1];
-                    let x = if matches!(fam, Family::Run) {
-                        r.vm_run[j]
-                    } else {
-                        r.vm_wait[j]
-                    };
-                    total += x / n;
-                }
-                let _ = writeln!(
-                    buf,
-                    "{name}{{{hl},vm=\"{}\",vcpu=\"{c}\"}} {total:.6} {:.3}",
-                    v.vm.name,
-                    ts(k)
-                );
-            }
+        let incs: Vec<f64> = runs
+            .iter()
+            .map(|r| match fam {
+                Family::Run => r.vm_run[j] / n,
+                _ => r.vm_wait[j] / n,
+            })
+            .collect();
+        for cpu in 0..v.vm.vcpus {
+            let series = format!("{name}{{{hl},vm=\"{}\",vcpu=\"{cpu}\"}}", v.vm.name);
+            c.emit(buf, &series, &incs);
         }
     }
 }
 
-/// Idle time spread evenly over the CPUs; busy time as `user`.
+/// Idle time spread evenly over the CPUs (the one mode the fleet reads).
 fn write_idle(
     buf: &mut String,
     name: &str,
     hl: &str,
     h: &SynthHost,
     runs: &[HostRun],
-    ts: &dyn Fn(usize) -> f64,
+    c: &Counters,
 ) {
     let n = h.cpus as f64;
+    let incs: Vec<f64> = runs.iter().map(|r| r.idle_cpu_s / n).collect();
     for cpu in 0..h.cpus {
-        for mode in ["idle", "user"] {
-            let mut total = 0.0;
-            for k in 0..=runs.len() {
-                if k > 0 {
-                    let r = &runs[k - 1];
-                    let idle = r.idle_cpu_s / n;
-                    total += if mode == "idle" { idle } else { r.secs - idle };
-                }
-                let _ = writeln!(
-                    buf,
-                    "{name}{{{hl},cpu=\"{cpu}\",mode=\"{mode}\"}} {total:.6} {:.3}",
-                    ts(k)
-                );
-            }
-        }
+        let series = format!("{name}{{{hl},cpu=\"{cpu}\",mode=\"idle\"}}");
+        c.emit(buf, &series, &incs);
     }
 }
 
@@ -348,47 +366,38 @@ fn write_wait_by(
     hl: &str,
     h: &SynthHost,
     runs: &[HostRun],
-    ts: &dyn Fn(usize) -> f64,
+    c: &Counters,
 ) {
     let nv = h.vms.len();
     for j in 0..nv {
-        // Culprit totals per step, cumulated.
-        let mut totals = vec![0.0f64; nv];
-        let mut rows: Vec<Vec<f64>> = Vec::with_capacity(runs.len() + 1);
-        rows.push(totals.clone());
-        for r in runs {
+        // incs[o][k]: culprit o's charge in step k.
+        let mut incs = vec![vec![0.0f64; runs.len()]; nv];
+        for (k, r) in runs.iter().enumerate() {
             let others: f64 = (0..nv).filter(|&o| o != j).map(|o| r.vm_run[o]).sum();
             if others > 0.0 {
                 for o in (0..nv).filter(|&o| o != j) {
-                    totals[o] += r.vm_wait[j] * r.vm_run[o] / others;
+                    incs[o][k] = r.vm_wait[j] * r.vm_run[o] / others;
                 }
             }
-            rows.push(totals.clone());
         }
         // The 5 largest culprits over the whole run, the rest as `other`.
+        let total = |o: usize| incs[o].iter().sum::<f64>();
         let mut order: Vec<usize> = (0..nv).filter(|&o| o != j).collect();
-        order.sort_by(|a, b| totals[*b].total_cmp(&totals[*a]));
+        order.sort_by(|a, b| total(*b).total_cmp(&total(*a)));
         let (top, rest) = order.split_at(order.len().min(5));
         let vm = &h.vms[j].vm.name;
         for &o in top {
-            for (k, row) in rows.iter().enumerate() {
-                let _ = writeln!(
-                    buf,
-                    "{name}{{{hl},vm=\"{vm}\",culprit_kind=\"vcpu\",culprit=\"{}\"}} {:.6} {:.3}",
-                    h.vms[o].vm.name,
-                    row[o],
-                    ts(k)
-                );
-            }
-        }
-        for (k, row) in rows.iter().enumerate() {
-            let other: f64 = rest.iter().map(|&o| row[o]).sum();
-            let _ = writeln!(
-                buf,
-                "{name}{{{hl},vm=\"{vm}\",culprit_kind=\"other\",culprit=\"other\"}} {other:.6} {:.3}",
-                ts(k)
+            let series = format!(
+                "{name}{{{hl},vm=\"{vm}\",culprit_kind=\"vcpu\",culprit=\"{}\"}}",
+                h.vms[o].vm.name
             );
+            c.emit(buf, &series, &incs[o]);
         }
+        let other: Vec<f64> = (0..runs.len())
+            .map(|k| rest.iter().map(|&o| incs[o][k]).sum())
+            .collect();
+        let series = format!("{name}{{{hl},vm=\"{vm}\",culprit_kind=\"other\",culprit=\"other\"}}");
+        c.emit(buf, &series, &other);
     }
 }
 
@@ -401,7 +410,13 @@ mod tests {
         let hosts = synthetic(2, 3, 300.0, 7);
         let runs: Vec<Vec<HostRun>> = hosts.iter().map(|h| step_runs(h, 300.0, 1)).collect();
         let mut out = Vec::new();
-        write(&mut out, &hosts, &runs, 300.0, 1_000_000.0, &[1]).unwrap();
+        let spec = WriteSpec {
+            step_s: 300.0,
+            scrapes_per_step: 2,
+            start_unix: 1_000_000.0,
+            silent: vec![1],
+        };
+        write(&mut out, &hosts, &runs, &spec).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.ends_with("# EOF\n"));
         // The silent host exports `up 0` and nothing else.
