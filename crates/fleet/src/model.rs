@@ -61,8 +61,9 @@ pub struct Host {
     pub cpus: u32,
     pub nodes: Vec<NodeMem>,
     pub vms: Vec<Vm>,
-    /// Mean idle CPUs over the window (CPU-s/s).
-    pub idle_cpus: f64,
+    /// Busy steal over the window (CPU-s/s): at each step of the history,
+    /// the vCPU wait that the step's idle CPU time could not absorb.
+    pub busy: f64,
     pub culprits: Vec<Culprit>,
 }
 
@@ -73,10 +74,10 @@ impl Host {
     pub fn wait(&self) -> f64 {
         self.vms.iter().map(|v| v.wait).sum()
     }
-    /// Wait idle CPUs could not have absorbed, CPU-s/s (as the recording
-    /// rules split it over the window).
+    /// Wait idle CPUs could not have absorbed, CPU-s/s, split step by
+    /// step (a host idle at night does not absorb its daytime wait).
     pub fn busy_steal(&self) -> f64 {
-        (self.wait() - self.idle_cpus).max(0.0)
+        self.busy.clamp(0.0, self.wait())
     }
     pub fn idle_steal(&self) -> f64 {
         self.wait() - self.busy_steal()
@@ -116,18 +117,15 @@ pub enum Unseen {
 impl std::fmt::Display for Unseen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Unseen::TargetDown { instance, job } => {
-                write!(f, "{instance} ({job}): scrape failing (up == 0), no serve answers")
+            Unseen::TargetDown { instance, .. } => {
+                write!(f, "{instance}: scrape failing (up 0): no serve")
             }
-            Unseen::NoHostFacts { instance, job } => write!(
-                f,
-                "{instance} ({job}): no stealscope_host_cpus (older serve or partial scrape), left out"
-            ),
-            Unseen::NoNodeMemory { host } => {
-                write!(f, "{host}: no NUMA memory series, not a destination")
+            Unseen::NoHostFacts { instance, .. } => {
+                write!(f, "{instance}: no stealscope_host_cpus (old serve?)")
             }
+            Unseen::NoNodeMemory { host } => write!(f, "{host}: no NUMA memory: takes no VM"),
             Unseen::VmPartial { host, vm, missing } => {
-                write!(f, "{host}/{vm}: no {missing}, not moved")
+                write!(f, "{host}/{vm}: no {missing}: stays")
             }
         }
     }

@@ -12,7 +12,8 @@
 //! largest culprit, or else the largest VM, and it looks again. A VM goes
 //! to the least loaded host where its demand history added to the host's
 //! stays under that host's limit and one NUMA node has free memory for all
-//! of it; hosts with steal of their own take none. At most `max_moves`.
+//! of it; hosts with busy steal of their own, or idle steal over the
+//! threshold, take none. At most `max_moves`.
 
 use crate::model::{quantile, Fleet, Host, Vm};
 use serde::Serialize;
@@ -159,8 +160,12 @@ fn load_of(h: &Host, steps: usize, o: &PlanOptions) -> Load {
         free: h.nodes.iter().map(|n| (n.node, n.free_bytes)).collect(),
         here: (0..h.vms.len()).collect(),
         arrived: false,
-        // A host with steal of its own, or whose memory is unknown, takes none.
-        takes: !h.nodes.is_empty() && h.wait() / (h.vcpus().max(1) as f64) < o.threshold / 2.0,
+        // A host with busy steal of its own (half the threshold), idle
+        // steal to fix first (its cause, such as pinning, is not in the
+        // metrics, so no prediction would hold), or unknown memory takes none.
+        takes: !h.nodes.is_empty()
+            && h.busy_per_vcpu() < o.threshold / 2.0
+            && h.idle_per_vcpu() < o.threshold,
     }
 }
 
@@ -190,7 +195,7 @@ fn fix_host(
         let Some((vm, why)) = choose(host, o, &loads[hi], &tried) else {
             p.unfixed.push(Unfixed {
                 host: host.name.clone(),
-                reason: "no VM left that can move (sizes unknown, or none fits elsewhere)".into(),
+                reason: "no VM left that fits elsewhere".into(),
             });
             return;
         };
@@ -332,6 +337,7 @@ mod tests {
     }
 
     fn host(name: &str, cpus: u32, idle: f64, vms: Vec<Vm>) -> Host {
+        let wait: f64 = vms.iter().map(|v| v.wait).sum();
         Host {
             key: HostKey {
                 instance: name.into(),
@@ -344,7 +350,7 @@ mod tests {
                 free_bytes: 16 << 30,
             }],
             vms,
-            idle_cpus: idle,
+            busy: (wait - idle).max(0.0),
             culprits: Vec::new(),
         }
     }

@@ -1,6 +1,7 @@
 //! Each move's effect on both hosts, predicted by the simulator: the host
 //! before and after the move (in the batch's order) replayed with every
-//! VM's measured demand history (stealscope_sim::measured). Distinct host
+//! VM's measured demand history (stealscope_sim::measured), one run per
+//! step of the history, busy steal split step by step as `read` does. Distinct host
 //! states are simulated once each, in parallel.
 
 use crate::model::{quantile, Fleet, FleetFigures, Vm};
@@ -9,7 +10,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use stealscope_sim::measured::{run_measured, HostRun, MeasuredVm};
+use stealscope_sim::measured::{run_steps, summarize, MeasuredVm};
 
 /// VMs on a host: (host they came from, index there), sorted.
 type State = Vec<(usize, usize)>;
@@ -65,12 +66,12 @@ fn measured_vm(v: &Vm) -> MeasuredVm {
 fn simulate(f: &Fleet, host: usize, state: &State) -> Sim {
     let vms: Vec<&Vm> = state.iter().map(|&(h, i)| &f.hosts[h].vms[i]).collect();
     let m: Vec<MeasuredVm> = vms.iter().map(|v| measured_vm(v)).collect();
-    let steps = m.iter().map(|v| v.levels.len()).max().unwrap_or(1).max(1);
-    let r: HostRun = run_measured(f.hosts[host].cpus, &m, f.step_s, f.step_s * steps as f64, 1);
+    // Step by step, as Prometheus's history was split.
+    let r = summarize(&run_steps(f.hosts[host].cpus, &m, f.step_s, 1));
     Sim {
-        busy: r.busy_steal(),
+        busy: r.busy_steal,
         vcpus: vms.iter().map(|v| v.vcpus).sum(),
-        steal: (0..vms.len()).map(|i| r.vm_steal_pct(i)).collect(),
+        steal: r.vm_steal_pct,
     }
 }
 

@@ -3,8 +3,10 @@
 //!    on `__name__`;
 //! 2. demand history: each VM's run + wait rate per step, as a subquery
 //!    over the window;
-//! 3. wait and idle: each VM's mean wait and each host's mean idle CPUs
-//!    over the window (one `or`, told apart by the `vm` label);
+//! 3. wait and busy steal: each VM's mean wait over the window, and each
+//!    host's busy steal, split at every step of the history (wait less
+//!    idle CPU time, at least 0) and averaged (one `or`, told apart by the
+//!    `vm` label);
 //! 4. who stole it: each VM's wait by culprit over the window.
 //!
 //! Their cost (time, series, samples Prometheus read) is kept in
@@ -97,9 +99,9 @@ pub fn read(prom: &mut Prom, o: &ReadOptions) -> Result<Fleet, FleetError> {
         ),
     )?;
     let wait_idle = prom.query(
-        "wait-idle",
+        "wait-busy",
         &format!(
-            "sum by (instance, job, vm) (rate(stealscope_vcpu_wait_seconds_total{}[{w}])) or sum by (instance, job) (rate(stealscope_cpu_seconds_total{}[{w}]))",
+            "sum by (instance, job, vm) (rate(stealscope_vcpu_wait_seconds_total{0}[{w}])) or avg_over_time(clamp_min(sum by (instance, job) (rate(stealscope_vcpu_wait_seconds_total{0}[{s}])) - sum by (instance, job) (rate(stealscope_cpu_seconds_total{1}[{s}])), 0)[{w}:{s}])",
             sel("", &o.selector),
             sel("mode=~\"idle|iowait\"", &o.selector)
         ),
@@ -142,7 +144,7 @@ struct Partial {
     up: Option<bool>,
     vms: BTreeMap<String, Vm>,
     has_vcpu_series: bool,
-    idle: f64,
+    busy: f64,
     /// (victim VM, culprit kind, culprit) -> wait.
     wait_by: Vec<(String, String, String, f64)>,
 }
@@ -200,7 +202,7 @@ pub fn assemble(
                 p.has_vcpu_series = true;
                 vm_entry(p, vm).wait = s.value().max(0.0);
             }
-            None => p.idle = s.value().max(0.0),
+            None => p.busy = s.value().max(0.0),
         }
     }
     for s in culprits {
@@ -306,7 +308,7 @@ fn host_of(k: HostKey, p: Partial, unseen: &mut Vec<Unseen>) -> Option<Host> {
         cpus,
         nodes,
         vms,
-        idle_cpus: p.idle,
+        busy: p.busy,
         culprits,
     })
 }

@@ -238,10 +238,11 @@ pub fn text(r: &PlanReport) -> String {
         );
     }
     for u in &r.unfixed {
-        let _ = writeln!(o, "not fixed: {}: {}", cell(&u.host, 24), u.reason);
+        let line = format!("not fixed: {}: {}", u.host, u.reason);
+        let _ = writeln!(o, "{}", cell(&line, 80));
     }
     for u in &r.not_seen {
-        let _ = writeln!(o, "not seen: {}", u);
+        let _ = writeln!(o, "{}", cell(&format!("not seen: {u}"), 80));
     }
     if !r.moves.is_empty() {
         let _ = writeln!(

@@ -182,7 +182,7 @@ pub fn text(r: &StatusReport, top: usize) -> String {
         );
     }
     for u in &r.not_seen {
-        let _ = writeln!(o, "not seen: {u}");
+        let _ = writeln!(o, "{}", cell(&format!("not seen: {u}"), 80));
     }
     o
 }

@@ -6,7 +6,7 @@
 //! The fleet ([`synthetic`]): hosts of 16 CPUs in 2 nodes, each filled
 //! with VMs of 1-8 vCPUs to 1.5 vCPUs per CPU (2 GiB per vCPU, 48 GiB per
 //! node), whose demand follows a daily wave around a per-host level (one
-//! host in four runs hot: busy steal), and a
+//! host in four runs hot, filled to 2 vCPUs per CPU: busy steal), and a
 //! few hosts whose VMs are all pinned to 4 CPUs while the rest idle (idle
 //! steal, which `place` fixes on the host). Each step of each host is one
 //! run of [`crate::measured::run_measured`] at that step's levels.
@@ -16,7 +16,7 @@
 //! others run, so each VM's wait is charged to the other VMs in proportion
 //! to their run time in that step (top 5 kept, the rest as `other`).
 
-use crate::measured::{run_measured, HostRun, MeasuredVm};
+use crate::measured::{run_steps, HostRun, MeasuredVm};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use stealscope_placement::synthetic::Rng;
@@ -57,19 +57,26 @@ pub fn synthetic(hosts: u32, steps: usize, step_s: f64, seed: u64) -> Vec<SynthH
 
 fn synth_host(i: u32, steps: usize, step_s: f64, seed: u64) -> SynthHost {
     let mut rng = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    // The first draws of neighbouring seeds are alike: skip them.
+    for _ in 0..8 {
+        rng.unit();
+    }
     let cpus = 16u32;
     // Most hosts moderate, one in four hot; one in 20 with its VMs pinned.
-    let heat = if rng.unit() < 0.25 {
-        0.65 + 0.3 * rng.unit()
+    let hot = rng.unit() < 0.25;
+    let heat = if hot {
+        0.7 + 0.3 * rng.unit()
     } else {
         0.25 + 0.25 * rng.unit()
     };
+    // Hot hosts were also filled further: 2 vCPUs per CPU.
+    let cap = if hot { cpus * 2 } else { cpus * 3 / 2 };
     let pinned = rng.unit() < 0.05;
     let mut vms = Vec::new();
     let mut vcpus_used = 0;
-    while vcpus_used < cpus * 3 / 2 {
+    while vcpus_used < cap {
         let vcpus = [1u32, 1, 2, 2, 2, 4, 4, 8][(rng.unit() * 8.0) as usize % 8];
-        if vcpus_used + vcpus > cpus * 3 / 2 {
+        if vcpus_used + vcpus > cap {
             break;
         }
         vcpus_used += vcpus;
@@ -118,20 +125,7 @@ fn uuid(rng: &mut Rng) -> String {
 
 /// Each step of a host as its own run at that step's levels.
 pub fn step_runs(h: &SynthHost, step_s: f64, seed: u64) -> Vec<HostRun> {
-    let steps = h.vms.iter().map(|v| v.vm.levels.len()).max().unwrap_or(0);
-    (0..steps)
-        .map(|k| {
-            let vms: Vec<MeasuredVm> = h
-                .vms
-                .iter()
-                .map(|v| MeasuredVm {
-                    levels: vec![v.vm.levels.get(k).copied().unwrap_or(0.0)].into(),
-                    ..v.vm.clone()
-                })
-                .collect();
-            run_measured(h.cpus, &vms, step_s, step_s, seed ^ k as u64)
-        })
-        .collect()
+    run_steps(h.cpus, &h.measured(), step_s, seed)
 }
 
 /// How the series are written: scraped `scrapes_per_step` times per step
