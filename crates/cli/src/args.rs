@@ -119,6 +119,18 @@ pub enum Command {
                             and stealscope's planner (the code of `place`). Scenario format: scenarios/README.md."
     )]
     Sim(crate::sim_cmd::SimArgs),
+    /// The fleet from Prometheus: which VM to move to which host (plan), steal at a glance (status)
+    #[command(
+        after_help = "Examples:\n  stealscope fleet status --prometheus http://127.0.0.1:9090\n  \
+                            stealscope fleet plan --prometheus http://127.0.0.1:9090 --window 24h --steps 96\n  \
+                            stealscope fleet plan --prometheus http://prom:9090 --selector 'dc=\"eu1\"' --commands virsh\n\n\
+                            Reads what `stealscope serve` exports on every host in a few aggregated queries. Only busy \
+                            steal moves VMs (idle steal is fixed on the host by `place`); the named culprits of \
+                            host.noisy-neighbor move first; every move is checked in the simulator with the VMs' \
+                            measured demand history. Prints the virsh, openstack and KubeVirt commands; migrates nothing. \
+                            docs/fleet.md."
+    )]
+    Fleet(crate::fleet_cmd::FleetArgs),
     /// Draw a snapshot or recording as one self-contained HTML page (or print it as text)
     #[command(
         after_help = "Examples:\n  stealscope snapshot -o vm1.tar.gz --interval 60s && stealscope report vm1.tar.gz -o vm1.html\n  \

@@ -3,6 +3,7 @@
 //! stderr, exit 2.
 
 mod args;
+mod fleet_cmd;
 #[cfg(test)]
 mod help_refs;
 mod host_args;
@@ -156,6 +157,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Place(a) => place_cmd::run(&a),
         Command::Serve(a) => serve_cmd::run(&a),
         Command::Sim(a) => sim_cmd::run(&a),
+        Command::Fleet(a) => fleet_cmd::run(&a),
         Command::Report(a) => report_cmd::run(&a),
         Command::Top(a) => top_cmd::run(&a),
         Command::Man { dir } => {

@@ -21,6 +21,9 @@ use stealscope_model::running::RunningCpuTimes;
 use stealscope_model::running_hw::RunningHw;
 use stealscope_readers::perf::{Counter, Missing, Reason};
 
+mod fleet;
+pub use fleet::{HostFacts, VmFacts, FLEET_FAMILIES};
+
 /// Everything `serve` exports, updated by its sampler and rule runs.
 #[derive(Debug, Default)]
 pub struct MetricsState {
@@ -40,6 +43,10 @@ pub struct MetricsState {
     /// The collector's route and health; None until it was tried (on a
     /// host, at the first scan that finds vCPU threads).
     pub sched: Option<SchedStatus>,
+    /// This machine's name and NUMA nodes (fleet families).
+    pub host: HostFacts,
+    /// Each VM's identity and size, from the last host scan.
+    pub vm_facts: Vec<VmFacts>,
 }
 
 /// Which scheduler-event route runs, or why none does.
@@ -242,6 +249,7 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
             .map(|v| (vcpu_labels(v), ConstCounter::new(secs(v.run_s)))),
     )?;
     encode_wait_by(s, enc)?;
+    fleet::encode_fleet(&s.host, s.cpu.cpus.len(), &s.vm_facts, enc)?;
     family(
         enc,
         "stealscope_cpu_hw_events",

@@ -2,6 +2,7 @@
 //! updates the metrics state, each rule run its findings; errors go to the
 //! service log, each distinct one once.
 
+use crate::facts::Facts;
 use crate::log;
 use crate::shared::Shared;
 use std::sync::Arc;
@@ -24,12 +25,15 @@ pub(crate) struct Feed {
     /// advanced to (at the previous host scan, which names the culprits).
     sched_now: Option<SchedSample>,
     sched_counted: Option<SchedSample>,
+    /// Host and VM facts for the fleet families.
+    facts: Facts,
 }
 
 impl Feed {
-    pub fn new(shared: Arc<Shared>) -> Feed {
+    pub fn new(shared: Arc<Shared>, root: std::path::PathBuf) -> Feed {
         Feed {
             shared,
+            facts: Facts::new(root),
             last_error: None,
             last_host_error: None,
             sched_now: None,
@@ -72,17 +76,18 @@ impl Subscriber for Feed {
         Ok(())
     }
 
-    fn host(
-        &mut self,
-        _t: u64,
-        h: &HostTracker,
-        r: Result<(), ReadError>,
-    ) -> Result<(), ReadError> {
+    fn host(&mut self, t: u64, h: &HostTracker, r: Result<(), ReadError>) -> Result<(), ReadError> {
         self.note_host(r);
         let vcpus = vcpu_times(h.vms(), h.samples());
+        let vm_facts = self.facts.vms(h);
+        let host = self.facts.host_due(t);
         let (before, now) = (self.sched_counted.take(), self.sched_now.take());
         self.shared.update(|s| {
             s.vcpus = vcpus;
+            s.vm_facts = vm_facts;
+            if let Some(host) = host {
+                s.host = host;
+            }
             if let (Some(b), Some(n)) = (&before, &now) {
                 s.wait_by.push(b, n, h.vms(), h.samples());
             }

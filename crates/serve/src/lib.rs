@@ -7,6 +7,7 @@
 //! threads on a steady clock; [`feed`] is what they update), and a
 //! single-threaded tokio runtime for HTTP and the textfile.
 
+mod facts;
 mod feed;
 mod http;
 mod shared;
@@ -104,12 +105,13 @@ pub fn run(opts: Options) -> Result<(), ServeError> {
     shared.update(|s| {
         s.cpu = RunningCpuTimes::new(clk);
         s.hw_missing = missing;
+        s.host = facts::host_facts(&stealscope_readers::RootFs::new(&opts.root));
     });
     let engine = stealscope_engine::Live::start(
         opened,
         opts.rate_hz,
         opts.findings_every,
-        feed::Feed::new(shared.clone()),
+        feed::Feed::new(shared.clone(), opts.root.clone()),
         Arc::new(feed::FindingsFeed(shared.clone())),
     )
     .map_err(ServeError::Runtime)?;

@@ -6,6 +6,7 @@ pub mod attribution;
 pub mod derived;
 pub mod discovery;
 pub mod host_work;
+pub mod identity;
 pub mod kvm;
 pub mod live_rows;
 pub mod observation;
