@@ -617,7 +617,15 @@ fn the_plan_keeps_the_pinned_loops_cpu_light_and_vcpus_within_10_pp() {
             assert_ne!(cpus, &vec![0], "{pid}/{tid} pinned to backup's CPU: {p}");
         }
     }
-    let out = place(&["apply", "--yes", "--interval", "4s"], &cfg, &journal);
+    // --force: this test judges the planner's layout by what the kernel
+    // then does; the simulator's prediction for it is judged by the tests
+    // above (on this host it calls the shared-group plan worse: issue 27,
+    // BENCHMARKS.md, a gap of the model that is still open).
+    let out = place(
+        &["apply", "--yes", "--force", "--interval", "4s"],
+        &cfg,
+        &journal,
+    );
     assert_ok(&out);
     let r0 = run_ns(backup);
     let (_, per) = measure_steal(&[&web, &db], Duration::from_secs(6));

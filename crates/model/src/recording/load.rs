@@ -213,6 +213,12 @@ fn synthetic_t1(t0: &Files, t0_ns: u64, last: &StatSample, vcpu: Option<&VcpuSam
             );
         }
     }
+    if vcpu.is_none() {
+        // No scan after t0: t0's thread times copied to t1 would read as
+        // threads that neither ran nor waited (0 % steal). Without them the
+        // model leaves the vCPUs unmeasured instead (issue 28).
+        files.retain(|path, _| !is_task_schedstat(path));
+    }
     for (e, t) in vcpu.map(|v| v.threads.as_slice()).unwrap_or_default() {
         let path = task_schedstat_path(e.pid, e.tid);
         // The times-run count is not in the series: t0's stands.
@@ -230,6 +236,12 @@ fn synthetic_t1(t0: &Files, t0_ns: u64, last: &StatSample, vcpu: Option<&VcpuSam
         files.insert(SCHED_FILE.to_string(), v.to_string().into_bytes());
     }
     files
+}
+
+/// `/proc/PID/task/TID/schedstat`.
+fn is_task_schedstat(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    matches!(parts.as_slice(), ["", "proc", _, "task", _, "schedstat"])
 }
 
 /// The end of a recording that holds one checkpoint: its last vCPU scan
@@ -305,6 +317,12 @@ fn end_side(
         (last.t_ns - t0_ns) as f64 / 1e9,
         if vcpu.is_some() { " with the vCPU threads' times of the scan then" } else { "" }
     ));
+    if vcpu.is_none() && t0.keys().any(|p| is_task_schedstat(p)) {
+        lost.push(
+            "vCPU and thread times need a vCPU scan after the first checkpoint: not measured"
+                .to_string(),
+        );
+    }
     if t0.contains_key(SCHED_FILE) || vcpu.is_some() {
         lost.push("other host work and the collector's attribution need a second checkpoint: not measured (the culprits per scan are kept)".to_string());
     }
