@@ -518,8 +518,11 @@ proptest! {
                     prop_assert!(x.util_pct + st.mean <= 100.05, "{x:?}");
                     prop_assert!(x.throughput_pct <= x.util_pct + 1e-6, "{x:?}");
                     // Work only carries over, never appears: use stays within
-                    // demand but for what was left over at the warm-up (a tick).
-                    prop_assert!(x.util_pct <= x.demand_pct + 3.0, "{x:?}");
+                    // demand but for what was left over at the warm-up: a tick,
+                    // plus the backlog of a vCPU that was waiting then (bounded
+                    // by its steal; a random case of the merged suite ran 0.03
+                    // pp past the tick alone at 1.7 % steal).
+                    prop_assert!(x.util_pct <= x.demand_pct + 3.0 + st.max, "{x:?}");
                 }
             }
         }
