@@ -130,6 +130,21 @@ fn affinity(vm: &Vm, vcpu: usize, cpus: &[u32]) -> Value {
     })
 }
 
+/// A v1 cpu group of the test's own, as a plan's actions name it.
+fn v1_group(dir: &str) -> Value {
+    json!({"v2": false, "dir": dir})
+}
+
+fn join_group(vm: &Vm, group: &Value, reason: &str) -> Value {
+    json!({"kind": "join_group", "vm": vm.name, "pid": vm.pid, "group": group,
+           "from": null, "reason": reason})
+}
+
+fn cpu_weight(vm: &Vm, group: &Value, value: u64, reason: &str) -> Value {
+    json!({"kind": "cpu_weight", "vm": vm.name, "pid": vm.pid, "group": group,
+           "value": value, "from": null, "via": {"owner": "direct"}, "reason": reason})
+}
+
 fn write_plan(dir: &Path, name: &str, actions: Vec<Value>) -> PathBuf {
     let p = dir.join(name);
     let plan = json!({"vms": [], "actions": actions, "warnings": [], "node_pressure": {}});
@@ -165,18 +180,12 @@ fn apply_refuses_a_plan_predicted_worse_and_force_applies_it() {
     // takes): against nice-0 work at 1024 the group gets under 1 % of the
     // CPU, so its vCPUs wait nearly all the time, however busy the rest
     // of the machine is.
-    let g = json!({"v2": false, "dir": STARVE_GROUPS[0]});
-    let mut actions = Vec::new();
-    for v in [&a, &b] {
-        actions.push(
-            json!({"kind": "join_group", "vm": v.name, "pid": v.pid, "group": g,
-               "from": null, "reason": "test: worse"}),
-        );
-    }
-    actions.push(
-        json!({"kind": "cpu_weight", "vm": a.name, "pid": a.pid, "group": g,
-        "value": 2, "from": null, "via": {"owner": "direct"}, "reason": "test: worse"}),
-    );
+    let g = v1_group(STARVE_GROUPS[0]);
+    let mut actions: Vec<Value> = [&a, &b]
+        .iter()
+        .map(|v| join_group(v, &g, "test: worse"))
+        .collect();
+    actions.push(cpu_weight(&a, &g, 2, "test: worse"));
     actions.extend([
         affinity(&a, 0, &[0]),
         affinity(&a, 1, &[0]),
@@ -528,15 +537,9 @@ fn a_forced_starving_plan_is_undone_by_the_watchdog_and_the_loop_runs_again() {
     // a tick (4 ms) about every 2 s.
     let mut actions = Vec::new();
     for (v, dir) in [(&web, STARVE_GROUPS[0]), (&db, STARVE_GROUPS[1])] {
-        let g = json!({"v2": false, "dir": dir});
-        actions.push(
-            json!({"kind": "join_group", "vm": v.name, "pid": v.pid, "group": g,
-               "from": null, "reason": "test: starve"}),
-        );
-        actions.push(
-            json!({"kind": "cpu_weight", "vm": v.name, "pid": v.pid, "group": g,
-            "value": 262144, "from": null, "via": {"owner": "direct"}, "reason": "test: starve"}),
-        );
+        let g = v1_group(dir);
+        actions.push(join_group(v, &g, "test: starve"));
+        actions.push(cpu_weight(v, &g, 262144, "test: starve"));
     }
     actions.extend([
         affinity(&web, 0, &[0]),
