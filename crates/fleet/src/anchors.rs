@@ -55,16 +55,16 @@ fn loads(f: &Fleet) -> (Vec<f64>, Vec<Vec<(u32, u64)>>) {
     )
 }
 
-/// DRS-like: every host whose vCPUs wait (CPU ready) more than
-/// `threshold` gives up the VM with the most steal, to the least loaded
-/// host; one move per host, at most `max_moves`, worst host first.
-pub fn drs_like(f: &Fleet, threshold: f64, max_moves: usize) -> Plan {
+/// Both anchors' shape: for each hot host in order, the VM `pick` names
+/// (one with a known memory size) goes to the least loaded host; one move
+/// per host, at most `max_moves`.
+fn one_move_per_host(
+    f: &Fleet,
+    hosts: Vec<usize>,
+    max_moves: usize,
+    pick: impl Fn(usize, &[usize]) -> Option<usize>,
+) -> Plan {
     let (mut load, mut free) = loads(f);
-    let mut hosts: Vec<usize> = (0..f.hosts.len())
-        .filter(|&i| f.hosts[i].wait() / f.hosts[i].vcpus().max(1) as f64 > threshold)
-        .collect();
-    let ready = |i: usize| f.hosts[i].wait() / f.hosts[i].vcpus().max(1) as f64;
-    hosts.sort_by(|a, b| ready(*b).total_cmp(&ready(*a)));
     let mut p = Plan {
         hot: hosts.clone(),
         ..Plan::default()
@@ -74,10 +74,10 @@ pub fn drs_like(f: &Fleet, threshold: f64, max_moves: usize) -> Plan {
             break;
         }
         let vms = &f.hosts[h].vms;
-        let Some(vm) = (0..vms.len())
+        let sized: Vec<usize> = (0..vms.len())
             .filter(|&i| vms[i].memory_bytes.is_some())
-            .max_by(|a, b| vms[*a].steal_pct().total_cmp(&vms[*b].steal_pct()))
-        else {
+            .collect();
+        let Some(vm) = pick(h, &sized) else {
             continue;
         };
         if let Some((to, node)) = least_loaded(f, h, vm, &mut load, &mut free) {
@@ -93,11 +93,28 @@ pub fn drs_like(f: &Fleet, threshold: f64, max_moves: usize) -> Plan {
     p
 }
 
+/// DRS-like: every host whose vCPUs wait (CPU ready) more than
+/// `threshold` gives up the VM with the most steal, to the least loaded
+/// host; one move per host, at most `max_moves`, worst host first.
+pub fn drs_like(f: &Fleet, threshold: f64, max_moves: usize) -> Plan {
+    let ready = |i: usize| f.hosts[i].wait() / f.hosts[i].vcpus().max(1) as f64;
+    let mut hosts: Vec<usize> = (0..f.hosts.len())
+        .filter(|&i| ready(i) > threshold)
+        .collect();
+    hosts.sort_by(|a, b| ready(*b).total_cmp(&ready(*a)));
+    one_move_per_host(f, hosts, max_moves, |h, sized| {
+        let vms = &f.hosts[h].vms;
+        sized
+            .iter()
+            .copied()
+            .max_by(|a, b| vms[*a].steal_pct().total_cmp(&vms[*b].steal_pct()))
+    })
+}
+
 /// Watcher workload_balance-like: every host whose CPU use (vCPU run, by
 /// its CPUs) is above `util_threshold` gives up one VM, the one whose
 /// leaving brings it closest to the threshold, to the least loaded host.
 pub fn watcher_like(f: &Fleet, util_threshold: f64, max_moves: usize) -> Plan {
-    let (mut load, mut free) = loads(f);
     let util = |i: usize| {
         let h = &f.hosts[i];
         (h.vms.iter().map(Vm::mean_demand).sum::<f64>() - h.wait()) / h.cpus.max(1) as f64
@@ -105,34 +122,10 @@ pub fn watcher_like(f: &Fleet, util_threshold: f64, max_moves: usize) -> Plan {
     let hosts: Vec<usize> = (0..f.hosts.len())
         .filter(|&i| util(i) > util_threshold)
         .collect();
-    let mut p = Plan {
-        hot: hosts.clone(),
-        ..Plan::default()
-    };
-    for h in hosts {
-        if p.moves.len() >= max_moves {
-            break;
-        }
+    one_move_per_host(f, hosts, max_moves, |h, sized| {
         let host = &f.hosts[h];
         let over = util(h) - util_threshold;
-        let Some(vm) = (0..host.vms.len())
-            .filter(|&i| host.vms[i].memory_bytes.is_some())
-            .min_by(|a, b| {
-                let d = |i: usize| (host.vms[i].mean_demand() / host.cpus as f64 - over).abs();
-                d(*a).total_cmp(&d(*b))
-            })
-        else {
-            continue;
-        };
-        if let Some((to, node)) = least_loaded(f, h, vm, &mut load, &mut free) {
-            p.moves.push(Move {
-                from: h,
-                vm,
-                to,
-                why: Why::Largest,
-                node,
-            });
-        }
-    }
-    p
+        let d = |i: usize| (host.vms[i].mean_demand() / host.cpus as f64 - over).abs();
+        sized.iter().copied().min_by(|a, b| d(*a).total_cmp(&d(*b)))
+    })
 }
