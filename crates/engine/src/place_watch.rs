@@ -6,11 +6,17 @@
 //! time standing still is what shows it. Tasks already starving before
 //! the batch are not the batch's doing and are left out, as are SCHED_IDLE
 //! tasks (starving is their policy) and stealscope's own threads.
+//!
+//! On a host that is itself a guest, the hypervisor can take a CPU away
+//! for a second or more: every task queued there then stands still too,
+//! and no batch did it. A stall counts only when its CPU was not mostly
+//! stolen over the stall (per-CPU steal in /proc/stat).
 
 use crate::place_demand::{read_all, Reading};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
+use stealscope_readers::stat::{self, CpuTimes, ProcStat};
 
 /// Runnable this long without running is starving.
 pub const STALL: Duration = Duration::from_secs(1);
@@ -28,6 +34,8 @@ pub struct Starved {
     pub cpu: Option<u32>,
     /// How long it was runnable without running, seconds.
     pub stalled_s: f64,
+    /// Since when (to look up the CPU's own times over the stall).
+    pub since: Instant,
 }
 
 impl fmt::Display for Starved {
@@ -87,12 +95,20 @@ impl Stalls {
                     name: String::new(),
                     cpu: t.cpu,
                     stalled_s: s,
+                    since: e.0,
                 });
             }
         }
         out.sort_by(|a, b| b.stalled_s.total_cmp(&a.stalled_s));
         out
     }
+}
+
+/// The stall's CPU was mostly stolen over the stall: not the batch.
+fn stolen_by_hypervisor(cpus: &CpuHistory, s: &Starved) -> bool {
+    s.cpu
+        .and_then(|c| cpus.stolen_share(c, s.since))
+        .is_some_and(|x| x >= STOLEN_SHARE)
 }
 
 fn process_name(pid: u32) -> String {
@@ -107,15 +123,63 @@ const LINGER: Duration = Duration::from_millis(600);
 /// Named in the reason at most.
 const NAMED: usize = 3;
 
+/// A stall whose CPU had at least this share of it stolen by the
+/// hypervisor is the hypervisor's doing, not the batch's.
+const STOLEN_SHARE: f64 = 0.5;
+
+/// Per-CPU times read at each watch instant, oldest first.
+#[derive(Default)]
+struct CpuHistory(VecDeque<(Instant, ProcStat)>);
+
+impl CpuHistory {
+    fn push(&mut self, now: Instant) {
+        if let Ok(s) = std::fs::read_to_string(stat::PATH)
+            .map_err(|_| ())
+            .and_then(|t| stat::parse(&t, stat::PATH).map_err(|_| ()))
+        {
+            self.0.push_back((now, s));
+        }
+    }
+
+    /// Share of `cpu`'s time from `since` to the newest reading that the
+    /// hypervisor stole; None when /proc/stat has no steal or no readings.
+    fn stolen_share(&self, cpu: u32, since: Instant) -> Option<f64> {
+        let at = |(_, s): &(Instant, ProcStat)| s.cpu(cpu).copied();
+        let first = self.0.iter().find(|(t, _)| *t >= since).and_then(at)?;
+        let last = self.0.back().and_then(at)?;
+        stolen_between(&first, &last)
+    }
+}
+
+/// Share of the ticks between two readings of one CPU that were stolen.
+fn stolen_between(a: &CpuTimes, b: &CpuTimes) -> Option<f64> {
+    let sum = |t: &CpuTimes| {
+        t.user
+            + t.nice
+            + t.system
+            + t.idle
+            + [t.iowait, t.irq, t.softirq, t.steal]
+                .iter()
+                .flatten()
+                .sum::<u64>()
+    };
+    let all = sum(b).saturating_sub(sum(a));
+    let stolen = b.steal?.saturating_sub(a.steal?);
+    (all > 0).then(|| stolen as f64 / all as f64)
+}
+
 /// Watches every task for `span`: the tasks found starving (longest
 /// first, at most [`NAMED`]); empty when none did.
 pub fn watch(span: Duration, skip: &BTreeSet<u32>) -> Vec<Starved> {
     let mut end = Instant::now() + span;
     let mut stalls = Stalls::default();
+    let mut cpus = CpuHistory::default();
     let mut found: Vec<Starved> = Vec::new();
     loop {
         let now = Instant::now();
-        let got = stalls.update(&read_all(), now, skip);
+        cpus.push(now);
+        let mut got = stalls.update(&read_all(), now, skip);
+        got.retain(|s| !stolen_by_hypervisor(&cpus, s));
         if found.is_empty() && !got.is_empty() {
             end = now + LINGER;
         }
@@ -172,6 +236,24 @@ mod tests {
         // Skipped: already starving before the batch.
         let skip = BTreeSet::from([8]);
         assert!(s.update(&r(11, true), at(9000), &skip).is_empty());
+    }
+
+    #[test]
+    fn a_stall_on_a_mostly_stolen_cpu_is_the_hypervisors() {
+        let t = |idle, steal| CpuTimes {
+            user: 100,
+            idle,
+            steal: Some(steal),
+            ..CpuTimes::default()
+        };
+        // 100 ticks went by, 80 stolen.
+        assert_eq!(stolen_between(&t(0, 0), &t(20, 80)), Some(0.8));
+        assert_eq!(stolen_between(&t(0, 0), &t(100, 0)), Some(0.0));
+        let no_steal = CpuTimes {
+            steal: None,
+            ..t(0, 0)
+        };
+        assert_eq!(stolen_between(&no_steal, &t(0, 5)), None);
     }
 
     #[test]
