@@ -67,7 +67,8 @@ fn same_but_measurements(s: &str) -> String {
             i += 1;
         }
     }
-    out
+    // A measured change near zero prints as +0.0 or -0.0.
+    out.replace("+#", "#").replace("-#", "#")
 }
 
 fn cpu_group(pid: u64) -> String {
@@ -125,7 +126,9 @@ fn place_on_real_qemu_vms() {
         // MemFree, not page cache, counts as room: on a build machine it can
         // sit below the default margin (5 % of RAM), which would keep the
         // small test VMs off the node.
-        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nshared_group = \"{SHARED}\"\n{NO_MARGIN}"),
+        // The whole plan (never_worse off): this test drives every
+        // actuator; which part of a plan is offered is place_safe's test.
+        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nshared_group = \"{SHARED}\"\n{NO_MARGIN}{WHOLE_PLAN}"),
     )
     .unwrap();
 
@@ -136,7 +139,7 @@ fn place_on_real_qemu_vms() {
     std::fs::write(
         &pinned_cfg,
         format!(
-            "manage = [\"{ded_name}\", \"{shr_name}\"]\nshared_group = \"{SHARED}\"\nvcpu_mapping = \"pinned\"\n{NO_MARGIN}"
+            "manage = [\"{ded_name}\", \"{shr_name}\"]\nshared_group = \"{SHARED}\"\nvcpu_mapping = \"pinned\"\n{NO_MARGIN}{WHOLE_PLAN}"
         ),
     )
     .unwrap();
@@ -472,7 +475,9 @@ fn place_on_real_qemu_vms() {
         // MemFree, not page cache, counts as room: on a build machine it can
         // sit below the default margin (5 % of RAM), which would keep the
         // small test VMs off the node.
-        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nshared_group = \"{SHARED}\"\n{NO_MARGIN}"),
+        // The whole plan (never_worse off): this test drives every
+        // actuator; which part of a plan is offered is place_safe's test.
+        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nshared_group = \"{SHARED}\"\n{NO_MARGIN}{WHOLE_PLAN}"),
     )
     .unwrap();
     for p in pids {
