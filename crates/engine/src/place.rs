@@ -18,6 +18,7 @@ use stealscope_placement::history::{DemandHistory, VmHistory};
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{live, plan, Config, History, HostInput, Plan};
 use stealscope_readers::RootFs;
+use stealscope_sim::choose;
 use stealscope_sim::predict::{self, Measures, Prediction};
 
 type Error = Box<dyn std::error::Error>;
@@ -340,6 +341,15 @@ impl Daemon<'_> {
 
     /// Logs the plan and its prediction; applies it when allowed.
     fn decide(&mut self, pass: u64, host: &HostInput, p: &Plan) {
+        let whole = self.o.force || !self.o.cfg.never_worse;
+        let (p, pred) = if whole || p.actions.is_empty() || p.refused.is_some() {
+            (p.clone(), None)
+        } else {
+            let rec = &self.rec;
+            let (p, pred) = choose::never_worse(p.clone(), |x| place_demand::predict(host, rec, x));
+            (p, Some(pred))
+        };
+        let p = &p;
         for w in &p.warnings {
             log(&format!("pass {pass}: warning: {w}"));
         }
@@ -354,7 +364,7 @@ impl Daemon<'_> {
             ));
             return;
         }
-        let pred = place_demand::predict(host, &self.rec, p);
+        let pred = pred.unwrap_or_else(|| place_demand::predict(host, &self.rec, p));
         log(&format!("pass {pass}: predicted: {}", pred.summary()));
         if let (Some(why), false) = (pred.refusal(), self.o.force) {
             log(&format!("pass {pass}: refused: {why}"));

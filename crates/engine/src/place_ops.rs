@@ -19,6 +19,7 @@ use stealscope_placement::config::DEFAULT_PATH;
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{live, plan, Config, HostInput, Plan};
 use stealscope_readers::RootFs;
+use stealscope_sim::choose;
 use stealscope_sim::predict::Prediction;
 
 type Error = Box<dyn std::error::Error>;
@@ -61,6 +62,19 @@ fn with_prediction(host: &HostInput, rec: &Recorder, plan: Plan) -> Planned {
     Planned { plan, prediction }
 }
 
+/// A plan made now: the largest part of it not predicted worse
+/// (`never_worse` in the config), else the whole plan.
+fn chosen(host: &HostInput, cfg: &Config, rec: &Recorder, plan: Plan) -> Planned {
+    if host.vms.is_empty() || !cfg.never_worse {
+        return with_prediction(host, rec, plan);
+    }
+    let (plan, prediction) = choose::never_worse(plan, |p| place_demand::predict(host, rec, p));
+    Planned {
+        plan,
+        prediction: Some(prediction),
+    }
+}
+
 /// The placement now: demand observed over `interval`, history from the
 /// journal (none, with a warning, when the journal is unreadable), and
 /// what the simulator predicts it does.
@@ -75,7 +89,7 @@ pub fn plan_now(s: &Setup, interval: Duration) -> Result<Planned, Error> {
         journal::now(),
     );
     p.warnings.extend(note);
-    Ok(with_prediction(&host, &rec, p))
+    Ok(chosen(&host, &s.cfg, &rec, p))
 }
 
 /// A plan saved by `place plan --json`.
@@ -116,12 +130,13 @@ pub struct ApplyOptions<'a> {
     pub watch: Duration,
 }
 
-/// Plans now, or reads `plan_file`, and predicts it, over `interval`.
+/// Plans now (the largest part not predicted worse, unless `force`), or
+/// reads `plan_file`, and predicts it, over `interval`.
 fn planned(s: &Setup, o: &ApplyOptions) -> Result<(Planned, Recorder), Error> {
     let mut rec = Recorder::new();
     let host = observe_sampled(&s.cfg, o.interval, None, &mut rec)?;
     let p = match o.plan_file {
-        Some(f) => read_plan(f)?,
+        Some(f) => return Ok((with_prediction(&host, &rec, read_plan(f)?), rec)),
         None => {
             let (state, note) = read_journal(&s.journal)?;
             let mut p = plan(
@@ -134,7 +149,11 @@ fn planned(s: &Setup, o: &ApplyOptions) -> Result<(Planned, Recorder), Error> {
             p
         }
     };
-    Ok((with_prediction(&host, &rec, p), rec))
+    // --force takes the whole plan, predicted worse or not.
+    if o.force {
+        return Ok((with_prediction(&host, &rec, p), rec));
+    }
+    Ok((chosen(&host, &s.cfg, &rec, p), rec))
 }
 
 /// Applies `plan_file`, or the plan made now; a dry run unless `yes`. A

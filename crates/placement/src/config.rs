@@ -88,6 +88,11 @@ pub struct Config {
     pub swap_headroom: f64,
     /// Go on even when automatic NUMA balancing or numad would fight the plan.
     pub override_conflicts: bool,
+    /// Offer only the largest part of a plan the simulator's prediction
+    /// does not call worse than the current layout (leaving out the shared
+    /// group, then affinity, then memory moves). Off: the whole plan, and
+    /// `apply` refuses it when predicted worse unless --force.
+    pub never_worse: bool,
     /// Where actions are journaled before they are applied.
     pub journal: String,
 }
@@ -112,6 +117,7 @@ impl Default for Config {
             psi_memory_stop: 10.0,
             swap_headroom: 1.0,
             override_conflicts: false,
+            never_worse: true,
             journal: "/var/lib/stealscope/place.journal".into(),
         }
     }

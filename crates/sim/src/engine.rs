@@ -13,7 +13,7 @@ use crate::balance::{balance, fork_cpu, random_cpu, wake_idle};
 use crate::cpuset::CpuSet;
 use crate::host::{BackgroundThread, Host, VmThreads};
 use crate::numa::{self, Overhead};
-use crate::policy::Policy;
+use crate::policy::{Policy, Trim};
 use crate::scenario::{Case, MemNode, NumaSpec, SchedSpec, StartPlacement, VmDef};
 use crate::sched::{index, run_tick, set_wants, Scratch};
 use crate::timing::{sample_queued, Timing};
@@ -204,6 +204,8 @@ pub struct RunSpec<'a> {
     pub seed: u64,
     /// No summing of steady stretches (to check that summing is exact).
     pub every_tick: bool,
+    /// The stealscope policy's trim of each plan (None: the whole plan).
+    pub trim: Option<Trim>,
 }
 
 /// Runs one case with one seed: each tick (or steady stretch of ticks)
@@ -290,7 +292,7 @@ impl<'a> Run<'a> {
             rng,
             h,
             tm,
-            policy: Policy::new(spec.case.policy, cfg),
+            policy: Policy::new(spec.case.policy, cfg, spec.trim),
             sc: Scratch::default(),
             over: Overhead::default(),
             started: vec![None; spec.vms.len()],

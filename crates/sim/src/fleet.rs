@@ -235,6 +235,7 @@ pub fn run_fleet(
                     tick_s,
                     warmup_s: 0.0,
                     every_tick: false,
+                    trim: Some(crate::choose::in_sim),
                     seed: seed ^ (i as u64).wrapping_mul(0xA24B_AED4_963E_E407),
                 }))
             })

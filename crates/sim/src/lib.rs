@@ -8,6 +8,7 @@
 //! except reading the scenario and its trace files.
 
 pub mod balance;
+pub mod choose;
 pub mod cpuset;
 pub mod demand;
 pub mod engine;
@@ -17,6 +18,7 @@ pub mod measured;
 pub mod numa;
 pub mod openmetrics;
 pub mod policy;
+pub mod policy_samples;
 pub mod predict;
 pub mod range;
 pub mod report;
@@ -99,6 +101,7 @@ pub fn simulate(s: &Scenario, o: &Options) -> SimReport {
                     warmup_s: s.file.warmup_s.0,
                     seed,
                     every_tick: o.every_tick,
+                    trim: Some(choose::in_sim),
                 })
             })
             .collect()

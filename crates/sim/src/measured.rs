@@ -135,6 +135,7 @@ pub fn run_measured(
         warmup_s: 0.0,
         seed,
         every_tick: false,
+        trim: Some(crate::choose::in_sim),
     });
     let mut r = HostRun {
         idle_cpu_s: out.idle_cpu_s * shape.cpus as f64,

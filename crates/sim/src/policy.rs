@@ -6,21 +6,29 @@
 //! - `numad`: numad's rule (`stealscope_placement::numad`), every 15 s: each
 //!   VM bound to one node, its memory moved there.
 //! - `stealscope`: `stealscope_placement::plan`, the code of `place`, every
-//!   `interval_s`, its actions applied the way `place apply` does.
+//!   `interval_s`, trimmed as `place` trims it to the largest part the
+//!   prediction does not call worse (a [`Trim`]), applied the way `place
+//!   apply` does.
 
 use crate::cpuset::CpuSet;
 use crate::host::{Host, CGROUP_MOUNT};
+use crate::policy_samples::Samples;
 use crate::scenario::PolicyKind;
 use std::collections::BTreeMap;
 use stealscope_placement::action::{Action, CgroupRef, Knob};
 use stealscope_placement::input::{
     CpuController, HostWork, NodeInput, ThreadInput, Topology, VmInput,
 };
-use stealscope_placement::{numad, plan, Config, History, HostInput};
+use stealscope_placement::{numad, plan, Config, History, HostInput, Plan};
 
 const GIB: f64 = (1u64 << 30) as f64;
 /// numad's default interval between passes (numad -i 15).
 const NUMAD_INTERVAL_S: f64 = 15.0;
+
+/// What a pass does to the planner's plan before applying it: `place`'s
+/// choice of the largest part not predicted worse (`choose::in_sim`). The
+/// prediction runs the engine, so the engine's caller passes it in.
+pub type Trim = fn(&Host, &Samples, &HostInput, Plan) -> Plan;
 
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -42,10 +50,15 @@ pub struct Policy {
     /// The last pass changed nothing: the next one is needed only when the
     /// host changes or a held-back move becomes due.
     pub idle_until_change: bool,
+    /// Demand samples for the prediction (stealscope only).
+    samples: Samples,
+    trim: Option<Trim>,
+    /// Passes whose plan the prediction trimmed.
+    pub trimmed: usize,
 }
 
 impl Policy {
-    pub fn new(kind: PolicyKind, cfg: Config) -> Policy {
+    pub fn new(kind: PolicyKind, cfg: Config, trim: Option<Trim>) -> Policy {
         let first = match kind {
             PolicyKind::None => f64::INFINITY,
             PolicyKind::Numad => NUMAD_INTERVAL_S,
@@ -63,6 +76,9 @@ impl Policy {
             placement_changes: 0,
             passes: 0,
             idle_until_change: false,
+            samples: Samples::default(),
+            trim,
+            trimmed: 0,
         }
     }
 
@@ -78,6 +94,9 @@ impl Policy {
     pub fn observe(&mut self, h: &Host, secs: f64) {
         if self.kind == PolicyKind::None {
             return;
+        }
+        if self.kind == PolicyKind::Stealscope {
+            self.samples.observe(h, secs);
         }
         if self.demand_s.len() < h.tasks.len() {
             self.demand_s.resize(h.tasks.len(), 0.0);
@@ -190,6 +209,7 @@ impl Policy {
         if p.refused.is_some() {
             return (0, 0);
         }
+        let p = self.never_worse(h, input, p);
         let mut changes = 0;
         let mut moved = std::collections::BTreeSet::new();
         for a in &p.actions {
@@ -207,6 +227,21 @@ impl Policy {
             self.history.record(v.pid, v.node, now);
         }
         (changes, moved.len())
+    }
+
+    /// `p`, or the largest part of it the prediction from the samples
+    /// does not call worse, as `place` chooses.
+    fn never_worse(&mut self, h: &Host, input: &HostInput, p: Plan) -> Plan {
+        let Some(trim) = self.trim.filter(|_| self.cfg.never_worse) else {
+            return p;
+        };
+        if p.actions.is_empty() {
+            return p;
+        }
+        let n = p.actions.len();
+        let p = trim(h, &self.samples, input, p);
+        self.trimmed += usize::from(p.actions.len() != n);
+        p
     }
 
     /// What `place` would read on this host: topology, memory per node,

@@ -700,6 +700,7 @@ fn simulate_layout(inp: &PredictInput, l: &Layout, seeds: &[u64], vms: &[u32]) -
                 warmup_s: WARMUP_S,
                 seed,
                 every_tick: false,
+                trim: None,
             });
             run_measures(&ms, &out, inp.host, vms)
         })

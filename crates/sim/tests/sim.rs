@@ -424,11 +424,12 @@ fn a_small_fleet() {
 /// at least 0.4 CPU.
 #[test]
 fn a_host_loop_pinned_to_a_cpu_keeps_its_cpu_and_the_vcpus_stay_even() {
+    // The planner's whole plan (never_worse off): this judges its layout.
     let s = parse(
         "duration_s = 60\nwarmup_s = 20\nseeds = 3\n[host]\ncpus = 2\nbackground = [{ cpu = 0, demand = 1.0 }]\n\
          [[vm]]\nname = \"web\"\nvcpus = 2\n[[vm]]\nname = \"db\"\nvcpus = 1\n[[vm]]\nname = \"idle\"\nvcpus = 1\ndemand = \"idle\"\n\
-         [[case]]\nname = \"default\"\npolicy = \"stealscope\"\n\
-         [[case]]\nname = \"pinned\"\npolicy = \"stealscope\"\nplanner = { vcpu_mapping = \"pinned\" }\n",
+         [[case]]\nname = \"default\"\npolicy = \"stealscope\"\nplanner = { never_worse = false }\n\
+         [[case]]\nname = \"pinned\"\npolicy = \"stealscope\"\nplanner = { vcpu_mapping = \"pinned\", never_worse = false }\n",
     )
     .unwrap();
     let r = simulate(&s, &Options::default());

@@ -7,6 +7,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// Config lines for the planner's whole plan, unchosen: for tests that
+/// drive the actuators with it (which part is offered is place_safe's).
+pub const WHOLE_PLAN: &str = "never_worse = false\n";
+
 pub fn cpulist(s: &str) -> Vec<u32> {
     stealscope_readers::cpulist::parse(s.trim(), "test").unwrap()
 }
