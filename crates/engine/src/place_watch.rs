@@ -12,11 +12,15 @@
 //! and no batch did it. A stall counts only when its CPU was not mostly
 //! stolen over the stall (per-CPU steal in /proc/stat).
 
+use crate::capture::clk_tck;
 use crate::place_demand::{read_all, Reading};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
+use std::path::Path;
 use std::time::{Duration, Instant};
-use stealscope_readers::stat::{self, CpuTimes, ProcStat};
+use stealscope_model::cputime;
+use stealscope_readers::stat::{self, ProcStat};
+use stealscope_readers::RootFs;
 
 /// Runnable this long without running is starving.
 pub const STALL: Duration = Duration::from_secs(1);
@@ -133,10 +137,7 @@ struct CpuHistory(VecDeque<(Instant, ProcStat)>);
 
 impl CpuHistory {
     fn push(&mut self, now: Instant) {
-        if let Ok(s) = std::fs::read_to_string(stat::PATH)
-            .map_err(|_| ())
-            .and_then(|t| stat::parse(&t, stat::PATH).map_err(|_| ()))
-        {
+        if let Ok(Some(s)) = stat::read(&RootFs::new(Path::new("/"))) {
             self.0.push_back((now, s));
         }
     }
@@ -144,28 +145,13 @@ impl CpuHistory {
     /// Share of `cpu`'s time from `since` to the newest reading that the
     /// hypervisor stole; None when /proc/stat has no steal or no readings.
     fn stolen_share(&self, cpu: u32, since: Instant) -> Option<f64> {
-        let at = |(_, s): &(Instant, ProcStat)| s.cpu(cpu).copied();
-        let first = self.0.iter().find(|(t, _)| *t >= since).and_then(at)?;
-        let last = self.0.back().and_then(at)?;
-        stolen_between(&first, &last)
+        let (t0, first) = self.0.iter().find(|(t, _)| *t >= since)?;
+        let (t1, last) = self.0.back()?;
+        let tck = clk_tck().unwrap_or(100) as f64;
+        let d = cputime::delta(first, last, (*t1 - *t0).as_secs_f64(), tck);
+        let shares = d.cpus.iter().find(|c| c.cpu == cpu)?.accounted_shares()?;
+        Some(shares.steal? / 100.0)
     }
-}
-
-/// Share of the ticks between two readings of one CPU that were stolen.
-fn stolen_between(a: &CpuTimes, b: &CpuTimes) -> Option<f64> {
-    let sum = |t: &CpuTimes| {
-        t.user
-            + t.nice
-            + t.system
-            + t.idle
-            + [t.iowait, t.irq, t.softirq, t.steal]
-                .iter()
-                .flatten()
-                .sum::<u64>()
-    };
-    let all = sum(b).saturating_sub(sum(a));
-    let stolen = b.steal?.saturating_sub(a.steal?);
-    (all > 0).then(|| stolen as f64 / all as f64)
 }
 
 /// Watches every task for `span`: the tasks found starving (longest
@@ -240,20 +226,23 @@ mod tests {
 
     #[test]
     fn a_stall_on_a_mostly_stolen_cpu_is_the_hypervisors() {
-        let t = |idle, steal| CpuTimes {
-            user: 100,
-            idle,
-            steal: Some(steal),
-            ..CpuTimes::default()
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let history = |rows: [&str; 2]| {
+            let mut h = CpuHistory::default();
+            for (i, r) in rows.iter().enumerate() {
+                let text = format!("cpu  {r}\ncpu0 {r}\n");
+                h.0.push_back((at(i as u64), stat::parse(&text, "test").unwrap()));
+            }
+            h
         };
         // 100 ticks went by, 80 stolen.
-        assert_eq!(stolen_between(&t(0, 0), &t(20, 80)), Some(0.8));
-        assert_eq!(stolen_between(&t(0, 0), &t(100, 0)), Some(0.0));
-        let no_steal = CpuTimes {
-            steal: None,
-            ..t(0, 0)
-        };
-        assert_eq!(stolen_between(&no_steal, &t(0, 5)), None);
+        let h = history(["100 0 0 0 0 0 0 0", "100 0 0 20 0 0 0 80"]);
+        assert_eq!(h.stolen_share(0, t0), Some(0.8));
+        let h = history(["100 0 0 0 0 0 0 0", "100 0 0 100 0 0 0 0"]);
+        assert_eq!(h.stolen_share(0, t0), Some(0.0));
+        let no_steal = history(["100 0 0 0", "100 0 0 100"]);
+        assert_eq!(no_steal.stolen_share(0, t0), None);
     }
 
     #[test]
