@@ -18,7 +18,6 @@ use stealscope_placement::history::{DemandHistory, VmHistory};
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{live, plan, Config, History, HostInput, Plan};
 use stealscope_readers::RootFs;
-use stealscope_sim::choose;
 use stealscope_sim::predict::{self, Measures, Prediction};
 
 type Error = Box<dyn std::error::Error>;
@@ -341,13 +340,12 @@ impl Daemon<'_> {
 
     /// Logs the plan and its prediction; applies it when allowed.
     fn decide(&mut self, pass: u64, host: &HostInput, p: &Plan) {
-        let whole = self.o.force || !self.o.cfg.never_worse;
-        let (p, pred) = if whole || p.actions.is_empty() || p.refused.is_some() {
+        // Predicted only when there is something to apply.
+        let (p, pred) = if p.actions.is_empty() || p.refused.is_some() {
             (p.clone(), None)
         } else {
-            let rec = &self.rec;
-            let (p, pred) = choose::never_worse(p.clone(), |x| place_demand::predict(host, rec, x));
-            (p, Some(pred))
+            let whole = self.o.force || !self.o.cfg.never_worse;
+            place_demand::chosen(host, &self.rec, p.clone(), whole)
         };
         let p = &p;
         for w in &p.warnings {

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{HostInput, Plan};
+use stealscope_sim::choose;
 use stealscope_sim::predict::{
     self, DemandHistory, HostThread, Measures, PredictInput, Prediction, ThreadFigures,
 };
@@ -286,6 +287,27 @@ fn vm_autogroups(host: &HostInput) -> BTreeMap<u32, (String, f64)> {
         .iter()
         .filter_map(|v| Some((v.pid, sched_group(v.pid, None)?)))
         .collect()
+}
+
+/// A plan made now as offered: the largest part of it the simulator does
+/// not predict worse (`stealscope_sim::choose`), or, when `whole` (--force,
+/// or `never_worse` off), the plan itself; with its prediction, None when
+/// the host has no VM to predict for.
+pub fn chosen(
+    host: &HostInput,
+    rec: &Recorder,
+    plan: Plan,
+    whole: bool,
+) -> (Plan, Option<Prediction>) {
+    if host.vms.is_empty() {
+        return (plan, None);
+    }
+    if whole {
+        let pred = predict(host, rec, &plan);
+        return (plan, Some(pred));
+    }
+    let (plan, pred) = choose::never_worse(plan, |p| predict(host, rec, p));
+    (plan, Some(pred))
 }
 
 /// What the simulator predicts `plan` does to `host`, from the demand

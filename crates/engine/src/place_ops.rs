@@ -19,7 +19,6 @@ use stealscope_placement::config::DEFAULT_PATH;
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{live, plan, Config, HostInput, Plan};
 use stealscope_readers::RootFs;
-use stealscope_sim::choose;
 use stealscope_sim::predict::Prediction;
 
 type Error = Box<dyn std::error::Error>;
@@ -57,22 +56,11 @@ pub struct Planned {
     pub prediction: Option<Prediction>,
 }
 
-fn with_prediction(host: &HostInput, rec: &Recorder, plan: Plan) -> Planned {
-    let prediction = (!host.vms.is_empty()).then(|| place_demand::predict(host, rec, &plan));
+/// `plan` with its prediction, trimmed unless `whole` (see
+/// [`place_demand::chosen`]).
+fn chosen(host: &HostInput, rec: &Recorder, plan: Plan, whole: bool) -> Planned {
+    let (plan, prediction) = place_demand::chosen(host, rec, plan, whole);
     Planned { plan, prediction }
-}
-
-/// A plan made now: the largest part of it not predicted worse
-/// (`never_worse` in the config), else the whole plan.
-fn chosen(host: &HostInput, cfg: &Config, rec: &Recorder, plan: Plan) -> Planned {
-    if host.vms.is_empty() || !cfg.never_worse {
-        return with_prediction(host, rec, plan);
-    }
-    let (plan, prediction) = choose::never_worse(plan, |p| place_demand::predict(host, rec, p));
-    Planned {
-        plan,
-        prediction: Some(prediction),
-    }
 }
 
 /// The placement now: demand observed over `interval`, history from the
@@ -89,7 +77,7 @@ pub fn plan_now(s: &Setup, interval: Duration) -> Result<Planned, Error> {
         journal::now(),
     );
     p.warnings.extend(note);
-    Ok(chosen(&host, &s.cfg, &rec, p))
+    Ok(chosen(&host, &rec, p, !s.cfg.never_worse))
 }
 
 /// A plan saved by `place plan --json`.
@@ -136,7 +124,7 @@ fn planned(s: &Setup, o: &ApplyOptions) -> Result<(Planned, Recorder), Error> {
     let mut rec = Recorder::new();
     let host = observe_sampled(&s.cfg, o.interval, None, &mut rec)?;
     let p = match o.plan_file {
-        Some(f) => return Ok((with_prediction(&host, &rec, read_plan(f)?), rec)),
+        Some(f) => return Ok((chosen(&host, &rec, read_plan(f)?, true), rec)),
         None => {
             let (state, note) = read_journal(&s.journal)?;
             let mut p = plan(
@@ -150,10 +138,8 @@ fn planned(s: &Setup, o: &ApplyOptions) -> Result<(Planned, Recorder), Error> {
         }
     };
     // --force takes the whole plan, predicted worse or not.
-    if o.force {
-        return Ok((with_prediction(&host, &rec, p), rec));
-    }
-    Ok((chosen(&host, &s.cfg, &rec, p), rec))
+    let whole = o.force || !s.cfg.never_worse;
+    Ok((chosen(&host, &rec, p, whole), rec))
 }
 
 /// Applies `plan_file`, or the plan made now; a dry run unless `yes`. A
