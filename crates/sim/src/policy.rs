@@ -53,8 +53,6 @@ pub struct Policy {
     /// Demand samples for the prediction (stealscope only).
     samples: Samples,
     trim: Option<Trim>,
-    /// Passes whose plan the prediction trimmed.
-    pub trimmed: usize,
 }
 
 impl Policy {
@@ -78,7 +76,6 @@ impl Policy {
             idle_until_change: false,
             samples: Samples::default(),
             trim,
-            trimmed: 0,
         }
     }
 
@@ -231,17 +228,11 @@ impl Policy {
 
     /// `p`, or the largest part of it the prediction from the samples
     /// does not call worse, as `place` chooses.
-    fn never_worse(&mut self, h: &Host, input: &HostInput, p: Plan) -> Plan {
-        let Some(trim) = self.trim.filter(|_| self.cfg.never_worse) else {
-            return p;
-        };
-        if p.actions.is_empty() {
-            return p;
+    fn never_worse(&self, h: &Host, input: &HostInput, p: Plan) -> Plan {
+        match self.trim.filter(|_| self.cfg.never_worse) {
+            Some(trim) if !p.actions.is_empty() => trim(h, &self.samples, input, p),
+            _ => p,
         }
-        let n = p.actions.len();
-        let p = trim(h, &self.samples, input, p);
-        self.trimmed += usize::from(p.actions.len() != n);
-        p
     }
 
     /// What `place` would read on this host: topology, memory per node,
