@@ -336,15 +336,7 @@ fn build(
     mut notes: Vec<String>,
     cut: Option<Cut>,
 ) -> Result<Recording, ReadError> {
-    let (t0_ns, t0) = raw.first.take().ok_or_else(|| {
-        let why = cut
-            .as_ref()
-            .map_or(String::new(), |c| format!("cut off ({}): ", c.why));
-        ReadError::parse(
-            name,
-            format!("{why}no complete checkpoint: nothing to analyse"),
-        )
-    })?;
+    let (t0_ns, t0) = first_side(name, &mut raw, cut.as_ref())?;
     let end_ns = last_data_ns(&raw, t0_ns);
     let mut lost = Vec::new();
     let (t1_ns, t1) = end_side(
@@ -356,122 +348,35 @@ fn build(
         &mut lost,
     )?;
     let damage = cut.map(|c| damage(c, &header, (end_ns - t0_ns) as f64 / 1e9, lost));
-    let inside = |t: u64| t >= t0_ns && t <= t1_ns;
-    let after = raw.stat.iter().filter(|s| s.t_ns > t1_ns).count();
-    if after > 0 {
-        notes.push(format!(
-            "{after} /proc/stat samples after the last complete checkpoint (+{:.1} s) are left out",
-            (t1_ns - t0_ns) as f64 / 1e9
-        ));
-    }
     let stat_samples = raw.stat.len();
-    let samples: Vec<RawSample> = raw
-        .stat
-        .iter()
-        .filter(|s| inside(s.t_ns))
-        .map(|s| RawSample {
-            t_ns: s.t_ns,
-            stat: stat::render_cpu_lines(&s.stat),
-        })
-        .collect();
-    let origin = samples.first().map_or(t0_ns, |s| s.t_ns);
-    let rel = |t: u64| (t as f64 - origin as f64) / 1e9;
-    let ends_inside = |a: u64, wall_s: f64| inside(a) && inside(a + (wall_s * 1e9) as u64);
-    let mut timeline = Timeline {
-        irq: raw
-            .irq
-            .into_iter()
-            .filter(|(a, w)| ends_inside(*a, w.wall_s))
-            .map(|(a, w)| IrqWindow {
-                start_s: rel(a),
-                ..w
-            })
-            .collect(),
-        vcpu: raw
-            .vcpu
-            .into_iter()
-            .filter(|(a, w)| ends_inside(*a, w.wall_s))
-            .map(|(a, w)| VcpuWindow {
-                start_s: rel(a),
-                ..w
-            })
-            .collect(),
-        probes: raw
-            .probes
-            .into_iter()
-            .filter(|p| inside(p.start_ns))
-            .map(|p| ProbeWindow {
-                start_s: rel(p.start_ns),
-                wall_s: p.wall_ns as f64 / 1e9,
-                probe: p.probe,
-                cpu: p.cpu,
-                samples: p.samples,
-                p50_us: p.p50_ns as f64 / 1e3,
-                p99_us: p.p99_ns as f64 / 1e3,
-                max_us: p.max_ns as f64 / 1e3,
-                buckets: p
-                    .buckets
-                    .into_iter()
-                    .map(|(le, n)| (le as f64 / 1e3, n))
-                    .collect(),
-            })
-            .collect(),
-        culprits: raw
-            .culprits
-            .into_iter()
-            .filter(|c| inside(c.t_ns))
-            .flat_map(|c| {
-                let t_s = rel(c.t_ns);
-                c.vms.into_iter().map(move |(vm, rows)| CulpritWindow {
-                    t_s,
-                    vm,
-                    culprits: rows
-                        .into_iter()
-                        .map(|(kind, name, ns)| (kind, name, ns as f64 / 1e9))
-                        .collect(),
-                })
-            })
-            .collect(),
-        notes: Vec::new(),
+    let samples = samples_inside(&raw, t0_ns, t1_ns, &mut notes);
+    let span = Span {
+        t0_ns,
+        t1_ns,
+        origin: samples.first().map_or(t0_ns, |s| s.t_ns),
     };
-    for (t, text) in raw.notes {
-        notes.push(format!("recorder at +{:.1} s: {text}", rel(t)));
-    }
-    timeline.notes = notes;
-    let counters = header.counters.as_ref().map(|c| CounterCapture {
-        opened: c.opened.clone(),
-        missing: c.missing.clone(),
-        samples: raw
-            .counters
-            .into_iter()
-            .filter(|s| inside(s.t_ns))
-            .collect(),
-    });
+    let timeline = timeline(&mut raw, span, notes);
+    let hardware = Hardware {
+        cpuid: header.cpuid.clone(),
+        counters: header.counters.as_ref().map(|c| CounterCapture {
+            opened: c.opened.clone(),
+            missing: c.missing.clone(),
+            samples: std::mem::take(&mut raw.counters)
+                .into_iter()
+                .filter(|s| span.inside(s.t_ns))
+                .collect(),
+        }),
+    };
     let side = |files: Files, which: &str| MemFs {
         files,
         name: format!("{name}/{which}"),
     };
-    let t0 = side(t0, "t0");
-    let t1 = side(t1, "t1");
-    let meta = Meta {
-        format: snapshot::FORMAT.to_string(),
-        interval_s: (t1_ns - t0_ns) as f64 / 1e9,
-        hostname: header.hostname.clone(),
-        taken_unix_s: Some(header.start_unix_s + rel_to(header.start_mono_ns, t0_ns)),
-        clk_tck: header.clk_tck,
-        kernel: header.kernel.clone(),
-        stealscope_version: header.stealscope_version.clone(),
-        sample_hz: Some(header.rate_hz),
-    };
     let snapshot = Snapshot {
-        meta,
-        t0,
-        t1,
+        meta: meta(&header, t0_ns, t1_ns),
+        t0: side(t0, "t0"),
+        t1: side(t1, "t1"),
         samples,
-        hardware: Hardware {
-            cpuid: header.cpuid.clone(),
-            counters,
-        },
+        hardware,
         damage,
     };
     Ok(Recording {
@@ -482,6 +387,144 @@ fn build(
         checkpoints: raw.checkpoints,
         stat_samples,
     })
+}
+
+/// The first complete checkpoint, or why there is nothing to analyse.
+fn first_side(name: &str, raw: &mut Raw, cut: Option<&Cut>) -> Result<(u64, Files), ReadError> {
+    raw.first.take().ok_or_else(|| {
+        let why = cut.map_or(String::new(), |c| format!("cut off ({}): ", c.why));
+        ReadError::parse(
+            name,
+            format!("{why}no complete checkpoint: nothing to analyse"),
+        )
+    })
+}
+
+/// The interval the snapshot covers, and the time line's origin (its
+/// first /proc/stat sample).
+#[derive(Clone, Copy)]
+struct Span {
+    t0_ns: u64,
+    t1_ns: u64,
+    origin: u64,
+}
+
+impl Span {
+    fn inside(&self, t: u64) -> bool {
+        t >= self.t0_ns && t <= self.t1_ns
+    }
+
+    fn ends_inside(&self, a: u64, wall_s: f64) -> bool {
+        self.inside(a) && self.inside(a + (wall_s * 1e9) as u64)
+    }
+
+    /// Seconds from the origin.
+    fn rel(&self, t: u64) -> f64 {
+        rel_to(self.origin, t)
+    }
+}
+
+/// The /proc/stat samples between the checkpoints; those after the last
+/// are left out with a note.
+fn samples_inside(raw: &Raw, t0_ns: u64, t1_ns: u64, notes: &mut Vec<String>) -> Vec<RawSample> {
+    let after = raw.stat.iter().filter(|s| s.t_ns > t1_ns).count();
+    if after > 0 {
+        notes.push(format!(
+            "{after} /proc/stat samples after the last complete checkpoint (+{:.1} s) are left out",
+            (t1_ns - t0_ns) as f64 / 1e9
+        ));
+    }
+    raw.stat
+        .iter()
+        .filter(|s| s.t_ns >= t0_ns && s.t_ns <= t1_ns)
+        .map(|s| RawSample {
+            t_ns: s.t_ns,
+            stat: stat::render_cpu_lines(&s.stat),
+        })
+        .collect()
+}
+
+/// The windows, probes, culprits and notes inside `span`, timed from its
+/// origin; the recorder's own notes follow `notes`.
+fn timeline(raw: &mut Raw, span: Span, mut notes: Vec<String>) -> Timeline {
+    for (t, text) in std::mem::take(&mut raw.notes) {
+        notes.push(format!("recorder at +{:.1} s: {text}", span.rel(t)));
+    }
+    Timeline {
+        irq: std::mem::take(&mut raw.irq)
+            .into_iter()
+            .filter(|(a, w)| span.ends_inside(*a, w.wall_s))
+            .map(|(a, w)| IrqWindow {
+                start_s: span.rel(a),
+                ..w
+            })
+            .collect(),
+        vcpu: std::mem::take(&mut raw.vcpu)
+            .into_iter()
+            .filter(|(a, w)| span.ends_inside(*a, w.wall_s))
+            .map(|(a, w)| VcpuWindow {
+                start_s: span.rel(a),
+                ..w
+            })
+            .collect(),
+        probes: std::mem::take(&mut raw.probes)
+            .into_iter()
+            .filter(|p| span.inside(p.start_ns))
+            .map(|p| probe_window(p, span))
+            .collect(),
+        culprits: std::mem::take(&mut raw.culprits)
+            .into_iter()
+            .filter(|c| span.inside(c.t_ns))
+            .flat_map(|c| culprit_windows(c, span))
+            .collect(),
+        notes,
+    }
+}
+
+/// A probe record in the time line's units (seconds, microseconds).
+fn probe_window(p: ProbeRecord, span: Span) -> ProbeWindow {
+    ProbeWindow {
+        start_s: span.rel(p.start_ns),
+        wall_s: p.wall_ns as f64 / 1e9,
+        probe: p.probe,
+        cpu: p.cpu,
+        samples: p.samples,
+        p50_us: p.p50_ns as f64 / 1e3,
+        p99_us: p.p99_ns as f64 / 1e3,
+        max_us: p.max_ns as f64 / 1e3,
+        buckets: p
+            .buckets
+            .into_iter()
+            .map(|(le, n)| (le as f64 / 1e3, n))
+            .collect(),
+    }
+}
+
+/// One culprit scan as a window per VM, times in seconds.
+fn culprit_windows(c: CulpritScan, span: Span) -> impl Iterator<Item = CulpritWindow> {
+    let t_s = span.rel(c.t_ns);
+    c.vms.into_iter().map(move |(vm, rows)| CulpritWindow {
+        t_s,
+        vm,
+        culprits: rows
+            .into_iter()
+            .map(|(kind, name, ns)| (kind, name, ns as f64 / 1e9))
+            .collect(),
+    })
+}
+
+/// The snapshot's meta: the checkpoints' interval and the header's facts.
+fn meta(header: &Header, t0_ns: u64, t1_ns: u64) -> Meta {
+    Meta {
+        format: snapshot::FORMAT.to_string(),
+        interval_s: (t1_ns - t0_ns) as f64 / 1e9,
+        hostname: header.hostname.clone(),
+        taken_unix_s: Some(header.start_unix_s + rel_to(header.start_mono_ns, t0_ns)),
+        clk_tck: header.clk_tck,
+        kernel: header.kernel.clone(),
+        stealscope_version: header.stealscope_version.clone(),
+        sample_hz: Some(header.rate_hz),
+    }
 }
 
 fn rel_to(origin: u64, t: u64) -> f64 {
