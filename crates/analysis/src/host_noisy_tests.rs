@@ -41,7 +41,13 @@ fn noisy_set(r: &HostReport) -> Vec<String> {
 /// CPU-s: 2.5 s each, give or take `j` (-1..1) times a quarter second
 /// moved from db to web, the noise of one 5 s sample.
 fn walkthrough(j: f64) -> TestMachine {
-    let (web, db, bk) = (2.5 + 0.125 * j, 2.5 - 0.25 * j, 2.5);
+    walkthrough_with(j, 2.5)
+}
+
+/// The same with backup running `bk` s of the 5 s, the VMs the rest.
+fn walkthrough_with(j: f64, bk: f64) -> TestMachine {
+    let each = (10.0 - bk) / 3.0;
+    let (web, db) = (each + 0.125 * j, each - 0.25 * j);
     let web_wait = 5.0 - web;
     let db_wait = 5.0 - db;
     // Who held the CPU while each waited: backup 40 %, the rest the
@@ -84,6 +90,30 @@ fn the_walkthrough_names_the_host_loop_and_no_neighbour_run_after_run() {
             "j={j}: {fix}"
         );
     }
+}
+
+/// Live, the pinned loop ran 0.13 to 0.62 CPU in back-to-back 5 s runs of
+/// one steady host (fair: 0.5): never a neighbour, and starved it wants
+/// the same CPU, so the verdict still names it.
+#[test]
+fn the_walkthrough_holds_still_as_the_loop_swings() {
+    for bk in [0.65, 1.5, 3.1] {
+        let r = host(&walkthrough_with(0.0, bk));
+        assert!(noisy_set(&r).is_empty(), "bk={bk}: {:#?}", r.findings);
+        assert_eq!(r.verdict.finding.as_deref(), Some("host.steal.busy"));
+        let fix = r.verdict.fix.as_deref().unwrap_or_default();
+        let said = format!("host process `backup` (pid 900) takes {:.2} CPU", bk / 5.0);
+        assert!(fix.contains(&said), "bk={bk}: {fix}");
+        assert!(fix.contains("(runnable 1.00)"), "bk={bk}: {fix}");
+    }
+}
+
+/// The same loop taking 0.7 CPU, 1.4 times its fair 0.5, and 40 % of
+/// the VMs' wait, is a noisy neighbour.
+#[test]
+fn the_loop_a_third_over_its_fair_share_is_a_neighbour() {
+    let r = host(&walkthrough_with(0.0, 3.5));
+    assert_eq!(noisy_set(&r), ["backup (pid 900)"], "{:#?}", r.findings);
 }
 
 #[test]

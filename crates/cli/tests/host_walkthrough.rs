@@ -25,12 +25,15 @@ const MARGIN_PP: f64 = 5.0;
 /// Other host work (CPUs) a valid run allows beside the test's own.
 const OTHER_LIMIT: f64 = 0.25;
 const SERIES_TRIES: usize = 4;
+/// The loop ran at all (CPUs): the kernel gave it 0.13 to 0.62 CPU in
+/// back-to-back 5 s runs of this steady host, all of which must agree.
+const MIN_BACKUP: f64 = 0.05;
 
 /// One valid run and backup's own run time over it (its schedstat), CPUs.
 fn valid_run(backup: u32, vms: &[u64]) -> Option<(Value, f64)> {
     let run_ns = || schedstat(u64::from(backup), u64::from(backup)).0;
     let (t0, r0) = (boottime(), run_ns());
-    let r = quiet_run("5s", &[backup], vms, OTHER_LIMIT, 0.3)?;
+    let r = quiet_run("5s", &[backup], vms, OTHER_LIMIT, MIN_BACKUP)?;
     let own = (run_ns() - r0) as f64 / 1e9 / (boottime() - t0);
     Some((r, own))
 }
@@ -107,9 +110,6 @@ fn weight_finding_is_past_the_margin(r: &Value) {
 }
 
 #[test]
-#[ignore = "issue 28 open: on the quiet CI machine the verdict and the fix held, but the \
-            noisy-neighbour set still flips between {} and {backup} (backup ~0.35 CPU pinned \
-            to CPU 0, at the per-thread fair share's edge); run with --ignored"]
 fn a_steady_messy_host_gives_the_same_verdict_run_after_run() {
     let Some(_turn) = qemu_turn() else {
         return;
@@ -182,7 +182,7 @@ fn a_steady_messy_host_gives_the_same_verdict_run_after_run() {
             let e = &f["evidence"];
             let (ran, fair) = (e["ran_cpus"].as_f64(), e["fair_cpus"].as_f64());
             if let (Some(ran), Some(fair)) = (ran, fair) {
-                assert!(ran >= 1.25 * fair - 0.01, "{f}");
+                assert!(ran >= 1.33 * fair - 0.01, "{f}");
             }
         }
     }

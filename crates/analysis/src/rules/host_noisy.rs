@@ -28,11 +28,15 @@ pub const NOISY_SHARE: f64 = 0.25;
 pub const NOISY_CLEAR_SHARE: f64 = 0.2;
 /// ...and Critical from this share when the steal is also critical.
 pub const NOISY_CRITICAL_SHARE: f64 = 0.5;
-/// It ran at least this many times its fair CPU. Threads of equal weight
-/// in one contended 5 s interval get their fair share within about 5 %
-/// (issue 28: VMs at 44.2 % and 46.0 % steal against 44.6 % and 43.5 %
-/// fair), so a quarter over is five times that noise.
-pub const FAIR_EXCESS: f64 = 1.25;
+/// It ran at least this many times its fair CPU: a third over. Threads of
+/// equal weight in one contended 5 s interval get their fair share within
+/// about 5 % (issue 28: VMs at 44.2 % and 46.0 % steal against 44.6 % and
+/// 43.5 % fair), but a loop in a session (autogroup) of its own beside
+/// per-VM autogroups swings further: on issue 28's walk-through host the
+/// loop pinned to CPU 0 ran 0.13 to 0.62 CPU in back-to-back 5 s runs
+/// against a fair 0.5 (1.24x at most), while a loop beside one VM that
+/// fits the host ran 0.96 CPU against a fair 0.67 (1.43x).
+pub const FAIR_EXCESS: f64 = 1.33;
 /// Clearing threshold of [`FAIR_EXCESS`] (twice the noise).
 pub const FAIR_CLEAR: f64 = 1.1;
 /// A VM's vCPUs run in a group of their own (libvirt's scope, an
