@@ -172,7 +172,17 @@ pub fn undo_last(
     dry_run: bool,
     log: &mut dyn FnMut(&str),
 ) -> Result<Option<ApplyReport>, Error> {
-    let state = journal::read(jpath)?;
+    let state = journal::read(jpath).map_err(|e| -> Error {
+        match e {
+            stealscope_actuators::ApplyError::Denied { .. } => format!(
+                "{}: permission denied: undo restores what the journal recorded, so even its dry \
+                 run must read it (run as root, or pass --journal)",
+                jpath.display()
+            )
+            .into(),
+            e => e.into(),
+        }
+    })?;
     let Some(batch) = state.last_undoable() else {
         return Ok(None);
     };
@@ -325,7 +335,19 @@ impl Daemon<'_> {
         }
         let mut h = match self.hist.take() {
             Some(h) => h,
-            None => history_from_journal(&journal::read(jpath)?, &host),
+            None => {
+                // A dry run only reads: an unreadable journal (not root)
+                // plans without its history, and says so.
+                let (state, note) = if self.o.yes {
+                    (journal::read(jpath)?, None)
+                } else {
+                    read_journal(jpath)?
+                };
+                if let Some(n) = note {
+                    log(&format!("pass {pass}: {n}"));
+                }
+                history_from_journal(&state, &host)
+            }
         };
         h.retain(|pid| host.vms.iter().any(|v| v.pid == pid));
         let now = journal::now();

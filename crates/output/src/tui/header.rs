@@ -20,9 +20,15 @@ pub fn rate_text(hz: f64) -> String {
     }
 }
 
-/// The verdict lines under the top line: at most this many, so that the
-/// panels keep the screen.
-pub const VERDICT_ROWS: usize = 4;
+/// The verdict's headline takes at most this many lines under the top
+/// line, and its fix at most [`FIX_ROWS`]: each has rows of its own, so a
+/// long headline never pushes the fix off (issue 28: at 80 columns a
+/// noisy-neighbour verdict wraps to 6 lines; the fix was cut).
+pub const HEADLINE_ROWS: usize = 3;
+/// See [`HEADLINE_ROWS`].
+pub const FIX_ROWS: usize = 4;
+/// At most this many verdict lines in all, so that the panels keep the screen.
+pub const VERDICT_ROWS: usize = HEADLINE_ROWS + FIX_ROWS;
 
 /// The verdict of the rules' latest run when it needs action, and its
 /// color: (status, lines of headline and fix wrapped at `width`).
@@ -37,18 +43,26 @@ fn verdict(input: &TopInput, width: u16) -> Option<(Color, Vec<String>)> {
         Color::Yellow
     };
     let w = usize::from(width).max(20);
-    let mut lines = wrap(&format!("{}: {}", v.status.to_uppercase(), v.headline), w);
+    let mut lines = fit(
+        wrap(&format!("{}: {}", v.status.to_uppercase(), v.headline), w),
+        HEADLINE_ROWS,
+        w,
+    );
     if let Some(fix) = &v.fix {
-        lines.extend(wrap(&format!("fix: {fix}"), w));
-    }
-    if lines.len() > VERDICT_ROWS {
-        lines.truncate(VERDICT_ROWS);
-        // More follows: the last line says so.
-        if let Some(last) = lines.last_mut() {
-            *last = last.chars().take(w - 1).collect::<String>() + "~";
-        }
+        lines.extend(fit(wrap(&format!("fix: {fix}"), w), FIX_ROWS, w));
     }
     Some((color, lines))
+}
+
+/// At most `rows` of `lines`; when more follow, the last says so ("~").
+fn fit(mut lines: Vec<String>, rows: usize, width: usize) -> Vec<String> {
+    if lines.len() > rows {
+        lines.truncate(rows);
+        if let Some(last) = lines.last_mut() {
+            *last = last.chars().take(width - 1).collect::<String>() + "~";
+        }
+    }
+    lines
 }
 
 /// Words of `text` on lines at most `width` wide (a word longer than a
@@ -220,5 +234,35 @@ mod tests {
             );
             assert!(rows.iter().all(|r| r.chars().count() <= usize::from(width)));
         }
+    }
+
+    /// A verdict whose headline wraps past its rows still shows its whole
+    /// fix (it once took the fix's rows and cut it).
+    #[test]
+    fn a_long_headline_leaves_the_fix_whole() {
+        use stealscope_analysis::{Finding, Severity};
+        let w = windows(&[(0, 1, 1)], 2);
+        let ui = UiState::default();
+        let fix = "VM hog's vCPUs take 1.80 CPU (fair 1.00): Give VM hog CPUs of its own \
+                   (pin it apart from its victims), a lower weight for its group, or move it to another host";
+        let f = [Finding::new(
+            "host.noisy-neighbor",
+            Severity::Critical,
+            "VM hog's vCPUs ran 1.80 CPUs (fair 1.00) and caused 96% of all vCPU wait \
+             (victims: victim-one, victim-two, victim-three, victim-four, victim-five, \
+             victim-six, victim-seven, victim-eight, victim-nine, victim-ten)",
+        )
+        .evidence(stealscope_analysis::verdict::VERDICT_FIX, fix)];
+        let i = input(&w, None, &f, &ui);
+        let h = height(&i, 80);
+        let rows = screen(80, h, |fr| render(fr, fr.area(), &i));
+        let fix_rows: Vec<&str> = rows
+            .iter()
+            .map(|r| r.trim_end())
+            .skip_while(|r| !r.starts_with("fix: "))
+            .collect();
+        assert!(!fix_rows.is_empty(), "{rows:?}");
+        assert_eq!(fix_rows.join(" "), format!("fix: {fix}"), "{rows:?}");
+        assert!(usize::from(h) <= 1 + VERDICT_ROWS, "{h}");
     }
 }
