@@ -62,6 +62,44 @@ pub struct WhoStole {
     pub culprits: Vec<stealscope_model::host::attribution::CulpritShare>,
     /// The host's runnable work that is not a VM's.
     pub host_work: stealscope_model::host::host_work::HostWork,
+    /// Runnable threads still queued at the end of the capture, not run
+    /// for a quarter second or more, longest first: schedstat's interval
+    /// deltas cannot show them (their run_delay moves only when they run).
+    /// None when no starvation scanner ran (recordings, older snapshots).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_waits: Option<Vec<OpenWait>>,
+}
+
+/// An open wait: a runnable thread that has not run since `since_s`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpenWait {
+    #[serde(flatten)]
+    pub wait: stealscope_model::host::starve::StoredWait,
+    /// The VM whose thread it is, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+}
+
+/// The scanner's open waits at the end of the capture, with their VMs.
+fn open_waits(m: &MachineModel) -> Option<Vec<OpenWait>> {
+    let s = m.t1.host.starved.as_ref()?;
+    let vm = |pid: u32| {
+        m.t1.host
+            .vms
+            .iter()
+            .find(|v| v.pid == pid)
+            .map(|v| v.name.clone())
+    };
+    Some(
+        s.waits
+            .iter()
+            .filter(|w| w.open)
+            .map(|w| OpenWait {
+                wait: w.clone(),
+                vm: vm(w.pid),
+            })
+            .collect(),
+    )
 }
 
 /// KVM debugfs statistics per VM, or one sentence saying why there are none
@@ -148,6 +186,7 @@ pub fn host_section(m: &MachineModel) -> Option<HostSection> {
             attribution: h.attribution.clone(),
             culprits: h.culprits.clone(),
             host_work: h.host_work.clone(),
+            open_waits: open_waits(m),
         },
     })
 }

@@ -95,7 +95,9 @@ pub fn starved(m: &MachineModel, out: &mut Vec<Finding>) {
 /// The `host.starved` finding of a scanner's reading (live in `top`, or a
 /// capture's), None when nothing starved.
 pub fn starved_finding(s: &StoredStarve, m: VmOf<'_>) -> Option<Finding> {
-    let waits: Vec<&StoredWait> = s.waits.iter().take(LISTED).collect();
+    // Open waits under a second are the report's, not starvation.
+    let starving: Vec<&StoredWait> = s.waits.iter().filter(|w| w.starving()).collect();
+    let waits: Vec<&StoredWait> = starving.iter().take(LISTED).copied().collect();
     let top = waits.first()?;
     // Waits are longest first; one that ended counts as long as it was.
     let severity = if top.waited_s >= STARVED_CRITICAL_S {
@@ -117,11 +119,11 @@ pub fn starved_finding(s: &StoredStarve, m: VmOf<'_>) -> Option<Finding> {
         top.waited_s,
         holder(m, top)
     );
-    if s.waits.len() > 1 {
+    if starving.len() > 1 {
         title.push_str(&format!(
             "; {} more thread{} starved",
-            s.waits.len() - 1,
-            if s.waits.len() == 2 { "" } else { "s" }
+            starving.len() - 1,
+            if starving.len() == 2 { "" } else { "s" }
         ));
     }
     Some(
@@ -204,6 +206,7 @@ mod tests {
             cpu: 0,
             cgroup: Some("/user.slice".into()),
             waited_s,
+            since_s: None,
             open,
             holders: vec![StoredHolder {
                 tid: 700,
@@ -245,6 +248,18 @@ mod tests {
         assert_eq!(sev(wait(812, 40.0, true)), Severity::Critical);
         assert_eq!(sev(wait(812, 40.0, false)), Severity::Critical, "ended");
         assert!(starved_finding(&StoredStarve::default(), &vm_of).is_none());
+        // An open wait under a second is the report's, not starvation.
+        let short = StoredStarve {
+            waits: vec![wait(812, 0.6, true)],
+            ..Default::default()
+        };
+        assert!(starved_finding(&short, &vm_of).is_none());
+        let both = StoredStarve {
+            waits: vec![wait(812, 1.5, true), wait(900, 0.4, true)],
+            ..Default::default()
+        };
+        let f = starved_finding(&both, &vm_of).unwrap();
+        assert!(!f.title.contains("more thread"), "{}", f.title);
     }
 
     /// 18.8 s for 5 s asked, 12 s of it waiting: overran, because it waited.

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stealscope_model::host::starve::{
-    StarveTracker, StoredHolder, StoredStarve, StoredWait, TaskScan, Wait, STARVE_NS,
+    StarveTracker, StoredHolder, StoredStarve, StoredWait, TaskScan, Wait, OPEN_WAIT_NS, STARVE_NS,
 };
 use stealscope_readers::clock::monotonic_ns;
 use stealscope_readers::process::{parse_cgroup, parse_schedstat, parse_task_stat};
@@ -78,8 +78,8 @@ impl StarveWatch {
         waits.iter().map(|w| self.name(w)).collect()
     }
 
-    /// Stops the scanner: open waits at the end and waits of over a second
-    /// that ended during it, longest first.
+    /// Stops the scanner: open waits at the end (from a quarter second) and
+    /// waits of over a second that ended during it, longest first.
     pub fn finish(mut self) -> StoredStarve {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
@@ -89,7 +89,7 @@ impl StarveWatch {
         let st = lock(&self.state);
         let mut waits: Vec<StoredWait> = st
             .tracker
-            .open(STARVE_NS)
+            .open(OPEN_WAIT_NS)
             .iter()
             .chain(st.tracker.ended())
             .map(|w| self.name(w))
@@ -132,6 +132,7 @@ impl StarveWatch {
             cpu: w.cpu,
             cgroup: cgroup(&self.root, w.tgid, w.tid),
             waited_s: w.waited_ns() as f64 / 1e9,
+            since_s: Some(w.since_ns as f64 / 1e9),
             open: w.open,
             holders,
         }

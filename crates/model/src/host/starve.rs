@@ -23,6 +23,10 @@ pub const STARVE_FILE: &str = "/stealscope/starved.json";
 /// A runnable thread that has not run for this long is starving (issue 28:
 /// "a runnable task that has not run for over a second").
 pub const STARVE_NS: u64 = 1_000_000_000;
+/// A runnable thread still queued at the end of a capture and not run for
+/// this long is reported as an open wait (one recheck of the scanner: a
+/// shorter wait cannot be told from a thread that just ran).
+pub const OPEN_WAIT_NS: u64 = 250_000_000;
 
 /// One thread as one scan read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +59,13 @@ pub struct Wait {
     pub open: bool,
     /// Most ticks first.
     pub holders: Vec<Holder>,
+}
+
+impl StoredWait {
+    /// Starving: runnable and not run for over [`STARVE_NS`].
+    pub fn starving(&self) -> bool {
+        self.waited_s * 1e9 >= STARVE_NS as f64
+    }
 }
 
 impl Wait {
@@ -234,6 +245,10 @@ pub struct StoredWait {
     pub cgroup: Option<String>,
     /// Seconds it was seen runnable without running (a lower bound).
     pub waited_s: f64,
+    /// CLOCK_MONOTONIC seconds of the scan after which it did not run
+    /// again: queued since then (older readings lack it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_s: Option<f64>,
     /// Still waiting when the reading was taken.
     pub open: bool,
     /// Who ran on its CPU meanwhile, most first (at most three).
@@ -262,7 +277,8 @@ pub struct StoredStarve {
     /// the scanner thread's CPU time, not wall time, which a busy host
     /// stretches with run-queue wait).
     pub full_scan_max_ms: f64,
-    /// Open waits at the end and waits of over a second that ended, longest first.
+    /// Open waits at the end (from [`OPEN_WAIT_NS`]) and waits of over a
+    /// second ([`STARVE_NS`]) that ended, longest first.
     pub waits: Vec<StoredWait>,
     /// The capture's own threads: how long they waited for a CPU during it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,7 +5,7 @@
 use super::layout::Style;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use stealscope_analysis::report::WhoStole;
+use stealscope_analysis::report::{OpenWait, WhoStole};
 use stealscope_findings::units::fixed;
 use stealscope_model::host::attribution::{CulpritShare, WaitBy, OWN};
 use stealscope_model::host::host_work::OwnCost;
@@ -142,6 +142,9 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
     if let Some(own) = &hw.own {
         st.wrap(&mut out, "  ", &own_line(own));
     }
+    if let Some(w) = &who.open_waits {
+        open_waits(&mut out, st, w);
+    }
     if who.culprits.is_empty() {
         return out;
     }
@@ -184,6 +187,53 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
         let _ = writeln!(out, " {:>COL_W$}", fixed(rest.max(0.0), 2));
     }
     out
+}
+
+/// Open waits shown: the longest, the rest counted.
+const OPEN_WAITS_SHOWN: usize = 4;
+
+/// Runnable threads still queued at the end, not yet run: "open waits at
+/// the end: backup[812] on CPU 0 queued 1.4 s behind qemu-system-x86[700]".
+fn open_waits(out: &mut String, st: &Style, waits: &[OpenWait]) {
+    if waits.is_empty() {
+        let _ = writeln!(
+            out,
+            "  open waits at the end: none (every runnable thread ran within 0.25 s)"
+        );
+        return;
+    }
+    let items: Vec<String> = waits
+        .iter()
+        .take(OPEN_WAITS_SHOWN)
+        .map(|o| {
+            let w = &o.wait;
+            let who = match &o.vm {
+                Some(vm) => format!("{vm} `{}`", w.comm),
+                None => format!("{}[{}]", w.process, w.pid),
+            };
+            let behind = w
+                .holders
+                .first()
+                .map(|h| format!(" behind {}[{}]", h.process, h.pid))
+                .unwrap_or_default();
+            format!(
+                "{who} on CPU {} queued {} s{behind}",
+                w.cpu,
+                fixed(w.waited_s, 1)
+            )
+        })
+        .collect();
+    let more = waits.len().saturating_sub(OPEN_WAITS_SHOWN);
+    let lead = format!(
+        "  open waits at the end ({} runnable, not yet run{}): ",
+        waits.len(),
+        if more > 0 {
+            format!("; {more} more in JSON")
+        } else {
+            String::new()
+        }
+    );
+    st.items(out, &lead, &items, "; ");
 }
 
 /// stealscope's own cost, said once: it is no culprit and no host work.
@@ -294,6 +344,7 @@ mod tests {
                 }),
                 ..HostWork::default()
             },
+            open_waits: None,
         };
         let verbose = Style::new(&TextOpts {
             verbose: true,
@@ -315,5 +366,69 @@ mod tests {
             brief.contains("stealscope itself (pid 950) ran 0.01 CPUs"),
             "{brief}"
         );
+    }
+
+    /// Open waits at the end: named with their CPU, how long and behind
+    /// whom; "none" when the scanner saw none; nothing without a scanner.
+    #[test]
+    fn open_waits_at_the_end_are_listed() {
+        use stealscope_analysis::report::OpenWait;
+        use stealscope_model::host::attribution::AttributionStatus;
+        use stealscope_model::host::host_work::HostWork;
+        use stealscope_model::host::starve::{StoredHolder, StoredWait};
+        let wait = |pid: u32, comm: &str, s: f64, vm: Option<&str>| OpenWait {
+            wait: StoredWait {
+                tid: pid,
+                pid,
+                comm: comm.into(),
+                process: comm.into(),
+                cpu: 0,
+                cgroup: None,
+                waited_s: s,
+                since_s: Some(100.0),
+                open: true,
+                holders: vec![StoredHolder {
+                    tid: 701,
+                    pid: 700,
+                    comm: "CPU 0/TCG".into(),
+                    process: "qemu-system-x86".into(),
+                    cpu_s: s,
+                }],
+            },
+            vm: vm.map(str::to_string),
+        };
+        let who = |w: Option<Vec<OpenWait>>| WhoStole {
+            attribution: AttributionStatus {
+                route: "bpf",
+                reason: String::new(),
+                events: Some(10),
+                lost_events: Some(0),
+                missed_switches: None,
+                overflows: None,
+                fallbacks: Vec::new(),
+            },
+            culprits: Vec::new(),
+            host_work: HostWork::default(),
+            open_waits: w,
+        };
+        let st = Style::new(&TextOpts::plain());
+        let out = who_stole(
+            &who(Some(vec![
+                wait(812, "backup", 1.43, None),
+                wait(901, "CPU 1/TCG", 0.3, Some("web")),
+            ])),
+            &[],
+            &st,
+        );
+        let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("open waits at the end (2 runnable, not yet run): backup[812] on CPU 0 queued 1.4 s behind qemu-system-x86[700]; web `CPU 1/TCG` on CPU 0 queued 0.3 s"),
+            "{out}"
+        );
+        assert!(out.lines().all(|l| l.chars().count() <= 80), "{out}");
+        let none = who_stole(&who(Some(Vec::new())), &[], &st);
+        assert!(none.contains("open waits at the end: none"), "{none}");
+        let unscanned = who_stole(&who(None), &[], &st);
+        assert!(!unscanned.contains("open waits"), "{unscanned}");
     }
 }
