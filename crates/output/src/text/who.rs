@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use stealscope_analysis::report::{OpenWait, WhoStole};
 use stealscope_findings::units::fixed;
-use stealscope_model::host::attribution::{CulpritShare, WaitBy, OWN};
+use stealscope_model::host::attribution::{AttributionStatus, CulpritShare, WaitBy, OWN};
 use stealscope_model::host::host_work::OwnCost;
 use stealscope_model::host::VmSteal;
 
@@ -80,10 +80,10 @@ fn vm_rows(vm: &VmSteal) -> Vec<(String, f64)> {
     v
 }
 
-pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
+/// "Who stole it:" and how: the route and its events, what it missed, the
+/// routes not used; or why nothing attributed.
+fn attribution_lines(out: &mut String, st: &Style, a: &AttributionStatus) {
     let bold = |x: &str| st.bold(x);
-    let mut out = String::new();
-    let a = &who.attribution;
     if a.route == "none" {
         let _ = writeln!(
             out,
@@ -121,6 +121,11 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
             let _ = writeln!(out, "  not used: {f}");
         }
     }
+}
+
+pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
+    let mut out = String::new();
+    attribution_lines(&mut out, st, &who.attribution);
     let hw = &who.host_work;
     let top: Vec<String> = hw
         .top
@@ -304,7 +309,7 @@ mod tests {
     /// is one line, and never a column or a VM's culprit.
     #[test]
     fn threads_with_v_and_its_own_cost_once() {
-        use stealscope_model::host::attribution::{AttributionStatus, ThreadShare};
+        use stealscope_model::host::attribution::ThreadShare;
         use stealscope_model::host::host_work::HostWork;
         let rustc = CulpritShare {
             kind: "host-process",
@@ -326,15 +331,7 @@ mod tests {
             ],
         };
         let who = WhoStole {
-            attribution: AttributionStatus {
-                route: "bpf",
-                reason: String::new(),
-                events: Some(10),
-                lost_events: Some(0),
-                missed_switches: None,
-                overflows: None,
-                fallbacks: Vec::new(),
-            },
+            attribution: bpf_status(),
             culprits: vec![rustc],
             host_work: HostWork {
                 own: Some(OwnCost {
@@ -373,7 +370,6 @@ mod tests {
     #[test]
     fn open_waits_at_the_end_are_listed() {
         use stealscope_analysis::report::OpenWait;
-        use stealscope_model::host::attribution::AttributionStatus;
         use stealscope_model::host::host_work::HostWork;
         use stealscope_model::host::starve::{StoredHolder, StoredWait};
         let wait = |pid: u32, comm: &str, s: f64, vm: Option<&str>| OpenWait {
@@ -398,15 +394,7 @@ mod tests {
             vm: vm.map(str::to_string),
         };
         let who = |w: Option<Vec<OpenWait>>| WhoStole {
-            attribution: AttributionStatus {
-                route: "bpf",
-                reason: String::new(),
-                events: Some(10),
-                lost_events: Some(0),
-                missed_switches: None,
-                overflows: None,
-                fallbacks: Vec::new(),
-            },
+            attribution: bpf_status(),
             culprits: Vec::new(),
             host_work: HostWork::default(),
             open_waits: w,
@@ -430,5 +418,18 @@ mod tests {
         assert!(none.contains("open waits at the end: none"), "{none}");
         let unscanned = who_stole(&who(None), &[], &st);
         assert!(!unscanned.contains("open waits"), "{unscanned}");
+    }
+
+    /// The BPF route with 10 events and nothing lost.
+    fn bpf_status() -> AttributionStatus {
+        AttributionStatus {
+            route: "bpf",
+            reason: String::new(),
+            events: Some(10),
+            lost_events: Some(0),
+            missed_switches: None,
+            overflows: None,
+            fallbacks: Vec::new(),
+        }
     }
 }
