@@ -284,6 +284,8 @@ fn plan_round(
     let file = dir.join("plan.json");
     std::fs::write(&file, p.to_string()).unwrap();
     let f = file.to_str().unwrap();
+    // An empty plan applies nothing, so there is nothing to undo.
+    let moves = !p["actions"].as_array().unwrap().is_empty();
     let out = place(
         &[
             "apply",
@@ -301,7 +303,7 @@ fn plan_round(
     );
     assert_ok(&out);
     let (after, _) = measure_steal(vms, Duration::from_secs(4));
-    if !journal_lines(journal).is_empty() {
+    if moves {
         assert_ok(&place(&["undo", "--yes"], cfg, journal));
     }
     let again = plan_json();

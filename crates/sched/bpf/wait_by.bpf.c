@@ -95,10 +95,13 @@ struct task_struct {
 // Mirrors hist.rs: 8 sub-buckets per power of two, clamped at 2^36.
 #define MAX_EXP 35
 #define BUCKETS ((MAX_EXP - 1) * 8)
-// Stretches kept per CPU (a power of two): 1,024 cover ~40 ms at 26,000
-// switches a second on one CPU (256 covered 10 ms, and the waits longer
-// than that were the ones lost to `unknown`). 48 KiB per CPU.
-#define RING 1024
+// Stretches kept per CPU (a power of two): 4,096 cover ~35 ms at 115,000
+// switches a second on one CPU, the ping-pong beside O_DIRECT reads in
+// bpf_route's test (1,024 covered 9 ms there and lost 3-6 % of a waiter's
+// time to `unknown`; the waits lost are always the longest). 224 KiB per
+// CPU. A walk stops at the record its wait began in, so a deeper ring
+// costs memory, not time per event.
+#define RING 4096
 
 enum { ST_UNKNOWN = 0, ST_RUNNING = 1, ST_QUEUED = 2, ST_SLEEPING = 3 };
 
