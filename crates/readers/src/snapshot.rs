@@ -124,6 +124,9 @@ struct Loader {
     sizes: std::collections::BTreeMap<String, u64>,
     /// The archive ended inside its stream (a cut-off .tar.gz).
     archive_cut: Option<String>,
+    /// The entry the archive ended in: (name, size its header gives, got).
+    /// A side holding it is not whole, with or without a manifest.
+    short_entry: Option<(String, u64, u64)>,
     samples: Option<Vec<u8>>,
     cpuid: Option<Vec<u8>>,
     counters: Option<Vec<u8>>,
@@ -199,6 +202,11 @@ impl Loader {
             None => Loss::default(),
         };
         loss.archive = self.archive_cut.clone();
+        if let Some(short) = &self.short_entry {
+            if !loss.lost(&short.0) {
+                loss.files.push(short.clone());
+            }
+        }
         loss
     }
 
@@ -328,14 +336,28 @@ fn load_tar_gz(path: &Path, loader: &mut Loader, origin: &str) -> Result<()> {
         let start = comps.iter().position(|c| {
             matches!(
                 c.as_str(),
-                "t0" | "t1" | "meta.json" | "samples.jsonl" | CPUID_FILE | COUNTERS_FILE
+                "t0" | "t1"
+                    | "meta.json"
+                    | MANIFEST_FILE
+                    | "samples.jsonl"
+                    | CPUID_FILE
+                    | COUNTERS_FILE
             )
         });
         let Some(start) = start else { continue };
         let rel = comps[start..].join("/");
+        let want = entry.header().size().unwrap_or(0);
         let mut data = Vec::new();
-        if let Err(e) = entry.take(MAX_TOTAL_BYTES + 1).read_to_end(&mut data) {
+        let read = entry.take(MAX_TOTAL_BYTES + 1).read_to_end(&mut data);
+        // A stream that ends cleanly inside an entry reads short, no error.
+        let cut = match read {
+            Err(e) => Some(e.to_string()),
+            Ok(got) if (got as u64) < want => Some(format!("{got} of its {want} bytes")),
+            Ok(_) => None,
+        };
+        if let Some(e) = cut {
             loader.archive_cut = Some(format!("inside {rel}: {e}"));
+            loader.short_entry = Some((rel.clone(), want, data.len() as u64));
             // The part of the entry that arrived counts against the manifest.
             loader.add(&rel, data, origin)?;
             break;
@@ -603,6 +625,22 @@ mod tests {
         assert!(e.contains("cpuid.json"), "{e}");
     }
 
+    /// A cut snapshot's sides hold only whole files: each as written (a
+    /// rebuilt t1 takes t0's), or the /proc/stat and uptime rebuilt from
+    /// the samples (whole lines).
+    fn assert_sides_whole(c: &Snapshot, s: &Snapshot, n: usize) {
+        for side in [&c.t0, &c.t1] {
+            for (path, data) in &side.files {
+                if matches!(path.as_str(), "/proc/stat" | "/proc/uptime") {
+                    assert!(data.ends_with(b"\n"), "cut at {n}: {path} {data:?}");
+                } else {
+                    let written = [&s.t0, &s.t1].map(|o| o.files.get(path));
+                    assert!(written.contains(&Some(data)), "cut at {n}: {path}");
+                }
+            }
+        }
+    }
+
     /// A snapshot cut anywhere after meta.json is read up to the cut, with
     /// the loss named; before it, an error that says what is missing.
     #[test]
@@ -613,6 +651,22 @@ mod tests {
             t_ns: 2_000_000_005,
             stat: "cpu  3 3 3 3 0 0 0 9\n".into(),
         });
+        // t0 files long and varied enough that deflate hands out part of
+        // one: a cut inside a file, not only between files.
+        let mut x = 1u64;
+        let mut digits = |n: usize| -> String {
+            (0..n)
+                .map(|_| {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    format!(" {}", x >> 50)
+                })
+                .collect()
+        };
+        let stat = format!("cpu  1 1 1 1\nintr{}\nctxt 9\n", digits(600));
+        let interrupts = format!("{}\n", digits(600));
+        s.t0 =
+            s.t0.with("/proc/stat", stat)
+                .with("/proc/interrupts", interrupts);
         let whole = tmp.path().join("s.tar.gz");
         write(&s, &whole).unwrap();
         assert!(open(&whole).unwrap().damage.is_none());
@@ -623,9 +677,10 @@ mod tests {
             std::fs::write(&p, &bytes[..n]).unwrap();
             match open(&p) {
                 Ok(c) => {
-                    let d = c.damage.expect("a cut snapshot says so");
+                    let d = c.damage.as_ref().expect("a cut snapshot says so");
                     assert_eq!(d.file, FileKind::SnapshotArchive);
                     assert!(d.headline().contains("cut off"), "{d:?}");
+                    assert_sides_whole(&c, &s, n);
                     cut += 1;
                 }
                 Err(e) => {
