@@ -212,10 +212,11 @@ fn calibration_layouts_vary_with_equal_shares_and_one_group_is_fair() {
     }
     // Equal per-VM shares: the main-loop threads carry load in their VM's
     // group without using CPU, so the balancer keeps layouts in which the
-    // vCPUs' shares differ, and which one depends on timing (the seed).
+    // vCPUs' shares differ, and which one depends on timing (the seed):
+    // the real rounds (BENCHMARKS.md, issue 8) spread 25.6-34.8 pp.
     let equal = case(&r, "equal");
     assert!(
-        equal.spread_pp.max - equal.spread_pp.min > 10.0,
+        equal.spread_pp.mean > 15.0 && equal.spread_pp.max - equal.spread_pp.min > 5.0,
         "equal shares: {:?}",
         equal.spread_pp
     );
