@@ -5,7 +5,8 @@
 //! with the shipped rules, node_exporter reading the textfile, an
 //! unprivileged run, vCPU series of real QEMU VMs appearing and vanishing,
 //! who stole their vCPUs' time (a host loop beside a pinned VM),
-//! and the deploy/ files (promtool rule tests, dashboard, systemd units).
+//! the deploy/ files (promtool rule tests, dashboard, systemd units), and
+//! a soak with 10,000 vCPU-named threads, VM restarts and execs.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -17,4 +18,5 @@ mod helpers;
 mod host;
 mod http_limits;
 mod prometheus;
+mod soak;
 mod who;

@@ -27,7 +27,7 @@ fn schedstat_s(pid: u64, tid: u64, i: usize) -> f64 {
 /// Serve's metrics right after a host scan updated them (polled until the
 /// vCPU's wait series moves), with `tid`'s run time read at once: the two
 /// are then a few tens of ms apart rather than up to a scan period.
-fn fresh(s: &Serve, key: &str, tid: u64) -> (Exposition, f64) {
+pub fn fresh(s: &Serve, key: &str, tid: u64) -> (Exposition, f64) {
     let v0 = s.metrics().get(key);
     wait_for("a host scan", Duration::from_secs(5), || {
         std::thread::sleep(Duration::from_millis(20));
@@ -37,7 +37,7 @@ fn fresh(s: &Serve, key: &str, tid: u64) -> (Exposition, f64) {
 }
 
 /// The VM's culprit series: (kind, culprit) -> seconds.
-fn culprits(m: &Exposition, vm: &str) -> BTreeMap<(String, String), f64> {
+pub fn culprits(m: &Exposition, vm: &str) -> BTreeMap<(String, String), f64> {
     let prefix = format!("stealscope_vm_wait_by_seconds_total{{vm=\"{vm}\",");
     m.starting(&prefix)
         .into_iter()
