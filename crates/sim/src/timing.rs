@@ -91,7 +91,7 @@ impl Timing {
 /// Turns are taken only while two entities or more want the CPU: one that
 /// runs alone is preempted at the wake-up (the share of the time a second
 /// entity is there, `k` - 1, scales the wait). Measured on QEMU's main loop
-/// (300 wake-ups a second) beside duty-cycle TCG vCPUs on 2 CPUs: 30-110 us
+/// (264-347 wake-ups a second) beside duty-cycle TCG vCPUs on 2 CPUs: 30-113 us
 /// of wait per wake-up where the unscaled wait made it 1-2 ms (BENCHMARKS.md,
 /// issue 27 point 1); beside always-busy vCPUs 0.15-2.3 ms.
 pub fn wake_latency_s(tm: &Timing, own: f64, k: f64) -> f64 {
