@@ -11,7 +11,7 @@ use super::kvm::{deltas, KvmDelta};
 use super::observation::{HostObservation, VmObs};
 use crate::cputime::IntervalDelta;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use stealscope_readers::kvm_exits::{ExitCounts, ExitSample};
 
 #[derive(Debug, Clone, Serialize)]
@@ -136,8 +136,9 @@ fn pct(ns: u64, wall_s: f64) -> f64 {
 
 fn vm_delta(a: &VmObs, b: &VmObs, wall_s: f64) -> VmSteal {
     let mut vcpus = Vec::new();
+    let before: HashMap<u32, _> = a.vcpus.iter().map(|(_, t)| (t.tid, t)).collect();
     for (idx, t1) in &b.vcpus {
-        let Some((_, t0)) = a.vcpus.iter().find(|(_, t)| t.tid == t1.tid) else {
+        let Some(t0) = before.get(&t1.tid) else {
             continue;
         };
         let (Some(s0), Some(s1)) = (t0.sched, t1.sched) else {

@@ -16,7 +16,7 @@ use super::attribution::{Key, OWN};
 use super::live_rows::vcpu_wait_by;
 use super::vcpu_times::vm_labels;
 use super::vcpu_times::{ScannedVmId, ThreadSample};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use stealscope_readers::recording::CulpritNs;
 use stealscope_sched::{EpisodeHist, SchedSample};
 
@@ -120,12 +120,10 @@ fn labelled_wait_by<'a, V: ScannedVmId>(
     threads: &[ThreadSample],
     labels: &'a BTreeMap<u32, String>,
 ) -> Vec<(&'a String, u32, BTreeMap<Key, u64>)> {
+    let pid_of: HashMap<u32, u32> = threads.iter().map(|t| (t.tid, t.pid)).collect();
     vcpu_wait_by(before, now, vms, threads)
         .into_iter()
-        .filter_map(|(tid, by)| {
-            let t = threads.iter().find(|t| t.tid == tid)?;
-            Some((labels.get(&t.pid)?, tid, by))
-        })
+        .filter_map(|(tid, by)| Some((labels.get(pid_of.get(&tid)?)?, tid, by)))
         .collect()
 }
 
