@@ -18,6 +18,9 @@ use common::*;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// host.cgroup-weight-unfair's margin (crates/analysis/src/rules/
 /// host_groups.rs STEAL_MARGIN_PP), as the finding states it.
@@ -29,13 +32,65 @@ const SERIES_TRIES: usize = 4;
 /// back-to-back 5 s runs of this steady host, all of which must agree.
 const MIN_BACKUP: f64 = 0.05;
 
-/// One valid run and backup's own run time over it (its schedstat), CPUs.
-fn valid_run(backup: u32, vms: &[u64]) -> Option<(Value, f64)> {
-    let run_ns = || schedstat(u64::from(backup), u64::from(backup)).0;
-    let (t0, r0) = (boottime(), run_ns());
-    let r = quiet_run("5s", &[backup], vms, OTHER_LIMIT, MIN_BACKUP)?;
-    let own = (run_ns() - r0) as f64 / 1e9 / (boottime() - t0);
-    Some((r, own))
+/// What backup's own schedstat allows the report to say it ran: the
+/// least and the most CPU it ran over any stretch of the report's
+/// `interval_s` inside the command's whole run (the report's window is one
+/// of them), read every 10 ms by a thread of the test.
+#[derive(Debug, Clone, Copy)]
+struct Ran {
+    least: f64,
+    most: f64,
+    outer_s: f64,
+}
+
+/// One valid run and what backup ran meanwhile by its own schedstat.
+fn valid_run(backup: u32, vms: &[u64]) -> Option<(Value, Ran)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                s.push((
+                    boottime(),
+                    schedstat(u64::from(backup), u64::from(backup)).0,
+                ));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            s.push((
+                boottime(),
+                schedstat(u64::from(backup), u64::from(backup)).0,
+            ));
+            s
+        })
+    };
+    std::thread::sleep(Duration::from_millis(30));
+    let r = quiet_run("5s", &[backup], vms, OTHER_LIMIT, MIN_BACKUP);
+    stop.store(true, Ordering::Relaxed);
+    let samples = reader.join().unwrap();
+    let r = r?;
+    let ran = ran_over(&samples, r["interval_s"].as_f64().unwrap());
+    Some((r, ran))
+}
+
+/// [`Ran`] over every window of `len` s that starts at a sample.
+fn ran_over(s: &[(f64, u64)], len: f64) -> Ran {
+    let (t0, t1) = (s[0].0, s[s.len() - 1].0);
+    let at = |t: f64| {
+        let i = s.partition_point(|x| x.0 < t).min(s.len() - 1);
+        s[i].1
+    };
+    let cpu = |a: &(f64, u64)| (at(a.0 + len).saturating_sub(a.1)) as f64 / 1e9 / len;
+    let within: Vec<f64> = s.iter().filter(|a| a.0 + len <= t1).map(cpu).collect();
+    assert!(
+        !within.is_empty(),
+        "the command took less than its interval"
+    );
+    Ran {
+        least: within.iter().copied().fold(f64::MAX, f64::min),
+        most: within.iter().copied().fold(f64::MIN, f64::max),
+        outer_s: t1 - t0,
+    }
 }
 
 fn noisy_set(r: &Value) -> BTreeSet<String> {
@@ -52,7 +107,7 @@ fn noisy_set(r: &Value) -> BTreeSet<String> {
 }
 
 /// Three valid runs back to back, or None when no series stayed valid.
-fn three_runs(backup: u32, vms: &[u64]) -> Option<Vec<(Value, f64)>> {
+fn three_runs(backup: u32, vms: &[u64]) -> Option<Vec<(Value, Ran)>> {
     'series: for s in 0..SERIES_TRIES {
         let mut runs = Vec::new();
         while runs.len() < 3 {
@@ -110,8 +165,9 @@ fn weight_finding_is_past_the_margin(r: &Value) {
 }
 
 #[test]
-#[ignore = "issue 28 open: the pinned loop ran 0.13-0.65 CPU in back-to-back 5 s runs (fair 0.5), \
-            so it still crosses the 1.33x noisy threshold in some runs; run with --ignored"]
+#[ignore = "issue 28 open: the kernel's split swings between back-to-back 5 s runs (backup 0.40-0.68 \
+            CPU against a fair 0.48; web 1.0-1.5 against 0.97), across the 1.33x and 1.5x noisy \
+            thresholds; run with --ignored"]
 fn a_steady_messy_host_gives_the_same_verdict_run_after_run() {
     let Some(_turn) = qemu_turn() else {
         return;
@@ -132,7 +188,7 @@ fn a_steady_messy_host_gives_the_same_verdict_run_after_run() {
     }
     let backup = Hog::start("backup", 0, Some("0"));
     // Let the guests' loops and the balancer settle.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3));
     let Some(runs) = three_runs(backup.pid(), &[web, db, idle]) else {
         return;
     };
@@ -140,12 +196,21 @@ fn a_steady_messy_host_gives_the_same_verdict_run_after_run() {
     let sets: Vec<BTreeSet<String>> = runs.iter().map(|(r, _)| noisy_set(r)).collect();
     for (i, ((r, own), v)) in runs.iter().zip(&verdicts).enumerate() {
         eprintln!(
-            "run {}: {} | fix: {} | noisy {:?} | backup {own:.2} CPU by its schedstat",
+            "run {}: {} | fix: {} | noisy {:?} | backup {:.2}-{:.2} CPU by its schedstat \
+             over {:.1} s",
             i + 1,
             v["headline"],
             v["fix"],
-            sets[i]
+            sets[i],
+            own.least,
+            own.most,
+            own.outer_s
         );
+        for f in r["findings"].as_array().unwrap() {
+            if f["id"] == "host.noisy-neighbor" {
+                eprintln!("  noisy: {} | {}", f["title"], f["evidence"]);
+            }
+        }
         assert_eq!(r["schema"], "stealscope/host/1");
         weight_finding_is_past_the_margin(r);
     }
@@ -169,9 +234,10 @@ fn a_steady_messy_host_gives_the_same_verdict_run_after_run() {
             .and_then(|s| s.split(' ').next())
             .and_then(|x| x.parse().ok())
             .unwrap_or_else(|| panic!("no CPU figure in {said}"));
+        // Rounded to 0.01 in the text; schedstat moves at ticks (4 ms).
         assert!(
-            (took - own).abs() <= 0.1,
-            "verdict says {took} CPU, backup's schedstat {own:.2}"
+            took >= own.least - 0.02 && took <= own.most + 0.02,
+            "verdict says {took} CPU, backup's schedstat allows {own:?}"
         );
     }
     // A noisy neighbour ran over its fair share: VMs merely sharing the
