@@ -183,7 +183,7 @@ pub enum ColorChoice {
 pub struct DoctorArgs {
     #[command(flatten)]
     pub sample: SampleArgs,
-    /// Machine-readable output (schema stealscope/doctor/1)
+    /// Machine-readable output (schema stealscope/doctor/1, for `host` stealscope/host/1)
     #[arg(long)]
     pub json: bool,
     /// Analyse a snapshot (directory or .tar.gz) or a recording instead of this machine

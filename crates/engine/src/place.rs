@@ -324,8 +324,14 @@ impl Daemon<'_> {
         let (cfg, jpath) = (&self.o.cfg, &self.o.journal);
         if let Some((batch, predicted, vms)) = self.pending.take() {
             let m = place_demand::measured(&host, &self.rec, &vms);
+            let named = place_demand::host_work_named(&host, &self.rec, 3);
+            let whose = if named.is_empty() {
+                String::new()
+            } else {
+                format!(", of it most: {}", named.join(", "))
+            };
             log(&format!(
-                "pass {pass}: batch {batch} measured: {}",
+                "pass {pass}: batch {batch} measured: {}{whose}",
                 predict::versus(&m, &predicted)
             ));
         }

@@ -28,6 +28,12 @@ pub struct ThreadNow {
     /// Run and run-queue wait so far, ns.
     pub run_ns: u64,
     pub wait_ns: u64,
+    /// When its schedstat was read. Why per thread: a walk of every thread
+    /// takes from milliseconds to, on a loaded host where the walker waits
+    /// behind busy vCPUs, seconds; timed by one clock read per walk, a
+    /// thread read late in one walk and early in the next showed 3.00 CPUs
+    /// of work on 2 CPUs (and 1.02 the other way round).
+    pub at: Instant,
     /// State R (running or runnable).
     pub runnable: bool,
     /// The CPU it last ran on.
@@ -84,6 +90,7 @@ pub fn read_all() -> Reading {
             let Ok(ss) = std::fs::read_to_string(format!("{dir}/schedstat")) else {
                 continue;
             };
+            let at = Instant::now();
             let mut it = ss.split_whitespace().map(|x| x.parse::<u64>().ok());
             let (Some(Some(run_ns)), Some(Some(wait_ns))) = (it.next(), it.next()) else {
                 continue;
@@ -98,6 +105,7 @@ pub fn read_all() -> Reading {
                     pid,
                     run_ns,
                     wait_ns,
+                    at,
                     runnable,
                     cpu,
                     idle_policy,
@@ -108,8 +116,9 @@ pub fn read_all() -> Reading {
     out
 }
 
-/// What each thread did between two readings, `secs` apart.
-fn figures(a: &ThreadNow, b: &ThreadNow, secs: f64) -> ThreadFigures {
+/// What a thread did between two readings of it.
+fn figures(a: &ThreadNow, b: &ThreadNow) -> ThreadFigures {
+    let secs = b.at.saturating_duration_since(a.at).as_secs_f64();
     let s = |x: u64, y: u64| y.saturating_sub(x) as f64 / 1e9 / secs.max(1e-9);
     let (run, wait) = (s(a.run_ns, b.run_ns), s(a.wait_ns, b.wait_ns));
     ThreadFigures {
@@ -144,13 +153,12 @@ impl Recorder {
     pub fn sample(&mut self) -> &Reading {
         let now = Instant::now();
         let r = read_all();
-        if let Some((t0, prev)) = &self.last {
-            let secs = (now - *t0).as_secs_f64();
+        if let Some((_, prev)) = &self.last {
             let keep = (KEEP_S / self.history.step_s).ceil() as usize;
             let n = self.samples;
             for (tid, b) in &r {
                 let Some(a) = prev.get(tid) else { continue };
-                let d = figures(a, b, secs).demand;
+                let d = figures(a, b).demand;
                 let v = self.history.by_tid.entry(*tid).or_default();
                 // A thread first seen now: as if it had this demand all
                 // along. The replay is a forecast of the next minutes, and
@@ -192,12 +200,11 @@ impl Recorder {
 
     /// Each thread's figures from the window's start to the last reading.
     pub fn window(&self) -> BTreeMap<u32, ThreadFigures> {
-        let (Some((t0, a)), Some((t1, b))) = (&self.window, &self.last) else {
+        let (Some((_, a)), Some((_, b))) = (&self.window, &self.last) else {
             return BTreeMap::new();
         };
-        let secs = (*t1 - *t0).as_secs_f64();
         b.iter()
-            .filter_map(|(tid, y)| Some((*tid, figures(a.get(tid)?, y, secs))))
+            .filter_map(|(tid, y)| Some((*tid, figures(a.get(tid)?, y))))
             .collect()
     }
 }
@@ -346,6 +353,28 @@ pub fn measured(host: &HostInput, rec: &Recorder, vms: &[u32]) -> Measures {
         .filter_map(|h| w.get(&h.tid).copied())
         .collect();
     predict::measures(&vms, &hw)
+}
+
+/// The host processes that wanted the most CPU in the window `rec` last
+/// measured, `name (pid N) 0.45` in CPUs runnable, largest first: the
+/// daemon names them beside a measured result, so host work the
+/// prediction did not expect says whose it is.
+pub fn host_work_named(host: &HostInput, rec: &Recorder, most: usize) -> Vec<String> {
+    let w = rec.window();
+    let mut by_pid: BTreeMap<u32, (String, f64)> = BTreeMap::new();
+    for h in host_work(host, rec) {
+        if let Some(f) = w.get(&h.tid) {
+            let e = by_pid.entry(h.pid).or_insert_with(|| (h.name.clone(), 0.0));
+            e.1 += f.demand;
+        }
+    }
+    let mut v: Vec<(u32, String, f64)> = by_pid.into_iter().map(|(p, (n, d))| (p, n, d)).collect();
+    v.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    v.into_iter()
+        .filter(|(_, _, d)| *d >= 0.01)
+        .take(most)
+        .map(|(pid, name, d)| format!("{name} (pid {pid}) {d:.2}"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -76,9 +76,9 @@ pub struct Stalls {
 }
 
 impl Stalls {
-    /// Adds `r` taken at `now`; returns the tasks (not in `skip`) stalled
-    /// for over [`STALL`], longest first.
-    pub fn update(&mut self, r: &Reading, now: Instant, skip: &BTreeSet<u32>) -> Vec<Starved> {
+    /// Adds `r`, each thread timed by its own read; returns the tasks (not
+    /// in `skip`) stalled for over [`STALL`], longest first.
+    pub fn update(&mut self, r: &Reading, skip: &BTreeSet<u32>) -> Vec<Starved> {
         self.since.retain(|tid, _| r.contains_key(tid));
         let mut out = Vec::new();
         for (tid, t) in r {
@@ -86,12 +86,12 @@ impl Stalls {
                 self.since.remove(tid);
                 continue;
             }
-            let e = self.since.entry(*tid).or_insert((now, t.run_ns));
+            let e = self.since.entry(*tid).or_insert((t.at, t.run_ns));
             if e.1 != t.run_ns {
-                *e = (now, t.run_ns);
+                *e = (t.at, t.run_ns);
                 continue;
             }
-            let s = (now - e.0).as_secs_f64();
+            let s = t.at.saturating_duration_since(e.0).as_secs_f64();
             if s > STALL.as_secs_f64() {
                 out.push(Starved {
                     pid: t.pid,
@@ -164,7 +164,7 @@ pub fn watch(span: Duration, skip: &BTreeSet<u32>) -> Vec<Starved> {
     loop {
         let now = Instant::now();
         cpus.push(now);
-        let mut got = stalls.update(&read_all(), now, skip);
+        let mut got = stalls.update(&read_all(), skip);
         got.retain(|s| !stolen_by_hypervisor(&cpus, s));
         if found.is_empty() && !got.is_empty() {
             end = now + LINGER;
@@ -190,10 +190,15 @@ mod tests {
     use crate::place_demand::ThreadNow;
 
     fn t(run_ns: u64, runnable: bool) -> ThreadNow {
+        at_t(run_ns, runnable, Instant::now())
+    }
+
+    fn at_t(run_ns: u64, runnable: bool, at: Instant) -> ThreadNow {
         ThreadNow {
             pid: 7,
             run_ns,
             wait_ns: 0,
+            at,
             runnable,
             cpu: Some(0),
             idle_policy: false,
@@ -206,22 +211,22 @@ mod tests {
         let at = |ms| t0 + Duration::from_millis(ms);
         let mut s = Stalls::default();
         let none = BTreeSet::new();
-        let r = |run, runnable| Reading::from([(8, t(run, runnable))]);
-        assert!(s.update(&r(10, true), at(0), &none).is_empty());
-        assert!(s.update(&r(10, true), at(900), &none).is_empty());
-        let got = s.update(&r(10, true), at(1200), &none);
+        let r = |run, runnable, ms| Reading::from([(8, at_t(run, runnable, at(ms)))]);
+        assert!(s.update(&r(10, true, 0), &none).is_empty());
+        assert!(s.update(&r(10, true, 900), &none).is_empty());
+        let got = s.update(&r(10, true, 1200), &none);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].tid, 8);
         assert!((got[0].stalled_s - 1.2).abs() < 1e-6);
         // It ran: the clock starts again.
-        assert!(s.update(&r(11, true), at(1300), &none).is_empty());
-        assert!(s.update(&r(11, true), at(2200), &none).is_empty());
+        assert!(s.update(&r(11, true, 1300), &none).is_empty());
+        assert!(s.update(&r(11, true, 2200), &none).is_empty());
         // Asleep is not starving.
-        assert!(s.update(&r(11, false), at(2500), &none).is_empty());
-        assert!(s.update(&r(11, true), at(3000), &none).is_empty());
+        assert!(s.update(&r(11, false, 2500), &none).is_empty());
+        assert!(s.update(&r(11, true, 3000), &none).is_empty());
         // Skipped: already starving before the batch.
         let skip = BTreeSet::from([8]);
-        assert!(s.update(&r(11, true), at(9000), &skip).is_empty());
+        assert!(s.update(&r(11, true, 9000), &skip).is_empty());
     }
 
     #[test]

@@ -15,9 +15,10 @@
 //! CPU never run at once: a preempted lock holder stalls the others), and
 //! keeping a thread on the CPU it is pinned to when that CPU is within
 //! `TOLERANCE` of the least loaded one, so a placed host plans no moves.
-//! Demand is counted in steps of `STEP` CPUs and ties go to the lower pid,
-//! vCPU and CPU, so two measurements of one host (`plan`, then `apply`, or
-//! a smoothed daemon pass) give the same map.
+//! Demand, the host's own work on each CPU included, is counted in steps
+//! of `STEP` CPUs and ties go to the lower pid, vCPU and CPU, so two
+//! measurements of one host (`plan`, then `apply`, or a smoothed daemon
+//! pass) give the same map.
 
 use crate::config::{Config, VcpuMapping};
 use crate::input::{HostInput, VmInput};
@@ -91,7 +92,7 @@ pub fn map_pools(plans: &mut [VmPlan], host: &HostInput, nodes: &[NodeState], cf
         let online = host.topology.cpus.len().max(1) as f64;
         let base: Vec<f64> = pool
             .iter()
-            .map(|c| host.host_work.on(*c) + host.host_work.anywhere / online)
+            .map(|c| steps(host.host_work.on(*c) + host.host_work.anywhere / online))
             .collect();
         map_node(plans, &members, &inputs, (&pool, &base), &why);
     }

@@ -661,6 +661,44 @@ fn noisy_measurements_of_one_host_plan_the_same_map() {
 }
 
 #[test]
+fn the_hosts_own_light_work_does_not_flip_the_map() {
+    // The map of a clean host, then the same host with the few hundredths
+    // of a CPU a shell, a kworker or the daemon itself add on one CPU or
+    // the other between two measurements (the live plan/apply pair that
+    // flipped a VM between CPU 0 and CPU 1 with mirrored layouts).
+    let mut h = host(1, 2, false, 64 * GIB, 0.8);
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(1, 1, 1.0, GIB, 0, &all));
+    h.vms.push(vm(2, 2, 1.0, GIB, 0, &all));
+    h.vms[1].vcpus[1].1.util = Some(0.0);
+    let map = |x: &stealscope_placement::HostInput| {
+        let p = plan(x, &cfg_pinned(), &History::default(), 0.0);
+        p.vms
+            .iter()
+            .map(|v| format!("{} {:?}", v.pid, v.vcpus))
+            .collect::<Vec<_>>()
+    };
+    let clean = map(&h);
+    for (cpu0, cpu1) in [(0.08, 0.0), (0.0, 0.12), (0.2, 0.05)] {
+        let mut x = h.clone();
+        x.host_work.add(cpu0, &[0], &all);
+        x.host_work.add(cpu1, &[1], &all);
+        assert_eq!(map(&x), clean, "host work {cpu0} on CPU 0, {cpu1} on CPU 1");
+    }
+    // A whole CPU of it is not noise: the map moves off it.
+    let mut x = h.clone();
+    x.host_work.add(1.0, &[0], &all);
+    assert_ne!(map(&x), clean);
+}
+
+fn cfg_pinned() -> Config {
+    Config {
+        vcpu_mapping: stealscope_placement::VcpuMapping::Pinned,
+        ..cfg()
+    }
+}
+
+#[test]
 fn pinning_balances_demand_not_thread_counts() {
     // One busy 1-vCPU VM and four light ones on 2 CPUs (pressure 1.2): the
     // busy vCPU gets a CPU nearly to itself.

@@ -600,9 +600,10 @@ pub fn measures(vms: &[Vec<ThreadFigures>], host: &[ThreadFigures]) -> Measures 
         p99_vm_steal_pct: p99(vms.iter().map(vm_steal).collect()),
         spread_vcpus_pp: spread_vcpus,
         spread_vms_pp: spread(&busy_vms),
-        throughput_cpus: all.iter().map(|t| t.work_cpus).sum(),
+        // Folded from +0.0: an empty f64 sum is -0.0, printed "-0.00".
+        throughput_cpus: all.iter().fold(0.0, |s, t| s + t.work_cpus),
         host_steal_pct: host.iter().map(|t| t.steal_pct).fold(0.0, f64::max),
-        host_demand_cpus: host.iter().map(|t| t.demand).sum(),
+        host_demand_cpus: host.iter().fold(0.0, |s, t| s + t.demand),
     }
 }
 
