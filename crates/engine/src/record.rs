@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::running_wait_by::{scan_culprits, TOP_CULPRITS};
@@ -148,8 +149,8 @@ struct Feed<'a> {
     windows: Vec<ProbeRecord>,
     probe_notes: Vec<String>,
     /// The collector's latest reading and the one of the previous scan.
-    sched_now: Option<SchedSample>,
-    sched_prev: Option<SchedSample>,
+    sched_now: Option<Arc<SchedSample>>,
+    sched_prev: Option<Arc<SchedSample>>,
 }
 
 impl Feed<'_> {
@@ -220,7 +221,7 @@ impl Subscriber for Feed<'_> {
         Ok(())
     }
 
-    fn sched(&mut self, r: Result<&SchedSample, String>) -> Result<(), ReadError> {
+    fn sched(&mut self, r: Result<&Arc<SchedSample>, String>) -> Result<(), ReadError> {
         match r {
             Ok(s) => self.sched_now = Some(s.clone()),
             Err(why) => self.w.note(

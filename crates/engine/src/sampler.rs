@@ -117,7 +117,7 @@ pub trait Subscriber {
     }
     /// The collector's cumulative counters, read right before a host scan
     /// (the `host` call that follows), or why there are none (said once).
-    fn sched(&mut self, _r: Result<&SchedSample, String>) -> Result<(), ReadError> {
+    fn sched(&mut self, _r: Result<&Arc<SchedSample>, String>) -> Result<(), ReadError> {
         Ok(())
     }
     /// After each sample and scan: periodic work of the command's own.
@@ -194,7 +194,7 @@ impl Sampler {
             parsed: ProcStat::default(),
             hw,
             tracker: None,
-            sched: SchedSlot::new(opts.sched),
+            sched: SchedSlot::live(opts.sched),
             held: SampleBatch::default(),
             tsc: None,
             opts,
@@ -438,6 +438,9 @@ impl Sampler {
         // does not pay for 100 reads a second.
         self.deliver(sub)?;
         if let Some(r) = self.sched.read() {
+            // Shared, not copied: at 10,000 watched threads a sample is
+            // tens of MB and every subscriber keeps two.
+            let r = r.map(Arc::new);
             sub.sched(r.as_ref().map_err(String::clone))?;
         }
         let r = host.scan(&self.opts.root, watch);

@@ -9,7 +9,7 @@ use crate::host::HostTracker;
 use crate::rules::Findings;
 use crate::sampler::{Sample, Subscriber};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use stealscope_analysis::rules::host_starved;
 use stealscope_analysis::{DoctorReport, Finding};
@@ -73,7 +73,7 @@ pub struct ViewFeed {
     view: std::sync::Arc<SharedView>,
     root: PathBuf,
     /// The collector's latest reading: the one taken with the next scan.
-    sched: Option<SchedSample>,
+    sched: Option<Arc<SchedSample>>,
     /// Open waits, shown as `host.starved` as soon as one passes a second
     /// (the rule runner's interval is too late for that): live root only.
     starve: Option<StarveWatch>,
@@ -210,11 +210,11 @@ impl Subscriber for ViewFeed {
                 .unwrap_or_default()
         };
         v.vms
-            .push(t_ns, h.vms(), h.samples(), at, self.sched.as_ref());
+            .push(t_ns, h.vms(), h.samples(), at, self.sched.as_deref());
         Ok(())
     }
 
-    fn sched(&mut self, r: Result<&SchedSample, String>) -> Result<(), ReadError> {
+    fn sched(&mut self, r: Result<&Arc<SchedSample>, String>) -> Result<(), ReadError> {
         match r {
             Ok(s) => {
                 let route = s.route.as_str();

@@ -82,6 +82,7 @@ fn side(vms: Vec<VmObs>, threads: Vec<ThreadWaits>, events: u64) -> HostObservat
             missed_switches: 0,
             unwatched: 0,
         },
+        procs: Default::default(),
     };
     HostObservation {
         vms,

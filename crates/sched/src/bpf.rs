@@ -372,12 +372,15 @@ impl RouteImpl for BpfRoute {
         self.kernel_prog_stats()
     }
 
+    fn retire_quiet(&mut self, after_ns: u64) {
+        self.totals.retire_after = Some(after_ns);
+    }
+
     fn read(&mut self) -> Result<SchedSample> {
         let monotonic_ns = monotonic_ns();
         let mut threads = BTreeMap::new();
         for item in self.victims()?.iter() {
             let (tid, v) = item.map_err(|e| bpf_err("watched read", e))?;
-            let counts = v.buckets.to_vec();
             threads.insert(
                 tid,
                 ThreadWaits {
@@ -386,14 +389,8 @@ impl RouteImpl for BpfRoute {
                     irq_ns: v.irq_ns,
                     idle_ns: v.idle_ns,
                     unknown_ns: v.unknown_ns,
-                    episodes: EpisodeHist {
-                        counts,
-                        count: v.count,
-                        sum_ns: v.sum_ns,
-                        max_ns: v.max_ns,
-                        over_1ms: v.over_1ms,
-                        over_10ms: v.over_10ms,
-                    },
+                    episodes: EpisodeHist::with_buckets(v.buckets.iter().copied().enumerate())
+                        .totals(v.count, v.sum_ns, v.max_ns, v.over_1ms, v.over_10ms),
                 },
             );
         }
@@ -402,7 +399,7 @@ impl RouteImpl for BpfRoute {
             .iter()
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| bpf_err("charges read", e))?;
-        let idle = self.totals.fold(&entries);
+        let idle = self.totals.fold(&entries, monotonic_ns);
         self.prune_charges(|k| idle.contains(k))?;
         for (tid, t) in threads.iter_mut() {
             t.by_thread = self.totals.of(*tid);
@@ -430,6 +427,7 @@ impl RouteImpl for BpfRoute {
             monotonic_ns,
             threads,
             stats,
+            procs: BTreeMap::new(),
         })
     }
 }

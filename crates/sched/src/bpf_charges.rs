@@ -4,6 +4,12 @@
 //! cumulative totals a sample reports live here. That keeps the map to the
 //! pairs active in about one interval however long `serve` runs, and a
 //! new culprit never lands in `unknown` because old ones filled the map.
+//!
+//! Where asked ([`ChargeTotals::retire_after`], a live view's collector),
+//! the totals are pruned too: a culprit that charged a victim nothing for
+//! that long is dropped from the victim's totals. Without it they grow
+//! with every pair that ever met (issue 29: 10,000 vCPU threads that wait
+//! behind each other grew serve's heap by 0.25 MB/s for as long as it ran).
 
 use crate::model::Culprit;
 use aya::Pod;
@@ -41,12 +47,22 @@ fn comm(b: &[u8; 16]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
+/// A victim's cumulative charge by one culprit.
+#[derive(Debug, Clone, Copy)]
+struct Total {
+    ns: u64,
+    /// CLOCK_MONOTONIC of the read that last saw it grow.
+    grew_ns: u64,
+}
+
 /// Cumulative charges per victim and culprit since each victim was watched.
 #[derive(Debug, Default)]
 pub(crate) struct ChargeTotals {
     /// Each map entry's value at the previous read.
     seen: HashMap<ChargeKey, u64>,
-    totals: BTreeMap<u32, BTreeMap<Culprit, u64>>,
+    totals: BTreeMap<u32, BTreeMap<Culprit, Total>>,
+    /// A culprit quiet this long leaves a victim's totals (None: never).
+    pub retire_after: Option<u64>,
 }
 
 impl ChargeTotals {
@@ -56,7 +72,7 @@ impl ChargeTotals {
     /// charge the program adds in the instant between this read and the
     /// delete is lost: it needs a pair idle for a whole interval to charge
     /// again within microseconds.)
-    pub(crate) fn fold(&mut self, entries: &[(ChargeKey, Charge)]) -> Vec<ChargeKey> {
+    pub(crate) fn fold(&mut self, entries: &[(ChargeKey, Charge)], now_ns: u64) -> Vec<ChargeKey> {
         let mut idle = Vec::new();
         let mut seen = HashMap::with_capacity(entries.len());
         for (k, c) in entries {
@@ -76,15 +92,28 @@ impl ChargeTotals {
                 comm: comm(&k.comm),
                 kthread: c.kthread != 0,
             };
-            *self
+            let t = self
                 .totals
                 .entry(k.victim)
                 .or_default()
                 .entry(culprit)
-                .or_insert(0) += grew;
+                .or_insert(Total { ns: 0, grew_ns: 0 });
+            t.ns += grew;
+            t.grew_ns = now_ns;
         }
         self.seen = seen;
+        self.retire(now_ns);
         idle
+    }
+
+    /// Drops every culprit quiet for [`Self::retire_after`].
+    fn retire(&mut self, now_ns: u64) {
+        let Some(after) = self.retire_after else {
+            return;
+        };
+        for by in self.totals.values_mut() {
+            by.retain(|_, t| now_ns.saturating_sub(t.grew_ns) < after);
+        }
     }
 
     /// Drops what is kept for victims no longer watched.
@@ -97,7 +126,10 @@ impl ChargeTotals {
 
     /// A victim's cumulative charges by culprit.
     pub(crate) fn of(&self, victim: u32) -> BTreeMap<Culprit, u64> {
-        self.totals.get(&victim).cloned().unwrap_or_default()
+        self.totals
+            .get(&victim)
+            .map(|by| by.iter().map(|(c, t)| (c.clone(), t.ns)).collect())
+            .unwrap_or_default()
     }
 
     /// Map entries the previous read saw (for tests of the pruning).
@@ -142,15 +174,15 @@ mod tests {
     fn totals_grow_by_what_each_entry_added_and_idle_entries_are_pruned() {
         let mut t = ChargeTotals::default();
         let a = key(1, 10, 5, "burn");
-        assert!(t.fold(&[(a, charge(100, 10))]).is_empty());
-        assert!(t.fold(&[(a, charge(250, 10))]).is_empty());
+        assert!(t.fold(&[(a, charge(100, 10))], 1).is_empty());
+        assert!(t.fold(&[(a, charge(250, 10))], 2).is_empty());
         assert_eq!(total(&t, 1, 10, "burn"), 250);
         // Idle for a read: deleted from the map, the total stays.
-        assert_eq!(t.fold(&[(a, charge(250, 10))]), vec![a]);
+        assert_eq!(t.fold(&[(a, charge(250, 10))], 3), vec![a]);
         assert_eq!(t.live_entries(), 0);
         assert_eq!(total(&t, 1, 10, "burn"), 250);
         // Charged again after the delete: a fresh entry from zero.
-        assert!(t.fold(&[(a, charge(40, 10))]).is_empty());
+        assert!(t.fold(&[(a, charge(40, 10))], 4).is_empty());
         assert_eq!(total(&t, 1, 10, "burn"), 290);
     }
 
@@ -160,11 +192,14 @@ mod tests {
         let old = key(1, 77, 1_000, "CPU 0/KVM");
         let reused = key(1, 77, 9_000, "bash");
         let exec = key(1, 77, 9_000, "stress");
-        t.fold(&[
-            (old, charge(5, 70)),
-            (reused, charge(7, 77)),
-            (exec, charge(11, 77)),
-        ]);
+        t.fold(
+            &[
+                (old, charge(5, 70)),
+                (reused, charge(7, 77)),
+                (exec, charge(11, 77)),
+            ],
+            1,
+        );
         let m = t.of(1);
         let names: Vec<(&str, u32, u64)> = m
             .iter()
@@ -178,13 +213,43 @@ mod tests {
     #[test]
     fn forgetting_a_victim_drops_its_totals_only() {
         let mut t = ChargeTotals::default();
-        t.fold(&[
-            (key(1, 10, 0, "a"), charge(1, 10)),
-            (key(2, 10, 0, "a"), charge(2, 10)),
-        ]);
+        t.fold(
+            &[
+                (key(1, 10, 0, "a"), charge(1, 10)),
+                (key(2, 10, 0, "a"), charge(2, 10)),
+            ],
+            1,
+        );
         t.forget(&[1]);
         assert!(t.of(1).is_empty());
         assert_eq!(total(&t, 2, 10, "a"), 2);
         assert_eq!(t.live_entries(), 1);
+    }
+
+    #[test]
+    fn a_culprit_quiet_for_the_retire_time_leaves_the_totals() {
+        const RETIRE_NS: u64 = 60_000_000_000;
+        let mut kept = ChargeTotals::default();
+        let mut t = ChargeTotals {
+            retire_after: Some(RETIRE_NS),
+            ..ChargeTotals::default()
+        };
+        kept.fold(&[(key(1, 10, 0, "quiet"), charge(5, 10))], 0);
+        kept.fold(&[], 10 * RETIRE_NS);
+        assert_eq!(total(&kept, 1, 10, "quiet"), 5, "kept when not asked");
+        let quiet = key(1, 10, 0, "quiet");
+        let busy = key(1, 11, 0, "busy");
+        t.fold(&[(quiet, charge(5, 10)), (busy, charge(5, 11))], 0);
+        let mut busy_ns = 5;
+        for s in 1..=10u64 {
+            busy_ns += 5;
+            // `quiet` was deleted from the map after its first idle read.
+            t.fold(&[(busy, charge(busy_ns, 11))], s * RETIRE_NS / 10);
+        }
+        assert_eq!(total(&t, 1, 10, "quiet"), 0, "retired");
+        assert_eq!(total(&t, 1, 11, "busy"), busy_ns);
+        // Back after retiring: a fresh total from zero.
+        t.fold(&[(quiet, charge(3, 10))], 2 * RETIRE_NS);
+        assert_eq!(total(&t, 1, 10, "quiet"), 3);
     }
 }

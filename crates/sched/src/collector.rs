@@ -96,7 +96,44 @@ impl Collector {
         self.inner.watch(tids)
     }
 
+    /// Every watched thread's counters, with the name of each culprit's
+    /// process as it is now ([`SchedSample::procs`]).
     pub fn read(&mut self) -> Result<SchedSample> {
-        self.inner.read()
+        let mut s = self.inner.read()?;
+        s.procs = process_names(&s);
+        Ok(s)
     }
+
+    /// Bounds the cumulative culprit totals of a collector that runs for
+    /// weeks: a culprit that charged a victim nothing for `after` leaves
+    /// that victim's totals, and starts from zero if it comes back. Only
+    /// for readers that difference samples closer together than `after`
+    /// (a live view's consecutive scans): across a longer span such a
+    /// culprit reads less than it was charged. Off by default.
+    pub fn retire_quiet(&mut self, after: std::time::Duration) {
+        self.inner.retire_quiet(after.as_nanos() as u64)
+    }
+}
+
+/// /proc/TGID/comm of every culprit's process. Read at each read, not
+/// cached, so a process that execs is renamed at the next read (issue 29);
+/// a pid reused within one read interval would name the old process's
+/// charges after the new one. A few dozen processes on a busy host; kernel
+/// threads are named by their own comm and not read.
+fn process_names(s: &SchedSample) -> std::collections::BTreeMap<u32, String> {
+    let tgids: std::collections::BTreeSet<u32> = s
+        .threads
+        .values()
+        .flat_map(|w| w.by_thread.keys())
+        .filter(|c| !c.kthread)
+        .map(|c| c.tgid)
+        .collect();
+    let proc = stealscope_readers::RootFs::new("/");
+    tgids
+        .into_iter()
+        .filter_map(|pid| {
+            let comm = stealscope_readers::process::comm(&proc, pid).ok()??;
+            Some((pid, comm))
+        })
+        .collect()
 }

@@ -110,4 +110,11 @@ pub struct SchedSample {
     pub monotonic_ns: u64,
     pub threads: BTreeMap<u32, ThreadWaits>,
     pub stats: SchedStats,
+    /// The comm of each culprit's process (/proc/TGID/comm) at the read:
+    /// a host process is named by its process, not by the thread that ran
+    /// (rustc's "coordinator"), and by its name now, after an exec. A
+    /// process that exited has none. Filled by [`crate::Collector::read`];
+    /// not stored.
+    #[serde(skip)]
+    pub procs: BTreeMap<u32, String>,
 }

@@ -14,6 +14,9 @@ pub(crate) trait RouteImpl: Send {
     fn watch(&mut self, tids: &[u32]) -> Result<()>;
     /// Cumulative counters of every watched thread.
     fn read(&mut self) -> Result<SchedSample>;
+    /// Drops a culprit from a victim's totals once it has charged it
+    /// nothing for `after_ns` (BPF; tracefs keeps every total).
+    fn retire_quiet(&mut self, _after_ns: u64) {}
     /// The kernel's counters of each BPF program (none for tracefs).
     fn program_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
         Ok(Vec::new())

@@ -261,6 +261,7 @@ impl TracefsRoute {
                 missed_switches: agg.missed_switches(),
                 unwatched: 0,
             },
+            procs: Default::default(),
         };
         // A culprit's tid may be reused by the next interval.
         agg.forget_identities();

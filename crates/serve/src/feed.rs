@@ -23,8 +23,8 @@ pub(crate) struct Feed {
     last_host_error: Option<String>,
     /// The collector's latest reading, and the one the counters last
     /// advanced to (at the previous host scan, which names the culprits).
-    sched_now: Option<SchedSample>,
-    sched_counted: Option<SchedSample>,
+    sched_now: Option<Arc<SchedSample>>,
+    sched_counted: Option<Arc<SchedSample>>,
     /// Host and VM facts for the fleet families.
     facts: Facts,
 }
@@ -96,7 +96,7 @@ impl Subscriber for Feed {
         Ok(())
     }
 
-    fn sched(&mut self, r: Result<&SchedSample, String>) -> Result<(), ReadError> {
+    fn sched(&mut self, r: Result<&Arc<SchedSample>, String>) -> Result<(), ReadError> {
         let status = match r {
             Ok(s) => {
                 self.sched_now = Some(s.clone());

@@ -1,6 +1,6 @@
 //! A week on a big host, scaled to fit CI (issue 29): `serve` scraped once
-//! a second for `STEALSCOPE_SOAK_S` seconds (90 by default; the issue asks
-//! for a 10-minute run in BENCHMARKS.md, not made yet) while
+//! a second for `STEALSCOPE_SOAK_S` seconds (90 by default; the 10-minute
+//! memory run is scripts/bench-serve-rss.sh, in BENCHMARKS.md) while
 //! - a stand-in VMM (bench/fakevmm.c, run as `qemu-system-x86_64 -name
 //!   soakbig`) holds 10,000 threads named "CPU n/KVM" that sleep and wake,
 //! - a real QEMU VM, soakV, its busy vCPU pinned to CPU 1, is stopped and
@@ -8,8 +8,11 @@
 //! - a busy loop pinned to CPU 1 execs under another name every
 //!   [`EXEC_S`] (soakA, soakB, soakA...: one pid, a new comm each time).
 //!
-//! Checked against the test's own readings: serve's RSS grows by less than
-//! 5 MiB from the end of the first third to the end; every thread is
+//! Checked against the test's own readings: serve's RSS, read every second,
+//! grows by less than 5 MiB from its median over 30 s once settled (after
+//! the first minute, or the first third of a shorter run) to its median over
+//! the last 30 s (medians: a rule run's transient reads move single readings
+//! by tens of MB either way); every thread is
 //! watched and the lost-event and overflow counters are exported; every
 //! host process charged for soakV's wait had that name when the test read
 //! /proc, and both of the loop's names are charged; over the last VM's
@@ -148,18 +151,30 @@ fn restart_vm() -> (u64, u64) {
     pinned_busy_vm("soakV")
 }
 
-/// What the soak saw: serve's RSS at the end of the first third, every
+/// What the soak saw: serve's RSS each second (elapsed s, KiB), every
 /// culprit of soakV with the most it was charged in one VM's life.
 struct Soaked {
-    rss0: u64,
+    rss: Vec<(f64, u64)>,
     charged: BTreeMap<(String, String), f64>,
     vm: (u64, u64),
+}
+
+/// Median RSS over 30 s from `from` (elapsed s), KiB.
+fn median_rss(rss: &[(f64, u64)], from: f64) -> u64 {
+    let mut w: Vec<u64> = rss
+        .iter()
+        .filter(|(t, _)| (from..from + 30.0).contains(t))
+        .map(|&(_, k)| k)
+        .collect();
+    assert!(w.len() >= 10, "RSS readings from {from} s: {}", w.len());
+    w.sort_unstable();
+    w[w.len() / 2]
 }
 
 fn soak(s: &Serve, mut vm: (u64, u64)) -> Soaked {
     let (t0, total) = (Instant::now(), soak_s());
     let mut last_restart = Instant::now();
-    let (mut rss0, mut charged) = (None, BTreeMap::new());
+    let (mut rss, mut charged) = (Vec::new(), BTreeMap::new());
     while t0.elapsed().as_secs_f64() < total {
         std::thread::sleep(Duration::from_secs(1));
         let m = s.metrics();
@@ -167,9 +182,7 @@ fn soak(s: &Serve, mut vm: (u64, u64)) -> Soaked {
             let e = charged.entry(k).or_insert(0.0f64);
             *e = e.max(v);
         }
-        if rss0.is_none() && t0.elapsed().as_secs_f64() >= total / 3.0 {
-            rss0 = Some(rss_kib(s.pid()));
-        }
+        rss.push((t0.elapsed().as_secs_f64(), rss_kib(s.pid())));
         if last_restart.elapsed().as_secs_f64() >= RESTART_S
             && t0.elapsed().as_secs_f64() + RESTART_S / 2.0 < total
         {
@@ -177,11 +190,7 @@ fn soak(s: &Serve, mut vm: (u64, u64)) -> Soaked {
             last_restart = Instant::now();
         }
     }
-    Soaked {
-        rss0: rss0.unwrap(),
-        charged,
-        vm,
-    }
+    Soaked { rss, charged, vm }
 }
 
 /// Over 15 s of the last VM's life: its culprits add up to its vCPU's
@@ -217,10 +226,11 @@ fn assert_sums(s: &Serve, (pid, tid): (u64, u64)) {
 }
 
 #[test]
-#[ignore = "issue 29, open: it still times out in `fresh` after the last restart \
-            (17:00 UTC 2026-12-03, debug build, 60 s): soakV's wait series did not move \
-            within 5 s; whether the restarted VM is rediscovered under that name is not \
-            checked yet"]
+#[ignore = "issue 29, open: the sums miss the 2 % (2026-12-04, debug, 90 s: culprits \
+            4.971 s vs serve's wait 5.155 s). serve's culprit series advance to the \
+            collector's read just before a host scan, its wait series to the scan's \
+            schedstat read of that thread, up to a scan of 10,000 threads later; the \
+            names, counts and RSS checks passed in that run"]
 fn serve_soaks_with_10000_threads_restarts_and_execs() {
     if !require(testenv::have_qemu(), "root and qemu (testenv/setup.sh)") {
         return;
@@ -235,21 +245,14 @@ fn serve_soaks_with_10000_threads_restarts_and_execs() {
     let (seen, names) = watch_names(stop.clone());
     let s = Serve::start(&[]);
     let soaked = soak(&s, vm);
-    let rss1 = rss_kib(s.pid());
-    assert_sums(&s, soaked.vm);
+    let total = soak_s();
+    let settled = median_rss(&soaked.rss, (total / 3.0).min(60.0));
+    let last = median_rss(&soaked.rss, total - 30.0);
     let m = s.metrics();
     stop.store(true, Ordering::Relaxed);
     names.join().unwrap();
 
-    eprintln!(
-        "serve RSS {} KiB after a third, {rss1} KiB at the end",
-        soaked.rss0
-    );
-    assert!(
-        rss1 <= soaked.rss0 + RSS_GROWTH_KIB,
-        "serve's RSS grew from {} to {rss1} KiB",
-        soaked.rss0
-    );
+    eprintln!("serve RSS (medians over 30 s): {settled} KiB settled, {last} KiB at the end");
     for k in [
         "stealscope_sched_events_lost_total",
         "stealscope_sched_overflows_total",
@@ -279,4 +282,9 @@ fn serve_soaks_with_10000_threads_restarts_and_execs() {
             soaked.charged
         );
     }
+    assert_sums(&s, soaked.vm);
+    assert!(
+        last <= settled + RSS_GROWTH_KIB,
+        "serve's RSS grew from {settled} to {last} KiB"
+    );
 }

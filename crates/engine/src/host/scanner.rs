@@ -3,6 +3,7 @@
 //! every known thread, kept open. Threads or VMs that exit are dropped
 //! quietly; a changed thread list triggers rediscovery of that VM.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use stealscope_model::host::{collect_host, HostObservation, ScannedVmId, ThreadRole};
 use stealscope_model::observation::Side;
@@ -41,28 +42,55 @@ pub struct HostScanner {
 impl HostScanner {
     /// Finds every VM and opens each thread's schedstat.
     pub fn discover(root: &Path) -> Result<Self, ReadError> {
-        // Identity and threads only: memory placement is not scanned.
-        let obs = collect_host(&RootFs::new(root), Side::Start)?;
-        Ok(Self::from_observation(root, obs))
+        Ok(Self::from_observation(root, Self::observe(root)?))
+    }
+
+    /// What discovery reads: identity and threads only (memory placement
+    /// is not scanned).
+    pub fn observe(root: &Path) -> Result<HostObservation, ReadError> {
+        collect_host(&RootFs::new(root), Side::Start)
     }
 
     /// As [`Self::discover`], from a host observation already read (a
     /// recording's start checkpoint: no second walk of /proc).
     pub fn from_observation(root: &Path, obs: HostObservation) -> Self {
+        Self::reusing(root, obs, None)
+    }
+
+    /// As [`Self::from_observation`], taking over `old`'s open files of
+    /// the threads still there: at 10,000 threads, opening a second set
+    /// before the first was closed ran past RLIMIT_NOFILE (20,000 here)
+    /// and left threads out of every later scan (issue 29's soak: 9,961 of
+    /// 10,000 vCPU series after a VM restarted).
+    pub fn reusing(root: &Path, obs: HostObservation, old: Option<HostScanner>) -> Self {
         raise_fd_limit();
+        let mut open: HashMap<(u32, u32), PreadFile> = old
+            .into_iter()
+            .flat_map(|o| o.vms)
+            .flat_map(|vm| {
+                vm.threads
+                    .into_iter()
+                    .map(move |t| ((vm.pid, t.tid), t.file))
+            })
+            .collect();
         let mut vms = Vec::new();
         for vm in obs.vms {
             let mut threads = Vec::new();
             let all = vm.vcpus.into_iter().map(|(_, t)| t).chain(vm.others);
             for t in all {
-                // A thread that exited since discovery is simply not kept.
-                if let Ok(file) = PreadFile::open(root, &task_schedstat_path(vm.pid, t.tid)) {
-                    threads.push(ScannedThread {
-                        tid: t.tid,
-                        role: t.role,
-                        file,
-                    });
-                }
+                let file = match open.remove(&(vm.pid, t.tid)) {
+                    Some(f) => f,
+                    // A thread that exited since discovery is simply not kept.
+                    None => match PreadFile::open(root, &task_schedstat_path(vm.pid, t.tid)) {
+                        Ok(f) => f,
+                        Err(_) => continue,
+                    },
+                };
+                threads.push(ScannedThread {
+                    tid: t.tid,
+                    role: t.role,
+                    file,
+                });
             }
             vms.push(ScannedVm {
                 pid: vm.pid,

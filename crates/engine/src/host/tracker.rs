@@ -46,7 +46,9 @@ impl HostTracker {
 
     /// Keeps the previous scanner when discovery fails.
     fn rediscover(&mut self, root: &Path) -> Result<(), ReadError> {
-        self.scanner = Some(HostScanner::discover(root)?);
+        let obs = HostScanner::observe(root)?;
+        let old = self.scanner.take();
+        self.scanner = Some(HostScanner::reusing(root, obs, old));
         Ok(())
     }
 

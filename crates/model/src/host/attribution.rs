@@ -143,7 +143,9 @@ impl ProcNames {
     }
 
     /// For a live view: stealscope is this process; a process is named by
-    /// its main thread's comm when the reading saw it, else by the thread.
+    /// its comm at the reading ([`SchedSample::procs`]), else (it exited)
+    /// by its main thread's comm when the reading saw it, else by the
+    /// thread.
     pub fn live(sample: &SchedSample) -> ProcNames {
         let mut n = ProcNames {
             own: Some(std::process::id()),
@@ -151,9 +153,11 @@ impl ProcNames {
         };
         for c in sample.threads.values().flat_map(|w| w.by_thread.keys()) {
             if c.tid == c.tgid {
-                n.comms.insert(c.tgid, c.comm.clone());
+                n.comms.entry(c.tgid).or_insert_with(|| c.comm.clone());
             }
         }
+        n.comms
+            .extend(sample.procs.iter().map(|(p, c)| (*p, c.clone())));
         n
     }
 
@@ -507,5 +511,43 @@ mod tests {
         ] {
             assert_eq!(kthread_class(comm), class, "{comm}");
         }
+    }
+
+    #[test]
+    fn a_live_process_is_named_by_its_process_now() {
+        use stealscope_sched::{Route, SchedStats, ThreadWaits};
+        let c = |tid: u32, tgid: u32, comm: &str| Culprit {
+            tid,
+            tgid,
+            comm: comm.into(),
+            kthread: false,
+        };
+        let waits = ThreadWaits {
+            tid: 1,
+            // The loop before and after an exec, a worker thread of a
+            // process whose main thread never ran, one that exited.
+            by_thread: [
+                (c(10, 10, "soakA"), 5),
+                (c(10, 10, "soakB"), 5),
+                (c(21, 20, "coordinator"), 5),
+                (c(30, 30, "gone"), 5),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        let sample = SchedSample {
+            route: Route::Bpf,
+            monotonic_ns: 0,
+            threads: [(1, waits)].into_iter().collect(),
+            stats: SchedStats::default(),
+            procs: [(10, "soakA".to_string()), (20, "rustc".to_string())]
+                .into_iter()
+                .collect(),
+        };
+        let n = ProcNames::live(&sample);
+        assert_eq!(n.comm(&c(10, 10, "soakB")), "soakA");
+        assert_eq!(n.comm(&c(21, 20, "coordinator")), "rustc");
+        assert_eq!(n.comm(&c(30, 30, "gone")), "gone");
     }
 }

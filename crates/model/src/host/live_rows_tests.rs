@@ -51,6 +51,7 @@ fn reading(threads: &[Watched]) -> SchedSample {
             })
             .collect(),
         stats: SchedStats::default(),
+        procs: Default::default(),
     }
 }
 

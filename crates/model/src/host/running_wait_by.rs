@@ -91,24 +91,13 @@ pub fn episode_buckets(h: &EpisodeHist) -> Vec<(f64, u64)> {
         .chain([f64::INFINITY].iter())
         .map(|&b| (b, 0))
         .collect();
-    for (i, &c) in h.counts.iter().enumerate() {
+    for (i, c) in h.buckets() {
         let upper_s = stealscope_sched::hist::upper(i) as f64 / 1e9;
         if let Some(b) = out.iter_mut().find(|b| b.0 >= upper_s) {
             b.1 += c;
         }
     }
     out
-}
-
-fn add_hist(into: &mut EpisodeHist, d: &EpisodeHist) {
-    for (a, b) in into.counts.iter_mut().zip(&d.counts) {
-        *a += b;
-    }
-    into.count += d.count;
-    into.sum_ns += d.sum_ns;
-    into.max_ns = into.max_ns.max(d.max_ns);
-    into.over_1ms += d.over_1ms;
-    into.over_10ms += d.over_10ms;
 }
 
 /// Each vCPU's wait by culprit between two readings with its VM's label
@@ -172,7 +161,7 @@ impl RunningWaitBy {
             }
             let entry = self.vms.entry(vm.clone()).or_default();
             if let (Some(a), Some(b)) = (before.threads.get(&tid), now.threads.get(&tid)) {
-                add_hist(&mut entry.episodes, &b.episodes.since(&a.episodes));
+                entry.episodes.add(&b.episodes.since(&a.episodes));
             }
         }
     }

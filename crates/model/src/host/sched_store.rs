@@ -10,7 +10,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use stealscope_sched::hist::BUCKETS;
 use stealscope_sched::{Culprit, EpisodeHist, Route, SchedSample, SchedStats, ThreadWaits};
 
 pub const SCHED_FILE: &str = "/stealscope/sched.json";
@@ -91,13 +90,7 @@ pub struct StoredHist {
 impl From<&EpisodeHist> for StoredHist {
     fn from(h: &EpisodeHist) -> Self {
         StoredHist {
-            buckets: h
-                .counts
-                .iter()
-                .enumerate()
-                .filter(|(_, &n)| n > 0)
-                .map(|(i, &n)| (i, n))
-                .collect(),
+            buckets: h.buckets().collect(),
             count: h.count,
             sum_ns: h.sum_ns,
             max_ns: h.max_ns,
@@ -109,20 +102,13 @@ impl From<&EpisodeHist> for StoredHist {
 
 impl StoredHist {
     fn to_hist(&self) -> EpisodeHist {
-        let mut counts = vec![0; BUCKETS];
-        for &(i, n) in &self.buckets {
-            if let Some(c) = counts.get_mut(i) {
-                *c = n;
-            }
-        }
-        EpisodeHist {
-            counts,
-            count: self.count,
-            sum_ns: self.sum_ns,
-            max_ns: self.max_ns,
-            over_1ms: self.over_1ms,
-            over_10ms: self.over_10ms,
-        }
+        EpisodeHist::with_buckets(self.buckets.iter().copied()).totals(
+            self.count,
+            self.sum_ns,
+            self.max_ns,
+            self.over_1ms,
+            self.over_10ms,
+        )
     }
 }
 
@@ -216,6 +202,7 @@ impl StoredSample {
                 missed_switches: self.stats.missed_switches,
                 unwatched: self.stats.unwatched,
             },
+            procs: Default::default(),
         })
     }
 }
@@ -255,6 +242,7 @@ mod tests {
                 missed_switches: 2,
                 unwatched: 3,
             },
+            procs: Default::default(),
         };
         let json = serde_json::to_string(&StoredSched::from(&s)).unwrap();
         let back: StoredSched = serde_json::from_str(&json).unwrap();
