@@ -187,6 +187,16 @@ impl Applier<'_> {
         if self.dry_run {
             return Ok(self.dry_report(actions));
         }
+        // No batch for nothing: an empty one would be `undo`'s next target
+        // and read as a change in the journal.
+        if actions.is_empty() {
+            return Ok(ApplyReport {
+                dry_run: false,
+                batch: None,
+                results: Vec::new(),
+                error: None,
+            });
+        }
         let batch = journal::read(&self.journal)?.next_batch();
         let mut w = Writer::open(&self.journal)?;
         w.append(&Record::Batch {
@@ -549,4 +559,32 @@ pub fn recover(
         })?;
     }
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_plan_writes_no_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("place.journal");
+        let mut log = |_: &str| {};
+        let mut ap = Applier {
+            journal: journal.clone(),
+            dry_run: false,
+            ctl: None,
+            limits: MoveLimits {
+                margin_pct: 10.0,
+                margin_min_bytes: 0,
+                step_bytes: 1 << 20,
+                psi_stop: 10.0,
+                swap_headroom: 1.0,
+            },
+            log: &mut log,
+        };
+        let r = ap.apply(&[], BatchKind::Apply, None).unwrap();
+        assert_eq!((r.batch, r.results.len()), (None, 0));
+        assert!(!journal.exists(), "an empty batch was journaled");
+    }
 }

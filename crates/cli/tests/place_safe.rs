@@ -661,23 +661,30 @@ fn the_plan_keeps_the_pinned_loops_cpu_light_and_is_measured_no_worse() {
         eprintln!("nothing applied; plan: {}", p["warnings"]);
         return;
     }
+    // `apply` plans again: what it applied is the journal, not `p`.
+    let applied: Vec<String> = journal_lines(&journal)
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
     let after = layout_measured(&[&web, &db], backup);
     let _ = place(&["undo", "--yes"], &cfg, &journal);
-    eprintln!("before {before:?}\nagain  {again:?}\nafter  {after:?}\nplan {p}");
+    eprintln!(
+        "before {before:?}\nagain  {again:?}\nafter  {after:?}\nplan {p}\napplied {applied:#?}"
+    );
     // The unchanged layout's own drift between windows, plus 5 pp.
     let drift = |f: fn(&Measured) -> f64| (f(&before) - f(&again)).abs() + 5.0;
     let worst = |f: fn(&Measured) -> f64| f(&before).max(f(&again));
     assert!(
         after.spread <= worst(|m| m.spread).max(10.0) + drift(|m| m.spread),
-        "vCPU spread widened: before {before:?} / {again:?}, after {after:?}, plan {p}"
+        "vCPU spread widened: before {before:?} / {again:?}, after {after:?}, applied {applied:?}"
     );
     assert!(
         after.mean <= worst(|m| m.mean) + drift(|m| m.mean),
-        "vCPU steal rose: before {before:?} / {again:?}, after {after:?}, plan {p}"
+        "vCPU steal rose: before {before:?} / {again:?}, after {after:?}, applied {applied:?}"
     );
     assert!(
         after.backup_ran_s > 0.3 && after.backup_ran_s >= 0.5 * before.backup_ran_s,
-        "backup starved: before {before:?}, after {after:?}, plan {p}"
+        "backup starved: before {before:?}, after {after:?}, applied {applied:?}"
     );
 }
 

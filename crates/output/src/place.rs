@@ -135,6 +135,10 @@ pub fn plan(p: &Plan, pred: Option<&Prediction>, width: usize) -> String {
 pub fn apply_report(r: &ApplyReport, width: usize) -> String {
     let st = style(width);
     let mut out = String::new();
+    if !r.dry_run && r.batch.is_none() {
+        out.push_str("Nothing applied: the plan has no actions\n");
+        return out;
+    }
     let _ = writeln!(
         out,
         "{}{} action(s)",
