@@ -63,7 +63,7 @@ fn short_fix(id: &str) -> Option<&'static str> {
         }
         "host.swap-pressure" => "reduce host memory overcommit until the VMs' memory is back in RAM",
         "host.starved" => {
-            "give the starved task a CPU of its own or lower what holds its CPU (`taskset -pc`, `renice`, cpu.weight)"
+            "give the starved task a CPU of its own or lower what holds its CPU (`taskset -pc`, /proc/PID/autogroup or `renice`, cpu.weight)"
         }
         "steal.busy" => {
             "ask the provider to move the VM to a less loaded host or a dedicated instance type"

@@ -170,10 +170,16 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
         let nn = nn.unwrap_or_else(|| panic!("no host.noisy-neighbor: {}", r["findings"]));
         assert_eq!(nn["evidence"]["culprit"]["name"], "whohog", "{nn}");
         assert_eq!(nn["evidence"]["culprit"]["pid"], hog.pid(), "{nn}");
-        assert!(nn["remedy"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("renice -n 10 -p {}", hog.pid())));
+        // The weight command that acts on this host: with autogroups on,
+        // the session's nice (renice does not act across sessions).
+        let on = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+            .is_ok_and(|v| v.trim() == "1");
+        let cmd = if on {
+            format!("echo 10 > /proc/{}/autogroup", hog.pid())
+        } else {
+            format!("renice -n 10 -p {}", hog.pid())
+        };
+        assert!(nn["remedy"].as_str().unwrap().contains(&cmd), "{nn}");
     }
     // The verdict's fix starts with the loop (host.steal.busy's or, when
     // it fires, host.noisy-neighbor's).
@@ -191,4 +197,85 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
         .find(|w| w["pid"] == hog.pid())
         .unwrap();
     assert!(w["run_cpus"].as_f64().unwrap() > 0.33, "{w}");
+}
+
+/// CPU a thread ran over `secs` (its own schedstat), after `settle` s.
+fn ran_cpus(pid: u32, settle: f64, secs: f64) -> f64 {
+    std::thread::sleep(std::time::Duration::from_secs_f64(settle));
+    let r0 = schedstat(u64::from(pid), u64::from(pid)).0;
+    let t0 = boottime();
+    std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+    let r1 = schedstat(u64::from(pid), u64::from(pid)).0;
+    (r1 - r0) as f64 / 1e9 / (boottime() - t0)
+}
+
+/// The weight command the report gives for a host loop beside a busy VM
+/// acts on this host: with autogroups on, `renice` leaves the loop's CPU
+/// where it was (its nice orders it only inside its own session) and the
+/// report's `echo 10 > /proc/PID/autogroup` cuts it (its session's weight
+/// falls from 1024 to 110). Truth is the loop's own schedstat.
+#[test]
+fn the_weight_fix_for_a_host_loop_acts_on_this_host() {
+    if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
+        return;
+    }
+    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled");
+    if !require(
+        enabled.as_deref().map(str::trim).ok() == Some("1"),
+        "autogroups enabled (kernel.sched_autogroup_enabled=1)",
+    ) {
+        return;
+    }
+    let _turn = serial();
+    let _vms = Vms;
+    let pid: u64 = testenv("start-vm.sh", &["wfA", "2", "--busy", "2"])
+        .parse()
+        .unwrap();
+    let st = Command::new("taskset")
+        .args(["-a", "-p", "-c", "0-1", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let hog = Hog::in_own_session("wfhog", "0-1");
+    let Some(r) = quiet_run("4s", &[hog.pid()], &[pid], MAX_OTHER_CPUS_NAMING, 0.3) else {
+        return;
+    };
+    let cmd = format!("echo 10 > /proc/{}/autogroup", hog.pid());
+    let said: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["remedy"].as_str())
+        .filter(|t| t.contains(&cmd))
+        .collect();
+    assert!(
+        !said.is_empty(),
+        "no finding gives `{cmd}`: {}",
+        r["findings"]
+    );
+    assert!(
+        said.iter().all(|t| !t.contains("renice -n")),
+        "a fix still says renice: {said:?}"
+    );
+    let base = ran_cpus(hog.pid(), 0.0, 3.0);
+    let st = Command::new("renice")
+        .args(["-n", "10", "-p", &hog.pid().to_string()])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let reniced = ran_cpus(hog.pid(), 0.5, 3.0);
+    let st = Command::new("sh").args(["-c", &cmd]).output().unwrap();
+    assert!(st.status.success(), "{cmd}: {st:?}");
+    let session = ran_cpus(hog.pid(), 0.5, 3.0);
+    eprintln!(
+        "loop ran {base:.2} CPU, {reniced:.2} after renice -n 10, {session:.2} after `{cmd}`"
+    );
+    assert!(
+        reniced >= 0.7 * base,
+        "renice cut the loop from {base:.2} to {reniced:.2} CPU: autogroups not in effect?"
+    );
+    assert!(
+        session <= 0.5 * base.min(reniced),
+        "the report's fix left the loop at {session:.2} CPU (was {base:.2}, {reniced:.2})"
+    );
 }

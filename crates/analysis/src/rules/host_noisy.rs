@@ -13,6 +13,7 @@ use super::fair_share::Fair;
 use super::host::{HOST_STEAL_CLEAR_PCT, HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
 use super::host_steal::mean_steal;
 use super::host_who::{basis, culprits, Who};
+use super::weight_fix::lower_weight;
 use crate::finding::{round, Finding, Severity};
 use crate::hysteresis::{holding, SUBJECT};
 use crate::verdict::VERDICT_FIX;
@@ -174,14 +175,14 @@ fn finding(
             "/proc/stat",
         ]
     })
-    .evidence(VERDICT_FIX, verdict_fix(w, fair))
-    .remedy(fix(w))
+    .evidence(VERDICT_FIX, verdict_fix(m, w, fair))
+    .remedy(fix(m, w))
     .case("who-stole-my-cpu-talk.md")
 }
 
 /// The verdict's fix: what the culprit took against its fair share, then
 /// the first thing to do.
-fn verdict_fix(w: &Who, fair: Option<(f64, f64)>) -> Option<String> {
+fn verdict_fix(m: &MachineModel, w: &Who, fair: Option<(f64, f64)>) -> Option<String> {
     let (f, r) = fair.filter(|_| w.kind != "irq")?;
     let what = match (w.kind, w.pid) {
         ("host-process", Some(pid)) => format!("host process `{}` (pid {pid})", w.name),
@@ -190,7 +191,7 @@ fn verdict_fix(w: &Who, fair: Option<(f64, f64)>) -> Option<String> {
         ("vmm", _) => format!("VM {}'s emulator threads", w.name),
         _ => return None,
     };
-    let first = fix(w);
+    let first = fix(m, w);
     let first = first
         .split(". ")
         .next()
@@ -204,12 +205,13 @@ fn verdict_fix(w: &Who, fair: Option<(f64, f64)>) -> Option<String> {
     Some(format!("{what} {verb} {r:.2} CPU (fair {f:.2}): {first}"))
 }
 
-fn fix(w: &Who) -> String {
+fn fix(m: &MachineModel, w: &Who) -> String {
     match (w.kind, w.name.as_str()) {
         ("host-process", _) => format!(
             "Give {} CPUs of its own away from the vCPUs (`taskset -apc CPUS {pid}` or a cpuset), lower its weight \
-             (`renice -n 10 -p {pid}`, or a cpu cgroup with a lower cpu.weight), or move it to another host.",
+             ({}), or move it to another host.",
             w.label(),
+            lower_weight(m, w.pid),
             pid = w.pid.map(|p| p.to_string()).unwrap_or_else(|| "PID".into())
         ),
         ("vcpu", _) => format!(

@@ -138,7 +138,8 @@ pub fn starved_finding(s: &StoredStarve, m: VmOf<'_>) -> Option<Finding> {
             .remedy(
                 "A runnable thread that gets no CPU for seconds is starved by what holds its CPU: \
                  give it a CPU of its own or move the holder (`taskset -pc CPUS PID`, a cpuset), \
-                 raise its weight or lower the holder's (`renice`, cpu.weight of its cgroup), or \
+                 raise its weight or lower the holder's (`renice` within one session; with \
+                 autogroups on, the session's nice in /proc/PID/autogroup; cpu.weight of its cgroup), or \
                  undo a placement that confined it (`stealscope place undo`). A SCHED_IDLE or \
                  nice 19 thread behind busy work is starved by design.",
             )

@@ -5,6 +5,7 @@
 
 use super::host::{HOST_STEAL_CLEAR_PCT, HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
 use super::host_who::{basis, culprits, summary, Who};
+use super::weight_fix::{lower_weight, lower_weight_short};
 use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use crate::verdict::VERDICT_FIX;
 use stealscope_model::MachineModel;
@@ -96,7 +97,7 @@ impl Load {
 /// Judged by demand, not run time: a loop that the host starves in one
 /// interval and not in the next wants the same CPU in both (issue 28: a
 /// pinned loop ran 0.13 to 0.62 CPU in back-to-back 5 s runs).
-fn named_work(m: &MachineModel) -> Option<String> {
+fn named_work(m: &MachineModel) -> Option<Named> {
     let demand = |w: &stealscope_model::host::host_work::WorkItem| w.run_cpus + w.wait_cpus;
     let w = m
         .host
@@ -124,10 +125,28 @@ fn named_work(m: &MachineModel) -> Option<String> {
     } else {
         String::new()
     };
-    Some(format!(
-        "{what} takes {:.2} CPU{wanted}{pinned}",
-        w.run_cpus
-    ))
+    Some(Named {
+        text: format!("{what} takes {:.2} CPU{wanted}{pinned}", w.run_cpus),
+        pid: w.pid.filter(|_| w.kind == "host-process"),
+    })
+}
+
+/// The host work [`named_work`] names: the text, and the pid when it is a
+/// process (whose weight is lowered per [`super::weight_fix`]).
+struct Named {
+    text: String,
+    pid: Option<u32>,
+}
+
+impl Named {
+    /// "move or throttle it (...)", with the weight command for this host.
+    fn throttle(&self, m: &MachineModel) -> String {
+        let lower = match self.pid {
+            Some(pid) => lower_weight_short(m, Some(pid)),
+            None => "`renice`".to_string(),
+        };
+        format!("move or throttle it (taskset or a cpuset away from the vCPUs, {lower})")
+    }
 }
 
 /// "0", "0-3", "0,2" (a sorted list of CPUs).
@@ -184,20 +203,22 @@ fn fits_finding(m: &MachineModel, sev: Severity, mean: f64, l: &Load, who: &[Who
             l.text(),
             who_ran(who)
         ),
-    )
-    .remedy(format!(
+    );
+    let named = named_work(m);
+    let f = f.remedy(format!(
         "This is not oversubscription by VMs: their {:.1} runnable vCPUs fit on {} CPUs, and host work \
          ({:.1} CPUs, mostly {top}) competes with them. Give it CPUs of its own away from the vCPUs (taskset or a \
-         cpuset), lower its weight (renice, or a cpu cgroup with a lower cpu.weight), or move it off the host; \
-         moving VMs is not needed. See host.noisy-neighbor.",
+         cpuset), lower its weight ({}), or move it off the host; moving VMs is not needed. See \
+         host.noisy-neighbor.",
         l.vcpus,
         l.cpus,
-        l.host_work()
+        l.host_work(),
+        lower_weight(m, named.as_ref().and_then(|w| w.pid)),
     ));
-    match named_work(m) {
+    match named {
         Some(w) => f.evidence(
             VERDICT_FIX,
-            format!("{w}: move or throttle it (taskset or a cpuset away from the vCPUs, renice); moving VMs is not needed"),
+            format!("{}: {}; moving VMs is not needed", w.text, w.throttle(m)),
         ),
         None => f,
     }
@@ -217,9 +238,10 @@ fn oversubscribed_finding(
         .as_ref()
         .map(|w| {
             format!(
-                " Host work adds to it ({:.1} runnable CPUs; {w}): move or throttle it first (taskset or a cpuset \
-                 away from the vCPUs, renice, or a cpu cgroup with a lower cpu.weight).",
-                l.host_work()
+                " Host work adds to it ({:.1} runnable CPUs; {}): {} first.",
+                l.host_work(),
+                w.text,
+                w.throttle(m)
             )
         })
         .unwrap_or_default();
@@ -241,7 +263,11 @@ fn oversubscribed_finding(
     match named {
         Some(w) => f.evidence(
             VERDICT_FIX,
-            format!("{w}: move or throttle it (taskset or a cpuset away from the vCPUs, renice); then move the busiest VMs to another host, or give them fewer vCPUs"),
+            format!(
+                "{}: {}; then move the busiest VMs to another host, or give them fewer vCPUs",
+                w.text,
+                w.throttle(m)
+            ),
         ),
         None => f,
     }

@@ -18,6 +18,7 @@ pub mod irq;
 pub mod mitigation;
 pub mod steal;
 pub mod tuning;
+pub mod weight_fix;
 
 pub type RuleFn = fn(&MachineModel, &mut Vec<Finding>);
 

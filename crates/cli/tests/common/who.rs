@@ -48,6 +48,25 @@ impl Hog {
         std::thread::sleep(std::time::Duration::from_millis(200));
         Hog { child, _dir: dir }
     }
+    /// As [`Hog::start`] at nice 0, in a session of its own (`setsid`), so
+    /// its autogroup is its own: changing that group's nice touches no
+    /// other process (the test's session holds the test harness).
+    pub fn in_own_session(name: &str, cpu: &str) -> Hog {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join(name);
+        std::fs::copy("/bin/sh", &exe).unwrap();
+        // The child is not a process-group leader, so setsid execs in place:
+        // the child's pid is the loop's.
+        let child = Command::new("setsid")
+            .args(["taskset", "-c", cpu])
+            .arg(&exe)
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Hog { child, _dir: dir }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
