@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_model::host::starve::{OwnWait, STARVE_FILE};
+use stealscope_model::host::stored::READ_TIMES;
 use stealscope_model::observation::{collect, Observation, Side};
 use stealscope_readers::kmsg::RuleRecords;
 use stealscope_readers::perf::CounterCapture;
@@ -46,6 +47,13 @@ pub fn record_side(
     let _ = rec.read("/proc/sys/kernel/hostname");
     let mut fs = MemFs::new(name);
     fs.files = rec.into_files();
+    // When each process was read: a saved snapshot times each as live.
+    if !obs.host.read_ns.is_empty() {
+        fs.insert(
+            READ_TIMES,
+            serde_json::to_vec(&obs.host.read_ns).unwrap_or_default(),
+        );
+    }
     Ok((fs, obs))
 }
 

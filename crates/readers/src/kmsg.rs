@@ -82,6 +82,10 @@ impl<S: crate::Source> crate::Source for RuleRecords<S> {
     fn describe(&self) -> String {
         self.0.describe()
     }
+
+    fn now_ns(&self) -> Option<u64> {
+        self.0.now_ns()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

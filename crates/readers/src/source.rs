@@ -24,6 +24,14 @@ pub trait Source {
     /// Human name of the source, for messages ("/", "snapshot t0").
     fn describe(&self) -> String;
 
+    /// CLOCK_MONOTONIC now, ns, when this source is the live machine (a
+    /// reader stamps when it read what: a walk of every process takes
+    /// long enough under load to skew each process's interval); None for a
+    /// snapshot, whose stamps are stored beside its files.
+    fn now_ns(&self) -> Option<u64> {
+        None
+    }
+
     /// Reads a file as UTF-8 text (lossy replacement would hide garbage, so
     /// invalid UTF-8 is a parse error naming the file).
     fn read_text(&self, path: &str) -> Result<Option<String>> {
@@ -158,6 +166,10 @@ impl Source for RootFs {
     fn describe(&self) -> String {
         self.root.display().to_string()
     }
+
+    fn now_ns(&self) -> Option<u64> {
+        Some(crate::clock::monotonic_ns())
+    }
 }
 
 const fn libc_o_nonblock() -> i32 {
@@ -202,6 +214,10 @@ impl<S: Source> Source for Recorder<S> {
 
     fn describe(&self) -> String {
         self.inner.describe()
+    }
+
+    fn now_ns(&self) -> Option<u64> {
+        self.inner.now_ns()
     }
 }
 

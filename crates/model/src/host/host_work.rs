@@ -62,6 +62,16 @@ impl HostWork {
     }
 }
 
+/// The span between a process's two readings, s: its own read instants
+/// when both sides have them ([`HostObservation::read_ns`]), else the
+/// interval's `wall_s`.
+fn span_s(t0: &HostObservation, t1: &HostObservation, pid: u32, wall_s: f64) -> f64 {
+    match (t0.read_ns.get(&pid), t1.read_ns.get(&pid)) {
+        (Some(&a), Some(&b)) if b > a => (b - a) as f64 / 1e9,
+        _ => wall_s,
+    }
+}
+
 /// Non-VM work between the two sides; `wall_s` is the interval length.
 pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> HostWork {
     let mut w = HostWork::default();
@@ -70,9 +80,10 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
     if wall_s <= 0.0 || t0.procs.is_empty() {
         return w;
     }
-    let mut items: BTreeMap<(&'static str, String, Option<u32>), (u64, u64)> = BTreeMap::new();
+    // (run, wait) in CPUs, each process over its own span.
+    let mut items: BTreeMap<(&'static str, String, Option<u32>), (f64, f64)> = BTreeMap::new();
     let own = t1.own_pid.or(t0.own_pid);
-    let mut own_run = 0u64;
+    let mut own_run = 0.0;
     for p in &t1.procs {
         // By pid only: an exec keeps the pid and the threads' counters. A
         // process or thread started during the interval counts from zero;
@@ -86,6 +97,8 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
             run += s1.run_ns.saturating_sub(s0.run_ns);
             wait += s1.wait_ns.saturating_sub(s0.wait_ns);
         }
+        let span = span_s(t0, t1, p.pid, wall_s);
+        let (run, wait) = (run as f64 / 1e9 / span, wait as f64 / 1e9 / span);
         if Some(p.pid) == own {
             own_run += run;
             continue;
@@ -99,22 +112,21 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
         e.0 += run;
         e.1 += wait;
     }
-    let cpus = |ns: u64| ns as f64 / 1e9 / wall_s;
     w.own = own.map(|pid| OwnCost {
         pid,
-        run_cpus: cpus(own_run),
+        run_cpus: own_run,
         vcpu_wait_s: None,
     });
-    w.run_cpus = cpus(items.values().map(|v| v.0).sum());
-    w.wait_cpus = cpus(items.values().map(|v| v.1).sum());
+    w.run_cpus = items.values().map(|v| v.0).sum();
+    w.wait_cpus = items.values().map(|v| v.1).sum();
     let mut top: Vec<WorkItem> = items
         .into_iter()
         .map(|((kind, name, pid), (run, wait))| WorkItem {
             kind,
             name,
             pid,
-            run_cpus: cpus(run),
-            wait_cpus: cpus(wait),
+            run_cpus: run,
+            wait_cpus: wait,
             cpus_allowed: pid.and_then(|p| t1.affinity.get(&p).cloned()),
         })
         .filter(|i| i.run_cpus >= LIST_MIN_CPUS)
@@ -191,6 +203,35 @@ mod tests {
         assert_eq!((kw.name.as_str(), kw.pid), ("kworker", None));
         assert!((kw.run_cpus - 0.1).abs() < 1e-9);
         assert_eq!(w.top.len(), 3);
+    }
+
+    /// Each process over the span between its own two readings: a loop
+    /// read 0.5 s later in the end side's walk than in the start side's
+    /// ran 2.5 s in 2.5 s, one whole CPU, not 1.25 over the 2 s interval.
+    #[test]
+    fn each_process_over_its_own_span() {
+        let mut t0 = HostObservation {
+            procs: vec![
+                proc_(10, "loop", None, &[(10, 0, 0)]),
+                proc_(20, "other", None, &[(20, 0, 0)]),
+            ],
+            ..Default::default()
+        };
+        let mut t1 = HostObservation {
+            procs: vec![
+                proc_(10, "loop", Some(false), &[(10, 2_500_000_000, 0)]),
+                proc_(20, "other", Some(false), &[(20, 1_000_000_000, 0)]),
+            ],
+            ..Default::default()
+        };
+        t0.read_ns.insert(10, 1_000_000_000);
+        t1.read_ns.insert(10, 3_500_000_000);
+        let w = host_work(&t0, &t1, 2.0);
+        let cpus = |n: &str| w.top.iter().find(|i| i.name == n).unwrap().run_cpus;
+        assert!((cpus("loop") - 1.0).abs() < 1e-9, "{w:?}");
+        // Not stamped on both sides: the interval's length.
+        assert!((cpus("other") - 0.5).abs() < 1e-9, "{w:?}");
+        assert!((w.run_cpus - 1.5).abs() < 1e-9);
     }
 
     /// A start side that read no process (no VMM ran then) measures no

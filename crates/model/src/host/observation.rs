@@ -10,7 +10,9 @@ use super::discovery::{
 use super::kvm::KvmCounters;
 use super::sched_store::{StoredSched, SCHED_FILE};
 use super::starve::{StoredStarve, STARVE_FILE};
-use super::stored::{QmpRecord, AFFINITY, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR};
+use super::stored::{
+    QmpRecord, AFFINITY, EXIT_SAMPLE, KVM_STATS_DIR, NOTES, OWN_PID, QMP_DIR, READ_TIMES,
+};
 use crate::side::Side;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -118,6 +120,14 @@ pub struct HostObservation {
     /// Every other process (see [`HostProc`]).
     #[serde(skip)]
     pub procs: Vec<HostProc>,
+    /// When each process's threads were read (CLOCK_MONOTONIC ns), live
+    /// or from [`READ_TIMES`]: under load the walk of every process takes
+    /// a second side long enough that a process read late in one and early
+    /// in the other is off by a tenth of its interval (issue 28: a loop
+    /// said to take 0.46 CPU that took 0.41-0.44 over any window of the
+    /// interval). Empty for older snapshots.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub read_ns: BTreeMap<u32, u64>,
     /// /proc/sys/kernel/sched_autogroup_enabled (None: no autogroups).
     pub autogroup_enabled: Option<bool>,
     /// The scheduler-event collector's reading stored in this side.
@@ -317,6 +327,9 @@ pub struct ThreadTimes {
     /// Every other process the same way: the host's other runnable work,
     /// which competes with the vCPUs for the same CPUs.
     others: BTreeMap<u32, (String, BTreeMap<u32, Option<TaskSchedstat>>)>,
+    /// CLOCK_MONOTONIC ns right before each process's threads were read
+    /// (a live source only; see [`HostObservation::read_ns`]).
+    read_ns: BTreeMap<u32, u64>,
 }
 
 /// Reads [`ThreadTimes`]: only /proc/<pid>/comm, the task list and each
@@ -337,9 +350,13 @@ pub fn thread_times(src: &dyn Source) -> Result<ThreadTimes, ReadError> {
         return Ok(t);
     }
     for (pid, comm) in comms {
+        let at = src.now_ns();
         let Some(tids) = proc_::tids(src, pid)? else {
             continue;
         };
+        if let Some(at) = at {
+            t.read_ns.insert(pid, at);
+        }
         let mut m = BTreeMap::new();
         for tid in tids {
             m.insert(tid, proc_::task_schedstat(src, pid, tid)?);
@@ -420,6 +437,11 @@ pub fn collect_host_with(
                 .collect(),
         });
     }
+    h.read_ns = if times.read_ns.is_empty() {
+        read_json(src, READ_TIMES, &mut h.notes).unwrap_or_default()
+    } else {
+        std::mem::take(&mut times.read_ns)
+    };
     h.autogroup_enabled = autogroup::enabled(src).unwrap_or_else(|e| {
         h.notes.push(format!("skipped {e}"));
         None

@@ -20,6 +20,9 @@ pub const OWN_PID: &str = "/stealscope/own-pid.json";
 /// t1 only: the CPUs each of the largest non-VM processes may run on
 /// (pid -> Cpus_allowed_list), so that a fix can say a loop is pinned.
 pub const AFFINITY: &str = "/stealscope/affinity.json";
+/// Each side: when each process's threads were read (pid -> CLOCK_MONOTONIC
+/// ns), so a saved snapshot times each process as the live report did.
+pub const READ_TIMES: &str = "/stealscope/read-times.json";
 /// Notes of the live capture itself (a --qmp name that matches no VM).
 pub const NOTES: &str = "/stealscope/notes.json";
 
