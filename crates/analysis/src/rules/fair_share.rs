@@ -31,7 +31,7 @@ pub fn thread_demand(util_pct: f64, steal_pct: f64) -> f64 {
 
 /// Demand of work measured as a whole (a process, a class) in whole-CPU
 /// units: 1.3 CPUs is one unit of 1.0 and one of 0.3.
-fn units(cpus: f64) -> impl Iterator<Item = f64> {
+pub(super) fn units(cpus: f64) -> impl Iterator<Item = f64> {
     let cpus = cpus.max(0.0);
     let whole = cpus.floor() as usize;
     let rest = cpus - whole as f64;
@@ -64,7 +64,7 @@ fn demands(m: &MachineModel) -> Vec<f64> {
 }
 
 /// The level `l` at which `sum(min(d, l)) = min(cpus, sum(d))`.
-fn water_level(demands: &[f64], cpus: f64) -> f64 {
+pub(super) fn water_level(demands: &[f64], cpus: f64) -> f64 {
     let total: f64 = demands.iter().sum();
     if total <= cpus || demands.is_empty() {
         return 1.0;

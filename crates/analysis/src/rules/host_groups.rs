@@ -12,7 +12,7 @@ use stealscope_model::host::observation::VmObs;
 use stealscope_model::MachineModel;
 
 /// One VM's scheduling group: (label, relative weight, is an autogroup).
-fn group_of(vm: &VmObs, autogroups_on: bool) -> Option<(String, f64, bool)> {
+pub(super) fn group_of(vm: &VmObs, autogroups_on: bool) -> Option<(String, f64, bool)> {
     let cpu_path = vm
         .cgroups
         .iter()

@@ -6,6 +6,7 @@ use crate::finding::Finding;
 use stealscope_model::MachineModel;
 
 pub mod clock;
+pub mod expected_share;
 pub mod fair_share;
 pub mod host;
 pub mod host_groups;
