@@ -149,9 +149,11 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
     );
     let remedy = busy["remedy"].as_str().unwrap();
     assert!(!remedy.contains("Only moving VMs"), "{remedy}");
-    // The loop is a noisy neighbour only when it ran over its fair share:
-    // three runnable threads on two CPUs get 0.67 CPU each; in a session
-    // autogroup of its own beside the VM's, the loop gets a whole CPU.
+    // With autogroups on, the loop's session weighs as much as the VM's:
+    // the host's structure gives it a whole CPU against a fair 2/3 (three
+    // runnable threads on two CPUs), whatever one sample gave it, so it is
+    // the noisy neighbour by structure. With them off every thread weighs
+    // alike: it is one only when it ran well over its fair share.
     let ran = r["host_work"]["top"]
         .as_array()
         .unwrap()
@@ -163,23 +165,25 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
         "loop ran {ran:.2} CPU; noisy-neighbor: {:?}",
         nn.map(|f| &f["title"])
     );
-    if ran < 0.7 {
-        assert!(nn.is_none(), "the loop at its fair share: {nn:?}");
-    }
-    if ran > 0.9 {
+    let on = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+        .is_ok_and(|v| v.trim() == "1");
+    if on {
         let nn = nn.unwrap_or_else(|| panic!("no host.noisy-neighbor: {}", r["findings"]));
-        assert_eq!(nn["evidence"]["culprit"]["name"], "whohog", "{nn}");
-        assert_eq!(nn["evidence"]["culprit"]["pid"], hog.pid(), "{nn}");
-        // The weight command that acts on this host: with autogroups on,
-        // the session's nice (renice does not act across sessions).
-        let on = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
-            .is_ok_and(|v| v.trim() == "1");
-        let cmd = if on {
-            format!("echo 10 > /proc/{}/autogroup", hog.pid())
-        } else {
-            format!("renice -n 10 -p {}", hog.pid())
-        };
+        let e = &nn["evidence"];
+        assert_eq!(e["over"], "structure", "{nn}");
+        assert_eq!(e["culprit"]["name"], "whohog", "{nn}");
+        assert_eq!(e["culprit"]["pid"], hog.pid(), "{nn}");
+        let (exp, fair) = (
+            e["expected_cpus"].as_f64().unwrap(),
+            e["fair_cpus"].as_f64().unwrap(),
+        );
+        assert!(exp >= 1.25 * fair, "{nn}");
+        // The weight command that acts here: the session's nice (renice
+        // does not act across sessions).
+        let cmd = format!("echo 10 > /proc/{}/autogroup", hog.pid());
         assert!(nn["remedy"].as_str().unwrap().contains(&cmd), "{nn}");
+    } else if ran < 0.8 {
+        assert!(nn.is_none(), "the loop near its fair share: {nn:?}");
     }
     // The verdict's fix starts with the loop (host.steal.busy's or, when
     // it fires, host.noisy-neighbor's).
@@ -199,14 +203,47 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
     assert!(w["run_cpus"].as_f64().unwrap() > 0.33, "{w}");
 }
 
-/// CPU a thread ran over `secs` (its own schedstat), after `settle` s.
-fn ran_cpus(pid: u32, settle: f64, secs: f64) -> f64 {
+/// Run time of every thread of a process, ns (its tasks' schedstat).
+fn process_run_ns(pid: u64) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|t| t.file_name().to_str()?.parse::<u64>().ok())
+                .map(|tid| schedstat(pid, tid).0)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// CPU the loop ran over `secs` (its own schedstat), after `settle` s, and
+/// the CPU everything but the loop and the VM took meanwhile (/proc/stat):
+/// a window with more than a quarter CPU of other work is measured again,
+/// and under CI one that never is fails.
+fn loop_cpus(hog: u32, vm: u64, settle: f64, secs: f64) -> f64 {
     std::thread::sleep(std::time::Duration::from_secs_f64(settle));
-    let r0 = schedstat(u64::from(pid), u64::from(pid)).0;
-    let t0 = boottime();
-    std::thread::sleep(std::time::Duration::from_secs_f64(secs));
-    let r1 = schedstat(u64::from(pid), u64::from(pid)).0;
-    (r1 - r0) as f64 / 1e9 / (boottime() - t0)
+    for _ in 0..6 {
+        let (r0, v0, b0, t0) = (
+            schedstat(u64::from(hog), u64::from(hog)).0,
+            process_run_ns(vm),
+            cpu_busy(),
+            boottime(),
+        );
+        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+        let wall = boottime() - t0;
+        let b1 = cpu_busy();
+        let hog_cpus = (schedstat(u64::from(hog), u64::from(hog)).0 - r0) as f64 / 1e9 / wall;
+        let vm_cpus = (process_run_ns(vm) - v0) as f64 / 1e9 / wall;
+        let busy = (b1.0 - b0.0) / (b1.1 - b0.1) * ncpus();
+        let other = busy - hog_cpus - vm_cpus;
+        if other <= 0.25 {
+            return hog_cpus;
+        }
+        eprintln!(
+            "window rejected: other work {other:.2} CPUs (loop {hog_cpus:.2}, VM {vm_cpus:.2})"
+        );
+    }
+    assert!(!in_ci(), "every window was disturbed by other work");
+    f64::NAN
 }
 
 /// The weight command the report gives for a host loop beside a busy VM
@@ -257,19 +294,23 @@ fn the_weight_fix_for_a_host_loop_acts_on_this_host() {
         said.iter().all(|t| !t.contains("renice -n")),
         "a fix still says renice: {said:?}"
     );
-    let base = ran_cpus(hog.pid(), 0.0, 3.0);
+    let base = loop_cpus(hog.pid(), pid, 0.0, 3.0);
     let st = Command::new("renice")
         .args(["-n", "10", "-p", &hog.pid().to_string()])
         .output()
         .unwrap();
     assert!(st.status.success());
-    let reniced = ran_cpus(hog.pid(), 0.5, 3.0);
+    let reniced = loop_cpus(hog.pid(), pid, 0.5, 3.0);
     let st = Command::new("sh").args(["-c", &cmd]).output().unwrap();
     assert!(st.status.success(), "{cmd}: {st:?}");
-    let session = ran_cpus(hog.pid(), 0.5, 3.0);
+    let session = loop_cpus(hog.pid(), pid, 0.5, 3.0);
     eprintln!(
         "loop ran {base:.2} CPU, {reniced:.2} after renice -n 10, {session:.2} after `{cmd}`"
     );
+    if [base, reniced, session].iter().any(|x| x.is_nan()) {
+        eprintln!("SKIPPED (not CI): no undisturbed window");
+        return;
+    }
     assert!(
         reniced >= 0.7 * base,
         "renice cut the loop from {base:.2} to {reniced:.2} CPU: autogroups not in effect?"
