@@ -75,6 +75,10 @@ struct sched_entity {
 	struct cfs_rq *cfs_rq;
 } __attribute__((preserve_access_index));
 
+struct hrtimer {
+	void *function;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	struct sched_entity se;
 	int pid;
@@ -89,6 +93,9 @@ struct task_struct {
 
 // Episodes of at least this many ns go to the ring (set by the loader).
 const volatile u64 episode_threshold_ns = 100000;
+// The scheduler tick's hrtimer callback (tick_nohz_handler, from
+// /proc/kallsyms; set by the loader), or 0 to read after every hrtimer.
+const volatile u64 tick_fn = 0;
 
 // Per CPU; layout shared with src/guest_steal.rs.
 struct steal_cpu {
@@ -289,14 +296,17 @@ int steal_switch(u64 *ctx)
 	return 0;
 }
 
-// After each hrtimer callback, the scheduler tick's among them: the tick
-// updated the rq clock (sched_tick), so busy steal is seen within one
-// tick, each episode near its own time, rather than merged until the
-// running task next switches out. An hrtimer that woke a task here
-// updated it too. Current is the interrupted task (or idle). A soft
-// hrtimer runs with interrupts on; a hard one landing inside it finds
-// this program running and is skipped by the kernel (recursion_misses),
-// which only leaves the advance to the next reading.
+// After the scheduler tick's hrtimer callback: the tick updated the rq
+// clock (sched_tick), so busy steal is seen within one tick, each episode
+// near its own time, rather than merged until the running task next
+// switches out. Current is the interrupted task (or idle). Other hrtimers
+// return after one load: a run here costs ~120 ns however little it
+// does (cold, in an interrupt), and a sleeper's timer fires thousands of
+// times a second; the switch it leads to reads the steal clock anyway.
+// Where the tick's callback is unknown (tick_fn 0), every hrtimer reads.
+// A soft hrtimer runs with interrupts on; a hard one landing inside it
+// finds this program running and is skipped by the kernel
+// (recursion_misses), which only leaves the advance to the next reading.
 // No wake-up hook: a wake-up changes no CPU's current task, and the
 // switch it leads to follows within microseconds. No power:cpu_idle
 // hook: leaving idle moves neither field by itself; the wake-up that
@@ -304,6 +314,9 @@ int steal_switch(u64 *ctx)
 SEC("tp_btf/hrtimer_expire_exit")
 int steal_tick(u64 *ctx)
 {
+	struct hrtimer *t = (void *)ctx[0];
+	if (tick_fn && (u64)t->function != tick_fn)
+		return 0;
 	observe(bpf_get_current_task_btf());
 	return 0;
 }

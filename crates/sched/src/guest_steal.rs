@@ -105,15 +105,21 @@ pub struct GuestSteal {
     log: EpisodeLog,
     threshold_ns: u64,
     rq_path: RqPath,
+    /// The tick's hrtimer callback was found: steal_tick reads only then.
+    tick_known: bool,
 }
 
-/// A verifier log on one line: its first line and its last (the verdict).
+/// A verifier log on one line: its first line and its last but the
+/// statistics (the verdict).
 fn one_line(msg: &str) -> String {
-    let lines: Vec<&str> = msg
+    let mut lines: Vec<&str> = msg
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
+    while lines.len() > 1 && lines.last().is_some_and(|l| l.starts_with("processed ")) {
+        lines.pop();
+    }
     match lines.as_slice() {
         [] => String::new(),
         [one] => (*one).to_string(),
@@ -135,11 +141,17 @@ fn steal_fields_missing(btf_bytes: &[u8]) -> Option<String> {
 
 /// The object loaded with the run queue reached by `path`, both programs
 /// attached, or why not.
-fn load_attach(btf: &Btf, path: RqPath, opts: StealOptions) -> std::result::Result<Ebpf, String> {
+fn load_attach(
+    btf: &Btf,
+    path: RqPath,
+    opts: StealOptions,
+    tick_fn: u64,
+) -> std::result::Result<Ebpf, String> {
     let object = crate::bpf_ksym::resolve_runqueues(OBJECT, btf, path)?;
     let object = crate::bpf_ksym::as_bytes(&object, OBJECT.len());
     let mut ebpf = EbpfLoader::new()
         .override_global("episode_threshold_ns", &opts.threshold_ns, true)
+        .override_global("tick_fn", &tick_fn, true)
         .load(object)
         .map_err(|e| explain(&one_line(&chain(&e))))?;
     for (name, tp) in PROGRAMS {
@@ -172,10 +184,16 @@ impl GuestSteal {
             Btf::from_sys_fs().map_err(|e| unavailable(format!("{BTF_PATH}: {}", chain(&e))))?;
         // As in the scheduler route (src/bpf.rs): the other rq path only
         // when the verifier refused this one, both reasons kept.
+        // The tick's hrtimer callback (6.9 renamed it), so that other
+        // hrtimers cost the program one load; unknown: every one reads.
+        let tick_fn = crate::bpf_ksym::text_symbol(&["tick_nohz_handler", "tick_sched_timer"]);
         let mut why = Vec::new();
         for path in [RqPath::CfsRq, RqPath::Runqueues] {
-            match load_attach(&btf, path, opts) {
-                Ok(ebpf) => return GuestSteal::with(ebpf, path, opts).map_err(unavailable),
+            match load_attach(&btf, path, opts, tick_fn.unwrap_or(0)) {
+                Ok(ebpf) => {
+                    return GuestSteal::with(ebpf, path, opts, tick_fn.is_some())
+                        .map_err(unavailable)
+                }
                 Err(e) if e.starts_with("loading ") => why.push(format!("{}: {e}", path.as_str())),
                 Err(e) => return Err(unavailable(e)),
             }
@@ -187,6 +205,7 @@ impl GuestSteal {
         mut ebpf: Ebpf,
         rq_path: RqPath,
         opts: StealOptions,
+        tick_known: bool,
     ) -> std::result::Result<Self, String> {
         let map = ebpf
             .take_map("steal_episodes")
@@ -198,12 +217,19 @@ impl GuestSteal {
             log: EpisodeLog::new(RECENT),
             threshold_ns: opts.threshold_ns,
             rq_path,
+            tick_known,
         })
     }
 
     /// How the program reaches the run queue on this kernel.
     pub fn rq_path(&self) -> &'static str {
         self.rq_path.as_str()
+    }
+
+    /// Whether `steal_tick` reads only after the scheduler tick (its
+    /// callback found in /proc/kallsyms) rather than after every hrtimer.
+    pub fn tick_only(&self) -> bool {
+        self.tick_known
     }
 
     /// Moves the episodes waiting in the kernel's ring into the recent

@@ -203,6 +203,11 @@ fn reasons_are_one_line() {
     assert!(!l.contains('\n'), "{l}");
     assert!(l.starts_with("the BPF_PROG_LOAD") && l.ends_with("invalid access to map value"));
     assert_eq!(one_line("plain"), "plain");
+    let with_stats = "load failed: 0: R1=ctx()\nR2 invalid mem access 'scalar'\nprocessed 10 insns (limit 1000000) max_states_per_insn 0\n";
+    assert_eq!(
+        one_line(with_stats),
+        "load failed: 0: R1=ctx() ... R2 invalid mem access 'scalar'"
+    );
     let no = steal_fields_missing(b"\0clock\0prev_steal\0").unwrap();
     assert!(no.contains("CONFIG_PARAVIRT") && !no.contains('\n'), "{no}");
     assert_eq!(steal_fields_missing(b"\0prev_steal_time\0"), None);

@@ -36,7 +36,7 @@ mod route;
 pub mod tracefs_raw;
 pub mod tracefs_text;
 
-pub use bpf_info::ProgStats;
+pub use bpf_info::{enable_run_stats, ProgStats};
 pub use collector::{Collector, Preference, Unavailable};
 pub use error::{CollectError, Result};
 pub use guest_steal::{GuestSteal, StealOptions, StealUnavailable};
