@@ -276,13 +276,18 @@ impl GuestSteal {
         let map = self.ebpf.map("steal_tasks").expect("map in object");
         let tasks: HashMap<&MapData, RawTaskKey, RawTask> =
             HashMap::try_from(map).map_err(|e| bpf_err("steal_tasks", e))?;
-        let mut v = Vec::new();
-        for item in tasks.iter() {
-            // An entry the LRU evicted between two steps of the walk ends
-            // the walk early in the kernel; the rest is read next time.
-            let (k, t) = item.map_err(|e| bpf_err("steal_tasks read", e))?;
-            v.push(task_steal(&k, &t));
-        }
+        // The program may evict an entry (LRU) while this walks the map:
+        // its lookup then fails (skipped: it was charged least recently)
+        // and the kernel restarts the walk from the first key (entries
+        // seen twice are kept once; at most two walks of the 8,192).
+        let mut seen = std::collections::HashSet::new();
+        let mut v: Vec<TaskSteal> = tasks
+            .iter()
+            .take(2 * 8192)
+            .filter_map(|item| item.ok())
+            .filter(|(k, _)| seen.insert((k.tid, k.tstart)))
+            .map(|(k, t)| task_steal(&k, &t))
+            .collect();
         crate::guest_steal_model::sort_tasks(&mut v);
         Ok(v)
     }

@@ -125,7 +125,9 @@ fn endpoint(g: &mut GuestSteal, cpus: &[u32]) -> Endpoint {
 // within one unit (the counter truncates to whole units: the delta of two
 // truncated values is within one unit of the exact delta), plus, only if
 // an endpoint could not be read with the steal clock still, what the
-// clock moved while that endpoint was read.
+// clock moved while that endpoint was read. Since 6.13 the totals since
+// boot are compared as well (hundreds of ms here, where a 15 s window
+// may hold only a few).
 #[test]
 fn per_cpu_steal_equals_proc_stat_within_one_unit() {
     let Some(mut g) = start() else { return };
@@ -157,7 +159,37 @@ fn per_cpu_steal_equals_proc_stat_within_one_unit() {
             stat_ns
         );
         assert!(ours.hook_runs > 0, "cpu{c}: the hooks ran");
+        // Since 6.13 the rq field is the steal clock itself, and it and
+        // /proc/stat's counter both start at 0 at boot, so the steal
+        // clock the collector last read equals the counter's total since
+        // boot within a unit too (/proc/stat truncates: the clock is at
+        // or above it). Before 6.13 the field could lag by steal clamped
+        // to the rq clock's delta: printed only.
+        let boot_stat = b.stat[&c] * unit;
+        eprintln!(
+            "cpu{c}: since boot, steal clock {:.3} ms, /proc/stat {} ms",
+            ours.steal_clock_ns as f64 / 1e6,
+            boot_stat / 1_000_000
+        );
+        if kernel_at_least(6, 13) {
+            let clock = ours.steal_clock_ns;
+            assert!(
+                clock + b.allowance_ns[&c] >= boot_stat
+                    && clock < boot_stat + unit + b.allowance_ns[&c],
+                "cpu{c}: steal clock {clock} ns vs /proc/stat {boot_stat} ns since boot"
+            );
+        }
     }
+}
+
+/// The running kernel is `major.minor` or later.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = rel
+        .trim()
+        .split(['.', '-'])
+        .map(|x| x.parse::<u32>().unwrap_or(0));
+    (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (major, minor)
 }
 
 fn gettid() -> u32 {
@@ -190,10 +222,53 @@ fn run_ns(tid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-// A busy thread pinned alone (nice -20) to the last CPU takes at least
-// 90 % of that CPU's busy steal. Real steal here is small and comes when
-// it comes: the window grows 10 s at a time until the CPU saw 20 ms of
-// busy steal, up to 120 s.
+/// What one CPU's busy steal and one task's came to over the windows in
+/// which the task ran alone there.
+#[derive(Default)]
+struct VictimTally {
+    windows: u32,
+    skipped: u32,
+    busy_ns: u64,
+    busy_episodes: u64,
+    victim_ns: u64,
+    listed_victim_ns: u64,
+}
+
+impl VictimTally {
+    /// Enough to judge a share: 20 ms, or 100 episodes (with 100, one
+    /// charged elsewhere moves the share about 1 %).
+    fn enough(&self) -> bool {
+        self.busy_ns >= 20_000_000 || self.busy_episodes >= 100
+    }
+
+    fn add(&mut self, d: &GuestStealSample, cpu: u32, tid: u32) {
+        let c = d.cpu(cpu).cloned().unwrap_or_default();
+        self.windows += 1;
+        self.busy_ns += c.busy_ns;
+        self.busy_episodes += c.busy_episodes;
+        let is_victim = |v: &StealVictim| matches!(v, StealVictim::Task(t) if t.tid == tid);
+        self.victim_ns += d
+            .tasks
+            .iter()
+            .filter(|t| t.task.tid == tid)
+            .map(|t| t.busy_ns)
+            .sum::<u64>();
+        self.listed_victim_ns += d
+            .episodes
+            .iter()
+            .filter(|e| e.cpu == cpu && is_victim(&e.victim))
+            .map(|e| e.ns)
+            .sum::<u64>();
+    }
+}
+
+// A busy thread pinned (nice -20) to the last CPU takes at least 90 % of
+// that CPU's busy steal over windows in which it ran alone there. "Alone"
+// is measured, not assumed: a 10 s window counts only if the thread's own
+// run time (schedstat) covers 95 % of it (a build or a VM on the machine
+// may take the CPU for a while). Real steal here is small and comes when
+// it comes: windows are added until the counted ones hold 20 ms of busy
+// steal or 100 episodes of it, up to 12 (120 s).
 #[test]
 fn a_pinned_busy_thread_takes_its_cpus_busy_steal() {
     let Some(mut g) = start() else { return };
@@ -203,65 +278,68 @@ fn a_pinned_busy_thread_takes_its_cpus_busy_steal() {
     let stop = Arc::new(AtomicBool::new(false));
     let (tid, h) = victim(cpu, &stop);
     std::thread::sleep(Duration::from_millis(100));
-    let (a, run0, t0) = (g.read().unwrap(), run_ns(tid), Instant::now());
-    let mut d = a.since(&a);
-    for round in 1..=12 {
-        std::thread::sleep(Duration::from_secs(10));
-        d = g.read().unwrap().since(&a);
-        let busy = d.cpu(cpu).map_or(0, |c| c.busy_ns);
-        if busy >= 20_000_000 {
-            break;
+    let mut tally = VictimTally::default();
+    let window = Duration::from_secs(10);
+    while tally.windows + tally.skipped < 12 && !tally.enough() {
+        let (a, run0) = (g.read().unwrap(), run_ns(tid));
+        std::thread::sleep(window);
+        let (b, ran) = (g.read().unwrap(), run_ns(tid) - run0);
+        let d = b.since(&a);
+        let share = ran as f64 / window.as_nanos() as f64;
+        if share < 0.95 {
+            tally.skipped += 1;
+            eprintln!(
+                "window skipped: the thread ran {:.1} % of it, not alone on cpu{cpu}",
+                100.0 * share
+            );
+            continue;
         }
+        tally.add(&d, cpu, tid);
         eprintln!(
-            "after {}0 s: cpu{cpu} busy steal {:.3} ms < 20 ms, too little to judge; extending",
-            round,
-            busy as f64 / 1e6
+            "after {} windows: cpu{cpu} busy steal {:.3} ms in {} episodes, the thread's {:.3} ms",
+            tally.windows,
+            tally.busy_ns as f64 / 1e6,
+            tally.busy_episodes,
+            tally.victim_ns as f64 / 1e6
         );
     }
-    let wall = t0.elapsed().as_nanos() as u64;
-    let ran = run_ns(tid) - run0;
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
-    let c = d.cpu(cpu).expect("cpu in sample");
-    let mine: u64 = d
-        .tasks
-        .iter()
-        .filter(|t| t.task.tid == tid)
-        .map(|t| t.busy_ns)
-        .sum();
     eprintln!(
-        "cpu{cpu}: busy steal {:.3} ms ({} episodes), idle steal {:.3} ms; the victim ran {:.1} % of {:.1} s and took {:.3} ms of the busy steal; top tasks {:?}",
-        c.busy_ns as f64 / 1e6,
-        c.busy_episodes,
-        c.idle_ns as f64 / 1e6,
-        100.0 * ran as f64 / wall as f64,
-        wall as f64 / 1e9,
-        mine as f64 / 1e6,
-        d.tasks.iter().take(3).map(|t| (&t.task.comm, t.task.tid, t.busy_ns)).collect::<Vec<_>>()
+        "cpu{cpu}: over {} windows alone ({} skipped), busy steal {:.3} ms in {} episodes, the thread took {:.3} ms ({:.1} %)",
+        tally.windows,
+        tally.skipped,
+        tally.busy_ns as f64 / 1e6,
+        tally.busy_episodes,
+        tally.victim_ns as f64 / 1e6,
+        100.0 * tally.victim_ns as f64 / tally.busy_ns.max(1) as f64
     );
     if !common::require(
-        c.busy_ns >= 20_000_000,
+        tally.enough(),
         &format!(
-            "only {:.3} ms of busy steal on cpu{cpu} in {:.0} s",
-            c.busy_ns as f64 / 1e6,
-            wall as f64 / 1e9
+            "only {:.3} ms of busy steal in {} episodes on cpu{cpu} over {} windows alone",
+            tally.busy_ns as f64 / 1e6,
+            tally.busy_episodes,
+            tally.windows
         ),
     ) {
         return;
     }
-    assert!(mine <= c.busy_ns, "a task's steal is part of its CPU's");
+    // The thread is pinned there: all its steal is that CPU's.
     assert!(
-        mine as f64 >= 0.9 * c.busy_ns as f64,
-        "victim {mine} ns of cpu{cpu}'s {} ns busy steal",
-        c.busy_ns
+        tally.victim_ns <= tally.busy_ns,
+        "a task's steal is part of its CPU's"
     );
-    // Every listed busy episode on that CPU names the victim or another
-    // task, never idle while it was busy ... idle ones name idle.
-    for e in d.episodes.iter().filter(|e| e.cpu == cpu) {
-        if let StealVictim::Task(t) = &e.victim {
-            assert!(t.tid != 0);
-        }
-    }
+    assert!(
+        tally.victim_ns as f64 >= 0.9 * tally.busy_ns as f64,
+        "the thread took {} ns of cpu{cpu}'s {} ns busy steal",
+        tally.victim_ns,
+        tally.busy_ns
+    );
+    assert!(
+        tally.listed_victim_ns <= tally.victim_ns,
+        "listed episodes are part of the total"
+    );
 }
 
 /// Each program's runs and ns a run while `work` runs (BPF_ENABLE_STATS
@@ -306,9 +384,9 @@ fn on_every_cpu(d: Duration, step: fn()) {
 // time (each sleep an hrtimer and two switches: the common mix) each
 // program must average 100 ns or less. Over 3 s of a spinner per CPU the
 // tick's runs, which read the steal clock in an interrupt, are printed
-// and held to 250 ns: they measured ~125 ns here, over the target (a run
-// doing only the map lookup there cost about as much), 250 a second a
-// busy CPU.
+// and held to 250 ns: they measured 125-146 ns here, over the target (a
+// run doing only the map lookup and bpf_get_current_task_btf, after every
+// hrtimer, measured ~120 ns), 250 a second on a busy CPU.
 #[test]
 fn each_hook_costs_at_most_100_ns_on_average() {
     let Some(g) = start() else { return };
@@ -342,4 +420,39 @@ fn each_hook_costs_at_most_100_ns_on_average() {
         .expect("steal_tick's stats");
     assert!(runs >= 500, "spinners: steal_tick ran {runs} times");
     assert!(per <= 250.0, "spinners: steal_tick: {per:.1} ns a run");
+}
+
+/// Re-runs this test binary as nobody: the child asserts the refusal, on
+/// one line with the privilege hint.
+#[test]
+fn unprivileged_start_is_unavailable_with_a_one_line_reason() {
+    const NAME: &str = "unprivileged_start_is_unavailable_with_a_one_line_reason";
+    if std::env::var("STEALSCOPE_UNPRIV_CHILD").is_ok() {
+        let Err(e) = GuestSteal::start(StealOptions::default()) else {
+            panic!("the guest steal collector started unprivileged");
+        };
+        eprintln!("child: {e}");
+        assert!(!e.reason.contains('\n'), "{e}");
+        assert!(e.reason.contains("needs root"), "{e}");
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if !common::require(
+        unsafe { libc::geteuid() } == 0,
+        "not root (setpriv to nobody)",
+    ) {
+        return;
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args(["--inh-caps=-all", "--bounding-set=-all"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture"])
+        .env("STEALSCOPE_UNPRIV_CHILD", "1")
+        .output()
+        .expect("setpriv");
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{err}");
+    assert!(out.status.success(), "child failed: {err}");
+    assert!(err.contains("child: no exact guest steal: "), "{err}");
 }
