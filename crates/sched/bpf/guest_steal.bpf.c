@@ -304,6 +304,9 @@ int steal_switch(u64 *ctx)
 // current-task helper here measured ~120 ns (a full tick run 125-146),
 // and a sleeper's timer fires thousands of times a second; the switch it leads to reads the steal clock anyway.
 // Where the tick's callback is unknown (tick_fn 0), every hrtimer reads.
+// In low-resolution mode the tick is no hrtimer expiry (the clockevent
+// calls the handler): then busy steal is seen at the next switch only,
+// still charged to the task that was current.
 // A soft hrtimer runs with interrupts on; a hard one landing inside it
 // finds this program running and is skipped by the kernel
 // (recursion_misses), which only leaves the advance to the next reading.
