@@ -179,14 +179,16 @@ impl GuestSteal {
         if let Some(why) = steal_fields_missing(&bytes) {
             return Err(unavailable(why));
         }
+        // aya parses the file itself (its parser wants the `object`
+        // crate's endianness type, not a dependency here): read twice.
         drop(bytes);
         let btf =
             Btf::from_sys_fs().map_err(|e| unavailable(format!("{BTF_PATH}: {}", chain(&e))))?;
-        // As in the scheduler route (src/bpf.rs): the other rq path only
-        // when the verifier refused this one, both reasons kept.
         // The tick's hrtimer callback (6.9 renamed it), so that other
         // hrtimers cost the program one load; unknown: every one reads.
         let tick_fn = crate::bpf_ksym::text_symbol(&["tick_nohz_handler", "tick_sched_timer"]);
+        // As in the scheduler route (src/bpf.rs): the other rq path only
+        // when the verifier refused this one, both reasons kept.
         let mut why = Vec::new();
         for path in [RqPath::CfsRq, RqPath::Runqueues] {
             match load_attach(&btf, path, opts, tick_fn.unwrap_or(0)) {
