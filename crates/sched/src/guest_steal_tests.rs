@@ -1,13 +1,13 @@
 //! The guest steal collector's pure parts: the rule (episode folding), the
 //! ring record, interval differencing, the loader's one-line reasons.
 
-use super::{one_line, steal_fields_missing, RawCpu};
+use super::{cpu_steal, one_line, steal_fields_missing, task_steal, RawCpu, RawTask, RawTaskKey};
 use crate::guest_steal_fold::StealFold;
 use crate::guest_steal_model::{
     CpuSteal, GuestStealSample, StealEpisode, StealTaskId, StealVictim, TaskSteal,
 };
 use crate::guest_steal_ring::{decode, EpisodeLog, RECORD_LEN};
-use crate::hist::{bucket, BUCKETS};
+use crate::hist::bucket;
 
 fn task(tid: u32, comm: &str) -> StealVictim {
     StealVictim::Task(StealTaskId {
@@ -190,13 +190,6 @@ fn an_interval_holds_what_grew_and_the_episodes_drained_in_it() {
 }
 
 #[test]
-fn the_kernel_histogram_matches_the_rust_buckets() {
-    // RawCpu's buckets are filled by the C mirror of hist::bucket.
-    assert_eq!(std::mem::size_of::<RawCpu>(), 88 + 8 * BUCKETS);
-    assert_eq!(bucket(100_000), bucket(100_001));
-}
-
-#[test]
 fn reasons_are_one_line() {
     let log = "the BPF_PROG_LOAD syscall failed. Verifier output: 0: R1=ctx()\n\n1: (79) r2 = *(u64 *)(r1 +8)\ninvalid access to map value\n";
     let l = one_line(log);
@@ -212,4 +205,55 @@ fn reasons_are_one_line() {
     assert!(no.contains("CONFIG_PARAVIRT") && !no.contains('\n'), "{no}");
     assert_eq!(steal_fields_missing(b"\0prev_steal_time\0"), None);
     assert_eq!(steal_fields_missing(b"x\0prev_steal_time_rq\0"), None);
+}
+
+#[test]
+fn kernel_counters_become_the_model_the_fold_would_give() {
+    // The same readings through the Rust rule and through the layout the
+    // program fills: one CPU, episodes of 50 us (busy), 2 ms (idle) and
+    // 12 ms (busy).
+    let mut f = StealFold::new(3, 100_000);
+    f.observe(1_000, &task(9, "db"));
+    f.observe(51_000, &task(9, "db"));
+    f.observe(2_051_000, &StealVictim::Idle);
+    f.observe(14_051_000, &task(9, "db"));
+    // SAFETY: RawCpu is plain integers; all-zero is its start state.
+    let mut raw: RawCpu = unsafe { std::mem::zeroed() };
+    for ns in [50_000u64, 2_000_000, 12_000_000] {
+        raw.buckets[bucket(ns)] += 1;
+    }
+    raw.primed = 1;
+    raw.last = 14_051_000;
+    raw.runs = 4;
+    raw.busy_ns = 12_050_000;
+    raw.idle_ns = 2_000_000;
+    raw.busy_count = 2;
+    raw.idle_count = 1;
+    raw.max_ns = 12_000_000;
+    raw.over_1ms = 2;
+    raw.over_10ms = 1;
+    let got = cpu_steal(3, &raw);
+    assert_eq!(&got, f.cpu());
+    assert_eq!(got.episodes.quantile(0.5), Some(bucket_upper(2_000_000)));
+    let mut comm = [0u8; 16];
+    comm[..2].copy_from_slice(b"db");
+    let t = task_steal(
+        &RawTaskKey {
+            tid: 9,
+            pad: 0,
+            tstart: 9_000,
+        },
+        &RawTask {
+            ns: 12_050_000,
+            count: 2,
+            tgid: 9,
+            pad: 0,
+            comm,
+        },
+    );
+    assert_eq!(vec![t], f.tasks());
+}
+
+fn bucket_upper(ns: u64) -> u64 {
+    crate::hist::upper(bucket(ns))
 }
