@@ -12,6 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_sched::{GuestSteal, GuestStealSample, StealOptions, StealVictim};
 
+/// One live test at a time: each pins busy threads, and the known-victim
+/// test needs its CPU to itself (cargo runs a binary's tests in parallel).
+static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn start() -> Option<GuestSteal> {
     // SAFETY: geteuid has no preconditions.
     if !common::require(unsafe { libc::geteuid() } == 0, "not root") {
@@ -130,6 +138,7 @@ fn endpoint(g: &mut GuestSteal, cpus: &[u32]) -> Endpoint {
 // may hold only a few).
 #[test]
 fn per_cpu_steal_equals_proc_stat_within_one_unit() {
+    let _one = one_at_a_time();
     let Some(mut g) = start() else { return };
     let cpus = online_cpus();
     let unit = stat_unit_ns();
@@ -271,6 +280,7 @@ impl VictimTally {
 // steal or 100 episodes of it, up to 12 (120 s).
 #[test]
 fn a_pinned_busy_thread_takes_its_cpus_busy_steal() {
+    let _one = one_at_a_time();
     let Some(mut g) = start() else { return };
     let cpus = online_cpus();
     let (cpu, other) = (*cpus.last().unwrap(), cpus[0]);
@@ -393,6 +403,7 @@ fn on_every_cpu(d: Duration, step: fn()) {
 // (the machine may be busy or not: 0.009 % quiet, 0.037 % beside builds).
 #[test]
 fn each_hook_costs_at_most_100_ns_on_average() {
+    let _one = one_at_a_time();
     let Some(g) = start() else { return };
     let stats = stealscope_sched::enable_run_stats();
     if !common::require(stats.is_ok(), &format!("BPF_ENABLE_STATS: {stats:?}")) {
@@ -484,6 +495,7 @@ fn unprivileged_start_is_unavailable_with_a_one_line_reason() {
 // decode to the same ns the maps add up.
 #[test]
 fn with_no_threshold_the_ring_lists_every_episode_the_maps_count() {
+    let _one = one_at_a_time();
     // SAFETY: geteuid has no preconditions.
     if !common::require(unsafe { libc::geteuid() } == 0, "not root") {
         return;
