@@ -289,6 +289,9 @@ static __always_inline void observe(struct task_struct *p)
 
 // __schedule updated the rq clock (and with it the steal field) just
 // before this tracepoint: what accrued since the last reading is prev's.
+// Where __schedule skips that update (RQCF_ACT_SKIP, set by a wake-up
+// preemption or a yield moments before) the field is as of that moment,
+// and steal in the microseconds between goes to the next task.
 SEC("tp_btf/sched_switch")
 int steal_switch(u64 *ctx)
 {
