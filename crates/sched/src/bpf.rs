@@ -84,16 +84,18 @@ unsafe impl Pod for Victim {}
 
 const _: () = assert!(std::mem::size_of::<Victim>() == 120 + 8 * BUCKETS);
 
-fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
+pub(crate) fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
     CollectError::Bpf {
         what: what.into(),
         msg: chain(&e),
     }
 }
 
-/// An error with its sources, on one line.
 /// A program of the object as its type, or why not.
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> std::result::Result<&'a mut T, String>
+pub(crate) fn program<'a, T>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> std::result::Result<&'a mut T, String>
 where
     &'a mut T: TryFrom<&'a mut Program, Error = ProgramError>,
 {
@@ -103,7 +105,9 @@ where
         .map_err(|e: ProgramError| chain(&e))
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
+/// An error with its sources, on one line (a verifier log keeps its
+/// lines: see `guest_steal::one_line`).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(c) = src {
@@ -330,7 +334,7 @@ fn os_error(e: &aya::maps::MapError) -> Option<i32> {
 }
 
 /// Adds the privilege hint to permission errors.
-fn explain(msg: &str) -> String {
+pub(crate) fn explain(msg: &str) -> String {
     if msg.contains("Operation not permitted") || msg.contains("os error 1)") {
         format!("{msg} (needs root, or CAP_BPF and CAP_PERFMON)")
     } else {

@@ -56,3 +56,30 @@ pub(crate) fn prog_stats(fd: impl AsFd) -> std::io::Result<ProgStats> {
         run_time_ns: info.run_time_ns,
     })
 }
+
+const BPF_ENABLE_STATS: libc::c_long = 32;
+const BPF_STATS_RUN_TIME: u32 = 0;
+
+/// Turns on the kernel's run count and run time of every BPF program for
+/// as long as the returned descriptor stays open (BPF_ENABLE_STATS, a
+/// reference the kernel drops at close), like `kernel.bpf_stats_enabled=1`
+/// but never left on by a process that dies. Needs CAP_SYS_ADMIN.
+pub fn enable_run_stats() -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut attr: u32 = BPF_STATS_RUN_TIME;
+    // SAFETY: the attr is the union's `enable_stats { __u32 type; }`,
+    // 4 bytes, alive across the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_ENABLE_STATS,
+            &mut attr as *mut u32,
+            std::mem::size_of::<u32>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor this process owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}

@@ -99,9 +99,57 @@ fn patch(bytes: &mut [u8], mark: u32, id: Option<u32>) -> usize {
     n
 }
 
+/// The address of the first of `names` that /proc/kallsyms lists as a
+/// kernel text symbol (`t`/`T`, no module), or None (absent, or hidden:
+/// addresses read as 0 unless kptr_restrict lets this process see them).
+/// Function symbols are listed without CONFIG_KALLSYMS_ALL.
+pub(crate) fn text_symbol(names: &[&str]) -> Option<u64> {
+    let f = std::fs::File::open("/proc/kallsyms").ok()?;
+    find_text_symbol(std::io::BufReader::new(f), names)
+}
+
+fn find_text_symbol(r: impl std::io::BufRead, names: &[&str]) -> Option<u64> {
+    let mut found: Vec<Option<u64>> = vec![None; names.len()];
+    for line in r.lines().map_while(std::result::Result::ok) {
+        let mut f = line.split_whitespace();
+        let (Some(addr), Some(kind), Some(name), None) = (f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        if !matches!(kind, "t" | "T") {
+            continue;
+        }
+        if let Some(i) = names.iter().position(|&n| n == name) {
+            found[i] = u64::from_str_radix(addr, 16).ok().filter(|&a| a != 0);
+        }
+    }
+    found.into_iter().flatten().next()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_symbol_is_found_by_the_first_name_listed() {
+        let text = "ffffffff81000000 T _stext\n\
+                    ffffffff814437d0 t tick_nohz_handler\n\
+                    ffffffff81400000 t tick_sched_timer\n\
+                    ffffffffc0000000 t tick_nohz_handler\t[kvm]\n\
+                    0000000000000000 t hidden\n\
+                    ffffffff82000000 d tick_data\n";
+        let find = |n: &[&str]| find_text_symbol(text.as_bytes(), n);
+        assert_eq!(
+            find(&["tick_nohz_handler", "tick_sched_timer"]),
+            Some(0xffff_ffff_8144_37d0)
+        );
+        assert_eq!(
+            find(&["nope", "tick_sched_timer"]),
+            Some(0xffff_ffff_8140_0000)
+        );
+        assert_eq!(find(&["hidden"]), None, "kptr_restrict zeroes");
+        assert_eq!(find(&["tick_data"]), None, "not text");
+    }
 
     #[test]
     fn every_marked_load_of_the_committed_object_is_patched_and_nothing_else() {

@@ -10,7 +10,9 @@
 //!   [`aggregate`], for kernels without BTF or BPF ([`tracefs_raw`]).
 //!
 //! Both routes charge time by the rules written down in [`aggregate`]; the
-//! BPF program mirrors that module. Naming (which VM a thread belongs to,
+//! BPF program mirrors that module. Inside a KVM guest, [`guest_steal`]
+//! charges each advance of a CPU's paravirtual steal clock to the task it
+//! had current, or to idle (issue 30). Naming (which VM a thread belongs to,
 //! kernel-thread classes) is the model crate's job, not this one's.
 
 pub mod aggregate;
@@ -22,6 +24,10 @@ pub mod collector;
 pub mod error;
 pub mod event;
 pub mod evformat;
+pub mod guest_steal;
+pub mod guest_steal_fold;
+pub mod guest_steal_model;
+pub mod guest_steal_ring;
 pub mod hist;
 pub mod merge;
 pub mod model;
@@ -30,8 +36,12 @@ mod route;
 pub mod tracefs_raw;
 pub mod tracefs_text;
 
-pub use bpf_info::ProgStats;
+pub use bpf_info::{enable_run_stats, ProgStats};
 pub use collector::{Collector, Preference, Unavailable};
 pub use error::{CollectError, Result};
+pub use guest_steal::{GuestSteal, StealOptions, StealUnavailable};
+pub use guest_steal_model::{
+    CpuSteal, GuestStealSample, StealEpisode, StealTaskId, StealVictim, TaskSteal,
+};
 pub use hist::EpisodeHist;
 pub use model::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};

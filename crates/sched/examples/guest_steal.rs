@@ -1,0 +1,103 @@
+//! Runs the guest steal collector for a while and prints, every interval,
+//! each CPU's steal in the interval beside /proc/stat's, the tasks that
+//! lost the most, and the largest episodes (a manual check and the
+//! benchmark's holder):
+//!
+//!   guest_steal [SECONDS] [INTERVAL_SECONDS] [THRESHOLD_NS]
+
+use stealscope_sched::{GuestSteal, GuestStealSample, StealOptions, StealVictim};
+
+/// Steal of each CPU so far in /proc/stat, in its units (USER_HZ).
+fn proc_stat_steal() -> Vec<(u32, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+            Some((cpu, f.nth(7)?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn print_interval(d: &GuestStealSample, stat: &[(u32, u64)], stat0: &[(u32, u64)], unit: u64) {
+    for c in &d.cpus {
+        let by_stat = stat
+            .iter()
+            .zip(stat0)
+            .find(|((cpu, _), _)| *cpu == c.cpu)
+            .map(|((_, b), (_, a))| (b - a) * unit);
+        let Some(by_stat) = by_stat else { continue };
+        println!(
+            "cpu{}: {:.3} ms (busy {:.3}, idle {:.3}) in {} episodes, p99 {:.3} ms, max {:.3} ms; /proc/stat {:.0} ms",
+            c.cpu,
+            ms(c.total_ns()),
+            ms(c.busy_ns),
+            ms(c.idle_ns),
+            c.episodes.count,
+            ms(c.episodes.quantile(0.99).unwrap_or(0)),
+            ms(c.episodes.max_ns),
+            ms(by_stat)
+        );
+    }
+    for t in d.tasks.iter().take(3) {
+        println!(
+            "  {} (pid {}, tid {}): {:.3} ms in {} episodes",
+            t.task.comm,
+            t.task.tgid,
+            t.task.tid,
+            ms(t.busy_ns),
+            t.episodes
+        );
+    }
+    for e in d.largest_episodes(3) {
+        let who = match &e.victim {
+            StealVictim::Idle => "idle".to_string(),
+            StealVictim::Task(t) => format!("{} ({})", t.comm, t.tid),
+        };
+        println!(
+            "  episode {:.3} ms on cpu{} at {} ns: {who}",
+            ms(e.ns),
+            e.cpu,
+            e.monotonic_ns
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<f64> = std::env::args()
+        .skip(1)
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let secs = args.first().copied().unwrap_or(10.0);
+    let every = args.get(1).copied().unwrap_or(1.0).max(0.1);
+    let opts = StealOptions {
+        threshold_ns: args
+            .get(2)
+            .map_or(StealOptions::default().threshold_ns, |&t| t as u64),
+    };
+    let mut g = match GuestSteal::start(opts) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    };
+    // SAFETY: sysconf has no preconditions.
+    let unit = 1_000_000_000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    println!("started ({}, tick only: {})", g.rq_path(), g.tick_only());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+    let (mut prev, mut stat0) = (g.read(), proc_stat_steal());
+    while std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_secs_f64(every));
+        let (now, stat) = (g.read(), proc_stat_steal());
+        match (&prev, &now) {
+            (Ok(a), Ok(b)) => print_interval(&b.since(a), &stat, &stat0, unit),
+            (_, Err(e)) | (Err(e), _) => eprintln!("{e}"),
+        }
+        (prev, stat0) = (now, stat);
+    }
+}

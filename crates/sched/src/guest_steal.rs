@@ -1,0 +1,349 @@
+//! Exact steal inside a KVM guest (issue 30): loads the committed CO-RE
+//! object bpf/guest_steal.bpf.o with `aya` (no clang or libbpf at build or
+//! run time), attaches it to `sched_switch` and `hrtimer_expire_exit`, and
+//! reads what it aggregated: per CPU busy and idle steal with an episode
+//! histogram, busy steal by task, and the episodes over a threshold from
+//! its ring buffer, which user space drains at each read (the program
+//! never wakes it). The rule is [`crate::guest_steal_fold`]; this file only
+//! moves counters into [`GuestStealSample`].
+
+use crate::bpf::{bpf_err, chain, explain, program};
+use crate::bpf_info::ProgStats;
+use crate::bpf_ksym::RqPath;
+use crate::error::Result;
+use crate::guest_steal_model::{CpuSteal, GuestStealSample, StealTaskId, TaskSteal};
+use crate::guest_steal_ring::{EpisodeLog, RECENT};
+use crate::hist::{EpisodeHist, BUCKETS};
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::BtfTracePoint;
+use aya::{Btf, Ebpf, EbpfLoader, Pod};
+use stealscope_readers::clock::monotonic_ns;
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/guest_steal.bpf.o");
+
+/// `tp_btf` programs and their tracepoints (why these two and no others:
+/// the comments on them in bpf/guest_steal.bpf.c).
+const PROGRAMS: &[(&str, &str)] = &[
+    ("steal_switch", "sched_switch"),
+    ("steal_tick", "hrtimer_expire_exit"),
+];
+
+const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+// Layouts shared with bpf/guest_steal.bpf.c (same field order and sizes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawCpu {
+    primed: u64,
+    last: u64,
+    runs: u64,
+    busy_ns: u64,
+    idle_ns: u64,
+    busy_count: u64,
+    idle_count: u64,
+    max_ns: u64,
+    over_1ms: u64,
+    over_10ms: u64,
+    ring_lost: u64,
+    buckets: [u64; BUCKETS],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawTaskKey {
+    tid: u32,
+    pad: u32,
+    tstart: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RawTask {
+    ns: u64,
+    count: u64,
+    tgid: u32,
+    pad: u32,
+    comm: [u8; 16],
+}
+
+// SAFETY: plain C layouts of integers and byte arrays, no padding holes.
+unsafe impl Pod for RawCpu {}
+unsafe impl Pod for RawTaskKey {}
+unsafe impl Pod for RawTask {}
+
+const _: () = assert!(std::mem::size_of::<RawCpu>() == 88 + 8 * BUCKETS);
+const _: () = assert!(std::mem::size_of::<RawTask>() == 40);
+
+/// How the collector runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StealOptions {
+    /// Episodes at or over this many ns are listed one by one (the ring);
+    /// every episode is in the histograms and totals whatever its size.
+    pub threshold_ns: u64,
+}
+
+impl Default for StealOptions {
+    fn default() -> Self {
+        StealOptions {
+            threshold_ns: 100_000,
+        }
+    }
+}
+
+/// The collector cannot run here; `reason` is one line naming what failed,
+/// e.g. `/sys/kernel/btf/vmlinux missing (kernel built without BTF)`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no exact guest steal: {reason}")]
+pub struct StealUnavailable {
+    pub reason: String,
+}
+
+/// A running guest steal collector. Dropping it detaches the programs.
+pub struct GuestSteal {
+    ebpf: Ebpf,
+    ring: RingBuf<aya::maps::MapData>,
+    log: EpisodeLog,
+    threshold_ns: u64,
+    rq_path: RqPath,
+    /// The tick's hrtimer callback was found: steal_tick reads only then.
+    tick_known: bool,
+}
+
+/// A verifier log on one line: its first line and its last but the
+/// statistics (the verdict).
+fn one_line(msg: &str) -> String {
+    let mut lines: Vec<&str> = msg
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    while lines.len() > 1 && lines.last().is_some_and(|l| l.starts_with("processed ")) {
+        lines.pop();
+    }
+    match lines.as_slice() {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [first, .., last] => format!("{first} ... {last}"),
+    }
+}
+
+/// Why this kernel has no steal clock the program can read, if so: its
+/// BTF names neither `rq` field (a kernel without CONFIG_PARAVIRT).
+fn steal_fields_missing(btf_bytes: &[u8]) -> Option<String> {
+    let has = |name: &[u8]| btf_bytes.windows(name.len()).any(|w| w == name);
+    if has(b"\0prev_steal_time_rq\0") || has(b"\0prev_steal_time\0") {
+        return None;
+    }
+    Some(format!(
+        "{BTF_PATH} names no rq.prev_steal_time(_rq) (kernel without CONFIG_PARAVIRT: no paravirt steal clock)"
+    ))
+}
+
+/// The object loaded with the run queue reached by `path`, both programs
+/// attached, or why not.
+fn load_attach(
+    btf: &Btf,
+    path: RqPath,
+    opts: StealOptions,
+    tick_fn: u64,
+) -> std::result::Result<Ebpf, String> {
+    let object = crate::bpf_ksym::resolve_runqueues(OBJECT, btf, path)?;
+    let object = crate::bpf_ksym::as_bytes(&object, OBJECT.len());
+    let mut ebpf = EbpfLoader::new()
+        .override_global("episode_threshold_ns", &opts.threshold_ns, true)
+        .override_global("tick_fn", &tick_fn, true)
+        .load(object)
+        .map_err(|e| explain(&one_line(&chain(&e))))?;
+    for (name, tp) in PROGRAMS {
+        let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
+        prog.load(tp, btf)
+            .map_err(|e| explain(&format!("loading {name}: {}", one_line(&chain(&e)))))?;
+        prog.attach()
+            .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+    }
+    Ok(ebpf)
+}
+
+impl GuestSteal {
+    /// Loads and attaches the programs, or says in one line why not.
+    pub fn start(opts: StealOptions) -> std::result::Result<GuestSteal, StealUnavailable> {
+        let unavailable = |reason: String| StealUnavailable { reason };
+        let bytes = std::fs::read(BTF_PATH).map_err(|e| {
+            unavailable(match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    format!("{BTF_PATH} missing (kernel built without BTF)")
+                }
+                _ => format!("{BTF_PATH}: {e}"),
+            })
+        })?;
+        if let Some(why) = steal_fields_missing(&bytes) {
+            return Err(unavailable(why));
+        }
+        // aya parses the file itself (its parser wants the `object`
+        // crate's endianness type, not a dependency here): read twice.
+        drop(bytes);
+        let btf =
+            Btf::from_sys_fs().map_err(|e| unavailable(format!("{BTF_PATH}: {}", chain(&e))))?;
+        // The tick's hrtimer callback (6.9 renamed it), so that other
+        // hrtimers cost the program one load; unknown: every one reads.
+        let tick_fn = crate::bpf_ksym::text_symbol(&["tick_nohz_handler", "tick_sched_timer"]);
+        // As in the scheduler route (src/bpf.rs): the other rq path only
+        // when the verifier refused this one, both reasons kept.
+        let mut why = Vec::new();
+        for path in [RqPath::CfsRq, RqPath::Runqueues] {
+            match load_attach(&btf, path, opts, tick_fn.unwrap_or(0)) {
+                Ok(ebpf) => {
+                    return GuestSteal::with(ebpf, path, opts, tick_fn.is_some())
+                        .map_err(unavailable)
+                }
+                Err(e) if e.starts_with("loading ") => why.push(format!("{}: {e}", path.as_str())),
+                Err(e) => return Err(unavailable(e)),
+            }
+        }
+        Err(unavailable(why.join("; ")))
+    }
+
+    fn with(
+        mut ebpf: Ebpf,
+        rq_path: RqPath,
+        opts: StealOptions,
+        tick_known: bool,
+    ) -> std::result::Result<Self, String> {
+        let map = ebpf
+            .take_map("steal_episodes")
+            .ok_or("map steal_episodes missing from the object")?;
+        let ring = RingBuf::try_from(map).map_err(|e| format!("steal_episodes: {}", chain(&e)))?;
+        Ok(GuestSteal {
+            ebpf,
+            ring,
+            log: EpisodeLog::new(RECENT),
+            threshold_ns: opts.threshold_ns,
+            rq_path,
+            tick_known,
+        })
+    }
+
+    /// How the program reaches the run queue on this kernel.
+    pub fn rq_path(&self) -> &'static str {
+        self.rq_path.as_str()
+    }
+
+    /// Whether `steal_tick` reads only after the scheduler tick (its
+    /// callback found in /proc/kallsyms) rather than after every hrtimer.
+    pub fn tick_only(&self) -> bool {
+        self.tick_known
+    }
+
+    /// Moves the episodes waiting in the kernel's ring into the recent
+    /// list; how many. [`GuestSteal::read`] does it too; a caller that
+    /// reads rarely calls this on its own schedule (the ring holds 4,096
+    /// episodes; what does not fit is counted in `ring_lost`).
+    pub fn drain(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            self.log.push(&item);
+            n += 1;
+        }
+        n
+    }
+
+    /// Cumulative counters since the start, and the recent episodes.
+    pub fn read(&mut self) -> Result<GuestStealSample> {
+        let cpus = self.read_cpus()?;
+        let tasks = self.read_tasks()?;
+        self.drain();
+        Ok(GuestStealSample {
+            monotonic_ns: monotonic_ns(),
+            threshold_ns: self.threshold_ns,
+            cpus,
+            tasks,
+            episodes: self.log.recent().cloned().collect(),
+            episodes_seen: self.log.seen(),
+        })
+    }
+
+    fn read_cpus(&self) -> Result<Vec<CpuSteal>> {
+        let map = self.ebpf.map("steal_cpus").expect("map in object");
+        let cpus: PerCpuArray<&MapData, RawCpu> =
+            PerCpuArray::try_from(map).map_err(|e| bpf_err("steal_cpus", e))?;
+        let values = cpus.get(&0, 0).map_err(|e| bpf_err("steal_cpus read", e))?;
+        Ok(values
+            .iter()
+            .enumerate()
+            .map(|(cpu, c)| cpu_steal(cpu as u32, c))
+            .collect())
+    }
+
+    fn read_tasks(&self) -> Result<Vec<TaskSteal>> {
+        let map = self.ebpf.map("steal_tasks").expect("map in object");
+        let tasks: HashMap<&MapData, RawTaskKey, RawTask> =
+            HashMap::try_from(map).map_err(|e| bpf_err("steal_tasks", e))?;
+        // The program may evict an entry (LRU) while this walks the map:
+        // its lookup then fails (skipped: it was charged least recently)
+        // and the kernel restarts the walk from the first key (entries
+        // seen twice are kept once; at most two walks of the 8,192).
+        let mut seen = std::collections::HashSet::new();
+        let mut v: Vec<TaskSteal> = tasks
+            .iter()
+            .take(2 * 8192)
+            .filter_map(|item| item.ok())
+            .filter(|(k, _)| seen.insert((k.tid, k.tstart)))
+            .map(|(k, t)| task_steal(&k, &t))
+            .collect();
+        crate::guest_steal_model::sort_tasks(&mut v);
+        Ok(v)
+    }
+
+    /// The kernel's counters of each program (`bpf_prog_info`; run count
+    /// and time only with `kernel.bpf_stats_enabled`).
+    pub fn program_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
+        PROGRAMS
+            .iter()
+            .map(|(name, _)| {
+                let prog = self.ebpf.program(name).expect("program in object");
+                let fd = prog.fd().map_err(|e| bpf_err(name, e))?;
+                let st = crate::bpf_info::prog_stats(fd).map_err(|e| bpf_err(name, e))?;
+                Ok((*name, st))
+            })
+            .collect()
+    }
+}
+
+fn cpu_steal(cpu: u32, c: &RawCpu) -> CpuSteal {
+    let count = c.busy_count + c.idle_count;
+    CpuSteal {
+        cpu,
+        busy_ns: c.busy_ns,
+        idle_ns: c.idle_ns,
+        busy_episodes: c.busy_count,
+        idle_episodes: c.idle_count,
+        episodes: EpisodeHist::with_buckets(c.buckets.iter().copied().enumerate()).totals(
+            count,
+            c.busy_ns + c.idle_ns,
+            c.max_ns,
+            c.over_1ms,
+            c.over_10ms,
+        ),
+        steal_clock_ns: c.last,
+        hook_runs: c.runs,
+        ring_lost: c.ring_lost,
+    }
+}
+
+fn task_steal(k: &RawTaskKey, t: &RawTask) -> TaskSteal {
+    let end = t.comm.iter().position(|&c| c == 0).unwrap_or(t.comm.len());
+    TaskSteal {
+        task: StealTaskId {
+            tid: k.tid,
+            tgid: t.tgid,
+            start_ns: k.tstart,
+            comm: String::from_utf8_lossy(&t.comm[..end]).into_owned(),
+        },
+        busy_ns: t.ns,
+        episodes: t.count,
+    }
+}
+
+#[cfg(test)]
+#[path = "guest_steal_tests.rs"]
+mod tests;
