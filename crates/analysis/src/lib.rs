@@ -1,6 +1,7 @@
 //! Analysis: rules that read the model and produce findings with evidence
 //! and remedies, and the doctor report that ranks them.
 
+pub mod exact_steal;
 pub mod finding;
 pub mod hardware;
 #[cfg(test)]

@@ -352,6 +352,9 @@ pub struct DoctorReport {
     pub probes: Option<ProbeReports>,
     /// CPUID (hypervisor, KVM features and hints) and hardware counters.
     pub hardware: crate::hardware::HardwareSection,
+    /// Exact guest steal, when the capture ran the collector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact_steal: Option<crate::exact_steal::ExactStealSection>,
     /// Most severe first.
     pub findings: Vec<Finding>,
     /// Inputs that were missing or unreadable, and what was skipped.
@@ -497,6 +500,7 @@ pub fn build_after(input: ReportInput<'_>, previous: Option<&[Finding]>) -> Doct
         host,
         probes: None,
         hardware,
+        exact_steal: crate::exact_steal::section(m.t1.exact_steal.as_ref()),
         findings,
         notes,
         damage: m.damage.clone(),

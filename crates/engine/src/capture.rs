@@ -5,6 +5,7 @@
 //! the same code that reads a snapshot from disk, so live and offline
 //! reports cannot drift apart.
 
+use crate::exact_steal_hook::{self, ExactStealHook};
 use crate::host::answers::{self as live, HostLiveOptions};
 use crate::host::sched_hook::{self, SchedHook};
 use crate::host::starve::{self, StarveWatch};
@@ -82,6 +83,11 @@ pub struct IntervalCapture {
     begun: (Instant, (u64, u64)),
     /// The interval the caller asked for, to say when it overran.
     asked: Option<Duration>,
+    /// A live root under a hypervisor, running no VM: exact guest steal
+    /// can be read without disturbing what a host capture measures.
+    live_guest: bool,
+    /// Exact guest steal ([`IntervalCapture::with_exact_steal`]).
+    exact: Option<ExactStealHook>,
 }
 
 impl IntervalCapture {
@@ -104,6 +110,8 @@ impl IntervalCapture {
         let mut sched =
             (live_root && host.attribution && sched_hook::vmm_running(root)).then(SchedHook::load);
         let (mut t0, obs0) = record_side(root, "live t0", Side::Start)?;
+        // Not beside VMs: the loader's CPU would be in the vCPUs' steal.
+        let live_guest = live_root && is_guest(&obs0) && obs0.host.vms.is_empty();
         let live_host = live_root && !obs0.host.vms.is_empty();
         if !live_host {
             sched = None;
@@ -141,6 +149,8 @@ impl IntervalCapture {
             starve,
             begun,
             asked: None,
+            live_guest,
+            exact: None,
         })
     }
 
@@ -148,6 +158,17 @@ impl IntervalCapture {
     /// margin says so (`host.capture-overran`), with its own threads' wait.
     pub fn asked(mut self, interval: Duration) -> Self {
         self.asked = Some(interval);
+        self
+    }
+
+    /// Measures exact guest steal over the interval, on a live guest: the
+    /// collector loads in the background (~0.12 s of CPU), so the first
+    /// sample is not delayed and its span starts when it is up. For
+    /// one-shot captures: a rule runner would load it every interval.
+    pub fn with_exact_steal(mut self) -> Self {
+        if self.live_guest {
+            self.exact = Some(ExactStealHook::spawn());
+        }
         self
     }
 
@@ -174,7 +195,11 @@ impl IntervalCapture {
         };
         // Right before t1's thread times, so both cover the same interval.
         let sched = self.sched.as_mut().map(|h| h.read());
+        let exact = self.exact.take().map(ExactStealHook::finish);
         let (mut t1, obs1) = record_side(&self.root, "live t1", Side::End)?;
+        if let Some(e) = &exact {
+            exact_steal_hook::put(&mut t1, e);
+        }
         if let Some(s) = &sched {
             sched_hook::put(&mut t1, s);
         }
@@ -307,7 +332,9 @@ pub fn capture(
         exit_sample: host.exit_sample.min(opts.interval),
         ..host.clone()
     };
-    let interval = IntervalCapture::start(&opts.root, opts.sample_hz, &host)?.asked(opts.interval);
+    let interval = IntervalCapture::start(&opts.root, opts.sample_hz, &host)?
+        .asked(opts.interval)
+        .with_exact_steal();
     // With no series asked for, one period is the interval: the counters
     // are still read at both ends.
     let hz = if opts.sample_hz > 0.0 {
@@ -347,4 +374,11 @@ pub fn capture(
         stopped_after: (ended == Ended::Stopped)
             .then(|| watch.last.saturating_duration_since(start)),
     })
+}
+
+/// Runs under a hypervisor (the `hypervisor` CPU flag, or steal counted):
+/// where exact guest steal can be read.
+fn is_guest(o: &Observation) -> bool {
+    o.cpuinfo.as_ref().is_some_and(|c| c.has("hypervisor"))
+        || o.stat.cpus.iter().any(|c| c.times.steal.unwrap_or(0) > 0)
 }

@@ -4,6 +4,7 @@
 
 pub mod bursts;
 pub mod cputime;
+pub mod exact_steal;
 pub mod hardware;
 pub mod hw;
 pub mod irq_rates;

@@ -33,6 +33,10 @@ pub struct Observation {
     pub kvm_params: r::kvm_params::KvmParams,
     /// VMs found on this machine (empty on a plain guest) and host facts.
     pub host: crate::host::HostObservation,
+    /// Exact guest steal over the interval, when the capture ran the
+    /// collector (t1 only; [`crate::exact_steal`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact_steal: Option<crate::exact_steal::StoredExactSteal>,
     /// Optional files that were present but unreadable, with the reason.
     pub notes: Vec<String>,
 }
@@ -137,6 +141,22 @@ pub fn collect(src: &dyn Source, side: Side) -> Result<Observation, ReadError> {
         n,
         thread_times.and_then(|t| crate::host::collect_host_with(src, side, t)),
     );
+    obs.exact_steal = exact_steal(src, &mut notes);
     obs.notes = notes;
     Ok(obs)
+}
+
+/// The stored exact guest steal, when the side has it.
+fn exact_steal(
+    src: &dyn Source,
+    notes: &mut Vec<String>,
+) -> Option<crate::exact_steal::StoredExactSteal> {
+    let path = crate::exact_steal::EXACT_STEAL_FILE;
+    let bytes = src
+        .read(path)
+        .map_err(|e| notes.push(format!("skipped {e}")))
+        .ok()??;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| notes.push(format!("skipped {path}: {e}")))
+        .ok()
 }

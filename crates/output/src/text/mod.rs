@@ -136,6 +136,21 @@ fn steal_line(out: &mut String, st: &Style, r: &DoctorReport) {
     st.wrap(out, &format!("{}: ", st.bold(label)), &text);
 }
 
+/// The exact guest steal's one line (issue 30), or why it did not run
+/// (said only with `-v`: the /proc/stat line above stands on its own).
+fn exact_steal_line(out: &mut String, st: &Style, r: &DoctorReport) {
+    use stealscope_analysis::exact_steal::ExactStealSection;
+    match &r.exact_steal {
+        Some(ExactStealSection::Measured(m)) => {
+            st.wrap(out, &format!("{}: ", st.bold("Exact steal")), &m.headline);
+        }
+        Some(ExactStealSection::Unavailable { reason }) if st.verbose => {
+            st.wrap(out, "Exact steal: not measured: ", reason);
+        }
+        _ => {}
+    }
+}
+
 fn cpu_table(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(out, "\n  CPU   busy%   idle%  steal%");
     for c in &r.summary.cpus {
@@ -211,6 +226,7 @@ fn doctor_with(
         out.push_str(host.as_deref().unwrap_or_default());
     }
     steal_line(&mut out, &st, r);
+    exact_steal_line(&mut out, &st, r);
     cpu_table(&mut out, r);
     hardware::section(&mut out, &st, &r.hardware);
     if !host_first {
