@@ -148,6 +148,157 @@ fn off_node_bytes(per_node: &BTreeMap<u32, u64>, to_node: u32) -> u64 {
         .sum()
 }
 
+/// Refuses to move memory that the process's own NUMA policy keeps off
+/// `to_node`.
+fn refuse_against_policy(text: &str, pid: u32, to_node: u32) -> Result<(), MemoryError> {
+    // move_pages ignores the process's own policies: moving against them
+    // overrides its owner's binding, and its next allocations go back.
+    let against = Confinement::from_numa_maps(text);
+    let against = against.against(to_node);
+    if against.is_empty() {
+        return Ok(());
+    }
+    let bytes: u64 = against.iter().map(|(_, b)| b).sum();
+    Err(MemoryError::Refused(format!(
+        "pid {pid} to node {to_node}: {} of its memory is under its own NUMA policy {}, which keeps it off node {to_node}; \
+         moving it would override its owner's binding and new pages would go back: change the binding instead \
+         (libvirt <numatune>, QEMU memory-backend host-nodes, numactl)",
+        mib(bytes),
+        against
+            .iter()
+            .map(|(t, b)| format!("{t} ({})", mib(*b)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// Records why a failed syscall stopped the move; an error if nothing has
+/// moved yet (then there is nothing to report).
+fn stop_on_error(report: &mut MoveReport, e: Errno) -> Result<(), MemoryError> {
+    let (pid, to_node) = (report.pid, report.to_node);
+    if report.moved_bytes == 0 {
+        return Err(syscall_error(pid, to_node, e));
+    }
+    report.exited = e == Errno::ESRCH;
+    report.stopped = Some(if report.exited {
+        format!(
+            "process {pid} exited after {} step(s), {} moved",
+            report.steps,
+            mib(report.moved_bytes)
+        )
+    } else {
+        format!(
+            "move_pages failed after {} step(s), {} moved: {}",
+            report.steps,
+            mib(report.moved_bytes),
+            syscall_error(pid, to_node, e)
+        )
+    });
+    Ok(())
+}
+
+/// Re-checks the safety limits before a later step; false (with the reason
+/// in `report.stopped`) when the move must stop.
+fn may_take_next_step(
+    src: &dyn Source,
+    limits: &MoveLimits,
+    remaining: u64,
+    report: &mut MoveReport,
+) -> bool {
+    // A check that cannot be made stops the move like a failed one.
+    let why = match safety::read(src, report.to_node, remaining, limits) {
+        Ok(c) => c.verdict(limits),
+        Err(e) => Some(e.to_string()),
+    };
+    let Some(why) = why else {
+        return true;
+    };
+    report.stopped = Some(format!(
+        "stopped before step {} with {} moved: {why}",
+        report.steps + 1,
+        mib(report.moved_bytes)
+    ));
+    false
+}
+
+/// Moves the off-node pages step by step, checking the limits again
+/// before each later step, until done, stopped or failed.
+fn move_in_steps(
+    src: &dyn Source,
+    k: &mut dyn PageMover,
+    text: &str,
+    limits: &MoveLimits,
+    report: &mut MoveReport,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), MemoryError> {
+    let (pid, to_node, to_move) = (report.pid, report.to_node, report.to_move_bytes);
+    let step = limits.step_bytes.max(1);
+    let mappings = maps::maps(src, pid)
+        .map_err(read_error)?
+        .ok_or(MemoryError::Gone(pid))?;
+    let regions = scan::regions(&maps::parse_numa_maps_vmas(text), &mappings, to_node);
+    let mut scanner = scan::Scanner::new(regions);
+    // Bytes handed to the kernel so far, moved or not: the rest is what the
+    // next check must find room for.
+    let mut attempted = 0u64;
+    loop {
+        if report.steps > 0
+            && !may_take_next_step(src, limits, to_move.saturating_sub(attempted), report)
+        {
+            break;
+        }
+        let pages = match scanner.next_step(k, to_node, step) {
+            Ok(p) => p,
+            Err(e) => return stop_on_error(report, e),
+        };
+        if pages.is_empty() {
+            break;
+        }
+        let outcome = match pages::move_step(k, &pages, to_node) {
+            Ok(o) => o,
+            Err(e) => return stop_on_error(report, e),
+        };
+        attempted += pages.iter().map(|p| p.bytes).sum::<u64>();
+        report.steps += 1;
+        report.moved_bytes += outcome.moved_bytes;
+        for (name, n) in outcome.failed {
+            *report.failed_pages.entry(name).or_insert(0) += n;
+        }
+        progress(&format!(
+            "step {}: {} moved ({} of {})",
+            report.steps,
+            mib(outcome.moved_bytes),
+            mib(report.moved_bytes),
+            mib(to_move)
+        ));
+    }
+    Ok(())
+}
+
+/// Where the process's memory is after the move; a process that exited or
+/// a map that cannot be read leaves it empty, with the reason.
+fn read_after(src: &dyn Source, report: &mut MoveReport) {
+    let pid = report.pid;
+    report.after = match src.read_text(&maps::numa_maps_path(pid)) {
+        Ok(Some(t)) => numa::parse_numa_maps(&t),
+        Ok(None) => {
+            let steps = report.steps;
+            report.exited = true;
+            report
+                .stopped
+                .get_or_insert_with(|| format!("process {pid} exited after {steps} step(s)"));
+            BTreeMap::new()
+        }
+        // Pages have moved: report them rather than fail.
+        Err(e) => {
+            report
+                .stopped
+                .get_or_insert_with(|| format!("after the move: {e}"));
+            BTreeMap::new()
+        }
+    };
+}
+
 /// `move_memory` on any source of files and any page mover (tests use a
 /// fixture directory and a fake process).
 pub fn move_with(
@@ -162,24 +313,7 @@ pub fn move_with(
     let text = numa_maps(src, pid)?;
     let before = numa::parse_numa_maps(&text);
     let to_move = off_node_bytes(&before, to_node);
-    // move_pages ignores the process's own policies: moving against them
-    // overrides its owner's binding, and its next allocations go back.
-    let against = Confinement::from_numa_maps(&text);
-    let against = against.against(to_node);
-    if !against.is_empty() {
-        let bytes: u64 = against.iter().map(|(_, b)| b).sum();
-        return Err(MemoryError::Refused(format!(
-            "pid {pid} to node {to_node}: {} of its memory is under its own NUMA policy {}, which keeps it off node {to_node}; \
-             moving it would override its owner's binding and new pages would go back: change the binding instead \
-             (libvirt <numatune>, QEMU memory-backend host-nodes, numactl)",
-            mib(bytes),
-            against
-                .iter()
-                .map(|(t, b)| format!("{t} ({})", mib(*b)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
+    refuse_against_policy(&text, pid, to_node)?;
     let checked = safety::read(src, to_node, to_move, limits)?;
     if let Some(why) = checked.verdict(limits) {
         return Err(MemoryError::Refused(format!(
@@ -215,102 +349,8 @@ pub fn move_with(
     if to_move == 0 {
         return Ok(report);
     }
-
-    let mappings = maps::maps(src, pid)
-        .map_err(read_error)?
-        .ok_or(MemoryError::Gone(pid))?;
-    let regions = scan::regions(&maps::parse_numa_maps_vmas(&text), &mappings, to_node);
-    let mut scanner = scan::Scanner::new(regions);
-    // Bytes handed to the kernel so far, moved or not: the rest is what the
-    // next check must find room for.
-    let mut attempted = 0u64;
-    let stop = |report: &mut MoveReport, e: Errno| -> Result<(), MemoryError> {
-        if report.moved_bytes == 0 {
-            return Err(syscall_error(pid, to_node, e));
-        }
-        report.exited = e == Errno::ESRCH;
-        report.stopped = Some(if report.exited {
-            format!(
-                "process {pid} exited after {} step(s), {} moved",
-                report.steps,
-                mib(report.moved_bytes)
-            )
-        } else {
-            format!(
-                "move_pages failed after {} step(s), {} moved: {}",
-                report.steps,
-                mib(report.moved_bytes),
-                syscall_error(pid, to_node, e)
-            )
-        });
-        Ok(())
-    };
-    loop {
-        if report.steps > 0 {
-            // A check that cannot be made stops the move like a failed one.
-            let remaining = to_move.saturating_sub(attempted);
-            let why = match safety::read(src, to_node, remaining, limits) {
-                Ok(c) => c.verdict(limits),
-                Err(e) => Some(e.to_string()),
-            };
-            if let Some(why) = why {
-                report.stopped = Some(format!(
-                    "stopped before step {} with {} moved: {why}",
-                    report.steps + 1,
-                    mib(report.moved_bytes)
-                ));
-                break;
-            }
-        }
-        let pages = match scanner.next_step(k, to_node, step) {
-            Ok(p) => p,
-            Err(e) => {
-                stop(&mut report, e)?;
-                break;
-            }
-        };
-        if pages.is_empty() {
-            break;
-        }
-        let outcome = match pages::move_step(k, &pages, to_node) {
-            Ok(o) => o,
-            Err(e) => {
-                stop(&mut report, e)?;
-                break;
-            }
-        };
-        attempted += pages.iter().map(|p| p.bytes).sum::<u64>();
-        report.steps += 1;
-        report.moved_bytes += outcome.moved_bytes;
-        for (name, n) in outcome.failed {
-            *report.failed_pages.entry(name).or_insert(0) += n;
-        }
-        progress(&format!(
-            "step {}: {} moved ({} of {})",
-            report.steps,
-            mib(outcome.moved_bytes),
-            mib(report.moved_bytes),
-            mib(to_move)
-        ));
-    }
-    report.after = match src.read_text(&maps::numa_maps_path(pid)) {
-        Ok(Some(t)) => numa::parse_numa_maps(&t),
-        Ok(None) => {
-            let steps = report.steps;
-            report.exited = true;
-            report
-                .stopped
-                .get_or_insert_with(|| format!("process {pid} exited after {steps} step(s)"));
-            BTreeMap::new()
-        }
-        // Pages have moved: report them rather than fail.
-        Err(e) => {
-            report
-                .stopped
-                .get_or_insert_with(|| format!("after the move: {e}"));
-            BTreeMap::new()
-        }
-    };
+    move_in_steps(src, k, &text, limits, &mut report, progress)?;
+    read_after(src, &mut report);
     Ok(report)
 }
 

@@ -304,31 +304,31 @@ fn write_probes(
     Ok(())
 }
 
-/// Records into `file` (named `path` in errors) until the duration is over
-/// or `stop` is set, then writes a last checkpoint and the end frame.
-pub fn record(
-    opts: &RecordOptions,
-    file: File,
-    path: &str,
-    stop: &AtomicBool,
-    probes: Option<&mut dyn ProbeSource>,
-) -> Result<RecordSummary, ReadError> {
-    let root = opts.root.as_path();
-    let start_unix_s = std::time::SystemTime::now()
+/// Seconds since the Unix epoch, now (0 if the clock is before it).
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
-    let start_mono_ns = monotonic_ns();
-    let live = is_live_root(root);
-    // Who stole the vCPUs' time, on a live host: loaded before the first
-    // checkpoint when a VMM runs (as doctor's before its t0), else started
-    // with the first scan that finds vCPU threads. The scans and the
-    // checkpoints read this one collector.
-    let mut sched = if live && sched_hook::vmm_running(root) {
+        .unwrap_or(0.0)
+}
+
+/// Who stole the vCPUs' time, on a live host: loaded before the first
+/// checkpoint when a VMM runs (as doctor's before its t0), else started
+/// with the first scan that finds vCPU threads. The scans and the
+/// checkpoints read this one collector.
+fn open_sched(root: &Path, live: bool) -> SchedSlot {
+    if live && sched_hook::vmm_running(root) {
         SchedSlot::load()
     } else {
         SchedSlot::new(live)
-    };
+    }
+}
+
+/// The start checkpoint, with the collector's first reading in it.
+fn start_checkpoint(
+    root: &Path,
+    sched: &mut SchedSlot,
+) -> Result<(u64, MemFs, HostObservation), ReadError> {
     let (t0, mut side0, host0) = checkpoint(root, Side::Start)?;
     // Its first reading right after the checkpoint's thread times.
     sched.watch_tids(
@@ -341,7 +341,17 @@ pub fn record(
     if let Some(s) = sched.stored(End::Start) {
         sched_hook::put(&mut side0, &s);
     }
-    let sampler = Sampler::open(
+    Ok((t0, side0, host0))
+}
+
+fn open_sampler(
+    opts: &RecordOptions,
+    side0: &MemFs,
+    host0: HostObservation,
+    sched: SchedSlot,
+) -> Result<Sampler, ReadError> {
+    let root = opts.root.as_path();
+    Ok(Sampler::open(
         SamplerOptions {
             // A lone TSC gives a constant TSC MHz: read at the start and
             // every LONE_TSC_EVERY. Any other counter is read with every
@@ -354,12 +364,22 @@ pub fn record(
             batch: Some(FLUSH_EVERY),
             ..SamplerOptions::new(root)
         },
-        Some(&side0),
+        Some(side0),
     )?
     // The start checkpoint walked /proc already: its VMs start the scans.
-    .with_host(HostTracker::start_from(root, &side0, host0))
-    .with_sched(sched);
-    let header = Header {
+    .with_host(HostTracker::start_from(root, side0, host0))
+    .with_sched(sched))
+}
+
+fn header(
+    opts: &RecordOptions,
+    side0: &MemFs,
+    sampler: &Sampler,
+    live: bool,
+    start_unix_s: f64,
+    start_mono_ns: u64,
+) -> Header {
+    Header {
         irq_rate_hz: (opts.irq_rate_hz > 0.0).then_some(opts.irq_rate_hz),
         host_scan_s: Some(opts.host_scan.as_secs_f64()),
         checkpoint_s: opts.checkpoint.as_secs_f64(),
@@ -378,49 +398,64 @@ pub fn record(
         }),
         probes: opts.probes.clone(),
         ..Header::new(opts.rate_hz, start_unix_s, start_mono_ns)
-    };
-    let mut w = RecordingWriter::create(file, path, &header)?;
-    w.checkpoint(t0, &side0.files)?;
-    drop(side0);
-    let mut notes = Notes::default();
-    let irq = if opts.irq_rate_hz > 0.0 {
-        match PreadFile::open(root, interrupts::PATH) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                notes.report(&mut w, "interrupts", Err(e))?;
-                None
-            }
+    }
+}
+
+/// /proc/interrupts kept open, when recorded; a file that cannot be opened
+/// is a note in the recording, not an error.
+fn open_irq(
+    opts: &RecordOptions,
+    notes: &mut Notes,
+    w: &mut RecordingWriter,
+) -> Result<Option<PreadFile>, ReadError> {
+    if opts.irq_rate_hz <= 0.0 {
+        return Ok(None);
+    }
+    match PreadFile::open(&opts.root, interrupts::PATH) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) => {
+            notes.report(w, "interrupts", Err(e))?;
+            Ok(None)
         }
-    } else {
-        None
-    };
-    // The sampling grid, the batches and the file's flushes all count from
-    // here, so a batch is handed over on the tick that flushes it.
-    let start = Instant::now();
-    let sampler = sampler.starting_at(start);
-    let mut feed = Feed {
-        root: root.to_path_buf(),
-        w,
-        notes,
-        sum: RecordSummary {
-            checkpoints: 1,
-            ..Default::default()
-        },
-        irq,
-        irq_period: Duration::from_secs_f64(1.0 / opts.irq_rate_hz.max(1e-3)),
-        next_irq: start,
-        threads: Vec::new(),
-        // The first checkpoint and flush are a period after the start.
-        next_flush: start + FLUSH_EVERY,
-        next_checkpoint: start + opts.checkpoint,
-        checkpoint_every: opts.checkpoint,
-        probes,
-        windows: Vec::new(),
-        probe_notes: Vec::new(),
-        sched_now: None,
-        sched_prev: None,
-    };
-    let ended = sampler.run(&Rate::new(opts.rate_hz), &mut feed, stop)?;
+    }
+}
+
+impl<'a> Feed<'a> {
+    fn new(
+        opts: &RecordOptions,
+        w: RecordingWriter,
+        notes: Notes,
+        irq: Option<PreadFile>,
+        start: Instant,
+        probes: Option<&'a mut dyn ProbeSource>,
+    ) -> Feed<'a> {
+        Feed {
+            root: opts.root.clone(),
+            w,
+            notes,
+            sum: RecordSummary {
+                checkpoints: 1,
+                ..Default::default()
+            },
+            irq,
+            irq_period: Duration::from_secs_f64(1.0 / opts.irq_rate_hz.max(1e-3)),
+            next_irq: start,
+            threads: Vec::new(),
+            // The first checkpoint and flush are a period after the start.
+            next_flush: start + FLUSH_EVERY,
+            next_checkpoint: start + opts.checkpoint,
+            checkpoint_every: opts.checkpoint,
+            probes,
+            windows: Vec::new(),
+            probe_notes: Vec::new(),
+            sched_now: None,
+            sched_prev: None,
+        }
+    }
+}
+
+/// Stops the probes, writes their last windows and the end frame.
+fn finish(feed: Feed, ended: Ended, start: Instant) -> Result<RecordSummary, ReadError> {
     let Feed {
         mut w,
         mut sum,
@@ -447,6 +482,37 @@ pub fn record(
     };
     sum.bytes = w.finish(&end)?;
     Ok(sum)
+}
+
+/// Records into `file` (named `path` in errors) until the duration is over
+/// or `stop` is set, then writes a last checkpoint and the end frame.
+pub fn record(
+    opts: &RecordOptions,
+    file: File,
+    path: &str,
+    stop: &AtomicBool,
+    probes: Option<&mut dyn ProbeSource>,
+) -> Result<RecordSummary, ReadError> {
+    let root = opts.root.as_path();
+    let start_unix_s = unix_now_s();
+    let start_mono_ns = monotonic_ns();
+    let live = is_live_root(root);
+    let mut sched = open_sched(root, live);
+    let (t0, side0, host0) = start_checkpoint(root, &mut sched)?;
+    let sampler = open_sampler(opts, &side0, host0, sched)?;
+    let header = header(opts, &side0, &sampler, live, start_unix_s, start_mono_ns);
+    let mut w = RecordingWriter::create(file, path, &header)?;
+    w.checkpoint(t0, &side0.files)?;
+    drop(side0);
+    let mut notes = Notes::default();
+    let irq = open_irq(opts, &mut notes, &mut w)?;
+    // The sampling grid, the batches and the file's flushes all count from
+    // here, so a batch is handed over on the tick that flushes it.
+    let start = Instant::now();
+    let sampler = sampler.starting_at(start);
+    let mut feed = Feed::new(opts, w, notes, irq, start, probes);
+    let ended = sampler.run(&Rate::new(opts.rate_hz), &mut feed, stop)?;
+    finish(feed, ended, start)
 }
 
 /// Records to a new file at `path` (an existing file is refused, never

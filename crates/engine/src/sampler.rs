@@ -151,6 +151,22 @@ pub enum Ended {
     Duration,
 }
 
+/// The sampling loop's schedule, and what it carries from one sample to
+/// the next.
+struct LoopState {
+    host: Option<HostTracker>,
+    counters: CounterSchedule,
+    /// How often held samples are delivered (batch mode only).
+    batch: Option<Duration>,
+    end: Option<Instant>,
+    next: Instant,
+    next_host: Instant,
+    next_watch: Instant,
+    next_batch: Instant,
+    /// Set once the sample under way is the last: why the loop ends.
+    ending: Option<Ended>,
+}
+
 pub struct Sampler {
     opts: SamplerOptions,
     stat: PreadFile,
@@ -267,9 +283,47 @@ impl Sampler {
         sub: &mut dyn Subscriber,
         stop: &dyn Wait,
     ) -> Result<Ended, ReadError> {
+        let mut st = self.start_loop(sub)?;
+        let clock = stealscope_readers::clock::base();
+        // One clock read per sample: t_ns and `now` are the same instant,
+        // and the sleep is to an absolute deadline (clock::sleep_until).
+        loop {
+            let (t_ns, now) = match self.tsc.as_mut() {
+                Some(c) => {
+                    let ns = c.anchor();
+                    (ns, clock.instant(ns))
+                }
+                None => clock.now(),
+            };
+            let last = st.ending.is_some();
+            if let Some(p) = st.batch {
+                self.hold(t_ns, &mut st.counters, last);
+                if now >= st.next_batch || last {
+                    self.deliver(sub)?;
+                    st.next_batch = next_due(st.next_batch, p, now);
+                }
+            } else {
+                self.sample_now(t_ns, now, &mut st.counters, last, sub)?;
+            }
+            self.scan_if_due(&mut st, now, sub)?;
+            sub.tick(now)?;
+            self.checkpoint(sub, now, false)?;
+            if let Some(e) = st.ending {
+                return Ok(e);
+            }
+            if let Some(e) = self.pace(&mut st, rate, stop, sub, now)? {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// Starts the host scans (when asked), the counter schedule and, in
+    /// batch mode on the live root, the TSC clock; every deadline counts
+    /// from the start.
+    fn start_loop(&mut self, sub: &mut dyn Subscriber) -> Result<LoopState, ReadError> {
         let root = self.opts.root.clone();
         // Discovery reads every process: here, not on a caller's thread.
-        let mut host = match (self.opts.host_every, self.tracker.take()) {
+        let host = match (self.opts.host_every, self.tracker.take()) {
             (None, _) => None,
             (Some(_), Some((t, err))) => Some((t, err)),
             (Some(_), None) => Some(HostTracker::start(&root)),
@@ -278,101 +332,118 @@ impl Sampler {
         .transpose()?;
         let start = self.opts.from.unwrap_or_else(Instant::now);
         let clock = stealscope_readers::clock::base();
-        let mut counters =
-            CounterSchedule::new(self.hw.take(), self.opts.counters, clock.ns(start));
-        let end = self.opts.duration.map(|d| start + d);
-        let (mut next, mut next_host) = (start, start);
-        let mut next_watch = start + self.opts.watch_every.unwrap_or_default();
+        let counters = CounterSchedule::new(self.hw.take(), self.opts.counters, clock.ns(start));
         let batch = self.opts.batch.filter(|_| self.opts.series.is_none());
         if batch.is_some() && is_live_root(&root) {
             self.tsc = TscClock::open(&RootFs::new(&root));
         }
-        let mut next_batch = start + batch.unwrap_or_default();
-        // Set once the sample under way is the last: why the loop ends.
-        let mut ending = None;
-        // One clock read per sample: t_ns and `now` are the same instant,
-        // and the sleep is to an absolute deadline (clock::sleep_until).
-        loop {
-            let (t_ns, mut now) = match self.tsc.as_mut() {
-                Some(c) => {
-                    let ns = c.anchor();
-                    (ns, clock.instant(ns))
+        Ok(LoopState {
+            host,
+            counters,
+            batch,
+            end: self.opts.duration.map(|d| start + d),
+            next: start,
+            next_host: start,
+            next_watch: start + self.opts.watch_every.unwrap_or_default(),
+            next_batch: start + batch.unwrap_or_default(),
+            ending: None,
+        })
+    }
+
+    /// Reads /proc/stat (and the counters when due) and hands the sample
+    /// to the subscriber at once (no batch).
+    fn sample_now(
+        &mut self,
+        t_ns: u64,
+        now: Instant,
+        counters: &mut CounterSchedule,
+        last: bool,
+        sub: &mut dyn Subscriber,
+    ) -> Result<(), ReadError> {
+        let keep_text = self.opts.series.is_some();
+        match self.read_stat(keep_text) {
+            Ok(text) => {
+                let counters = counters.read(t_ns, last);
+                if let (Some(s), Some(stat)) = (&self.opts.series, text) {
+                    s.push(RawSample { t_ns, stat }, counters.clone());
                 }
-                None => clock.now(),
-            };
-            let last = ending.is_some();
-            if let Some(p) = batch {
-                self.hold(t_ns, &mut counters, last);
-                if now >= next_batch || last {
-                    self.deliver(sub)?;
-                    next_batch = next_due(next_batch, p, now);
-                }
-            } else {
-                let keep_text = self.opts.series.is_some();
-                match self.read_stat(keep_text) {
-                    Ok(text) => {
-                        let counters = counters.read(t_ns, last);
-                        if let (Some(s), Some(stat)) = (&self.opts.series, text) {
-                            s.push(RawSample { t_ns, stat }, counters.clone());
-                        }
-                        sub.sample(Sample {
-                            t_ns,
-                            now,
-                            stat: &self.parsed,
-                            counters: counters.as_ref(),
-                        })?;
+                sub.sample(Sample {
+                    t_ns,
+                    now,
+                    stat: &self.parsed,
+                    counters: counters.as_ref(),
+                })?;
+            }
+            Err(e) => sub.sample_error(e)?,
+        }
+        Ok(())
+    }
+
+    /// A host scan when one is due, looking for new VMs when that is due
+    /// too.
+    fn scan_if_due(
+        &mut self,
+        st: &mut LoopState,
+        now: Instant,
+        sub: &mut dyn Subscriber,
+    ) -> Result<(), ReadError> {
+        if let (Some(host), Some(every)) = (st.host.as_mut(), self.opts.host_every) {
+            if now >= st.next_host {
+                let watch = match self.opts.watch_every {
+                    None => true,
+                    Some(p) if now >= st.next_watch => {
+                        st.next_watch = next_due(st.next_watch, p, now);
+                        true
                     }
-                    Err(e) => sub.sample_error(e)?,
-                }
-            }
-            if let (Some(host), Some(every)) = (host.as_mut(), self.opts.host_every) {
-                if now >= next_host {
-                    let watch = match self.opts.watch_every {
-                        None => true,
-                        Some(p) if now >= next_watch => {
-                            next_watch = next_due(next_watch, p, now);
-                            true
-                        }
-                        Some(_) => false,
-                    };
-                    self.scan(host, watch, sub)?;
-                    next_host = next_due(next_host, every, now);
-                }
-            }
-            sub.tick(now)?;
-            self.checkpoint(sub, now, false)?;
-            if let Some(e) = ending {
-                return Ok(e);
-            }
-            let period = rate.period();
-            next = next_due(next, period, now);
-            // Held samples until the next one due with anything else: the
-            // path of nearly every sample in batch mode (`quiet`), with a
-            // stop flag the loop can check itself (record's).
-            let flag = stop.flag().filter(|_| self.opts.wake_every.is_none());
-            if let (Some(_), Some(flag), Some(t)) = (batch, flag, sub.next_tick()) {
-                let host_due = host.as_ref().map(|_| next_host);
-                let until = [Some(next_batch), host_due, Some(t), end]
-                    .into_iter()
-                    .flatten()
-                    .min()
-                    .unwrap_or(t);
-                now = self.quiet(&mut next, until, period, &mut counters, flag, now);
-            }
-            if let Some(e) = end.filter(|&e| next > e || now >= e) {
-                // The last sample at the end itself, unless this one was.
-                if !self.opts.last_at_end || now >= e {
-                    return Ok(Ended::Duration);
-                }
-                (next, ending) = (e, Some(Ended::Duration));
-            }
-            if self.wait(next, stop, sub)? {
-                if !self.opts.last_at_end {
-                    return Ok(Ended::Stopped);
-                }
-                ending = Some(Ended::Stopped);
+                    Some(_) => false,
+                };
+                self.scan(host, watch, sub)?;
+                st.next_host = next_due(st.next_host, every, now);
             }
         }
+        Ok(())
+    }
+
+    /// Sets the next sample's deadline and sleeps until it (taking held
+    /// samples quietly meanwhile in batch mode); Some when the loop ends
+    /// now, else with `st.ending` set when the next sample is the last.
+    fn pace(
+        &mut self,
+        st: &mut LoopState,
+        rate: &Rate,
+        stop: &dyn Wait,
+        sub: &mut dyn Subscriber,
+        mut now: Instant,
+    ) -> Result<Option<Ended>, ReadError> {
+        let period = rate.period();
+        st.next = next_due(st.next, period, now);
+        // Held samples until the next one due with anything else: the
+        // path of nearly every sample in batch mode (`quiet`), with a
+        // stop flag the loop can check itself (record's).
+        let flag = stop.flag().filter(|_| self.opts.wake_every.is_none());
+        if let (Some(_), Some(flag), Some(t)) = (st.batch, flag, sub.next_tick()) {
+            let host_due = st.host.as_ref().map(|_| st.next_host);
+            let until = [Some(st.next_batch), host_due, Some(t), st.end]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(t);
+            now = self.quiet(&mut st.next, until, period, &mut st.counters, flag, now);
+        }
+        if let Some(e) = st.end.filter(|&e| st.next > e || now >= e) {
+            // The last sample at the end itself, unless this one was.
+            if !self.opts.last_at_end || now >= e {
+                return Ok(Some(Ended::Duration));
+            }
+            (st.next, st.ending) = (e, Some(Ended::Duration));
+        }
+        if self.wait(st.next, stop, sub)? {
+            if !self.opts.last_at_end {
+                return Ok(Some(Ended::Stopped));
+            }
+            st.ending = Some(Ended::Stopped);
+        }
+        Ok(None)
     }
 
     /// Takes and holds samples at `period` while the next one is due

@@ -190,6 +190,16 @@ fn family<M: EncodeMetric>(
 }
 
 fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) -> fmt::Result {
+    encode_cpus(s, enc)?;
+    encode_vcpus(s, enc)?;
+    encode_wait_by(s, enc)?;
+    fleet::encode_fleet(&s.host, s.cpu.cpus.len(), &s.vm_facts, enc)?;
+    encode_hw(s, enc)?;
+    encode_findings(s, version, enc)
+}
+
+/// Per CPU: seconds per mode, counter anomalies, steal per window span.
+fn encode_cpus(s: &MetricsState, enc: &mut DescriptorEncoder) -> fmt::Result {
     let cpus = &s.cpu.cpus;
     family(
         enc,
@@ -231,6 +241,11 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
             )?;
         }
     }
+    Ok(())
+}
+
+/// Per vCPU thread: run-queue wait and run time.
+fn encode_vcpus(s: &MetricsState, enc: &mut DescriptorEncoder) -> fmt::Result {
     let vcpu_labels = |v: &VcpuTimes| vec![("vm", v.vm.clone()), ("vcpu", v.vcpu.to_string())];
     family(
         enc,
@@ -248,8 +263,11 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
             .iter()
             .map(|v| (vcpu_labels(v), ConstCounter::new(secs(v.run_s)))),
     )?;
-    encode_wait_by(s, enc)?;
-    fleet::encode_fleet(&s.host, s.cpu.cpus.len(), &s.vm_facts, enc)?;
+    Ok(())
+}
+
+/// Hardware events per CPU, and the counters this machine lacks.
+fn encode_hw(s: &MetricsState, enc: &mut DescriptorEncoder) -> fmt::Result {
     family(
         enc,
         "stealscope_cpu_hw_events",
@@ -277,6 +295,11 @@ fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) ->
             )
         }),
     )?;
+    Ok(())
+}
+
+/// Active findings, noisy neighbours and the build.
+fn encode_findings(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) -> fmt::Result {
     family(
         enc,
         "stealscope_finding",

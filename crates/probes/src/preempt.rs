@@ -21,7 +21,7 @@ mod summary;
 
 use crate::counters::{Counters, CpuCounts};
 use crate::error::ProbeError;
-use crate::harness;
+use crate::harness::{self, ThreadCtx};
 use crate::round;
 use crate::stats::LatencyStats;
 use crate::sys::{self, FifoGuard, MlockGuard};
@@ -254,13 +254,34 @@ fn validate(o: &PreemptOptions) -> Result<(), ProbeError> {
     Ok(())
 }
 
+/// What the measurement left behind: the spinners' results and everything
+/// the run saw besides them, with the memory lock and tracing released.
+struct Measured {
+    outs: Vec<SpinOut>,
+    memory_locked: bool,
+    windows: Vec<(u64, Vec<CpuCounts>)>,
+    before: Vec<CpuCounts>,
+    after: Vec<CpuCounts>,
+    cpu_time_s: f64,
+    reader_tid: i32,
+    trace_instance: Option<String>,
+    trace: Option<TraceData>,
+}
+
+/// The gaps attributed, per CPU and overall.
+struct Attributed {
+    per_cpu: Vec<PreemptCpu>,
+    /// The longest gaps, in time order.
+    gaps: Vec<Gap>,
+    gaps_total: u64,
+}
+
 /// Runs the spinners until `duration` passes or `stop` is set, then
 /// attributes every gap.
 pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, ProbeError> {
     validate(opts)?;
     let cpus = crate::resolve_cpus(opts.cpus.as_deref())?;
     let mut notes = Vec::new();
-    let want_fifo = opts.priority > 0 && !opts.no_change;
     if opts.no_change {
         notes.push(
             "--no-change: spinners ran SCHED_OTHER without memory lock; no tracing instance \
@@ -268,12 +289,51 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
                 .to_string(),
         );
     }
-    let mut tracer = start_tracer(opts, &cpus, &mut notes);
+    let m = measure(opts, &cpus, stop, &mut notes)?;
+    note_run_limits(&m, &mut notes);
+    let attributed = attribute(opts, &cpus, &m, &mut notes);
+    Ok(report(opts, stop, m, attributed, notes))
+}
+
+/// One spinner: SCHED_FIFO if asked and allowed, then spin until the run
+/// ends, recording the gaps.
+fn spinner(
+    opts: &PreemptOptions,
+    want_fifo: bool,
+    stop: &AtomicBool,
+    ctx: &ThreadCtx,
+) -> Option<SpinOut> {
+    let duration = opts.duration.as_nanos() as u64;
+    let threshold = opts.threshold.as_nanos() as u64;
+    let tid = sys::gettid();
+    let (fifo, fifo_error) = FifoGuard::request(want_fifo.then_some(opts.priority));
+    let policy = sys::current_policy();
+    let (start, end, gaps, dropped) = spin(duration, threshold, stop, ctx)?;
+    drop(fifo);
+    Some(SpinOut {
+        tid,
+        start,
+        end,
+        gaps,
+        dropped,
+        policy,
+        fifo_error,
+    })
+}
+
+/// Runs a spinner per CPU while this thread drains the trace (or samples
+/// the counters), then takes the closing readings.
+fn measure(
+    opts: &PreemptOptions,
+    cpus: &[u32],
+    stop: &AtomicBool,
+    notes: &mut Vec<String>,
+) -> Result<Measured, ProbeError> {
+    let want_fifo = opts.priority > 0 && !opts.no_change;
+    let mut tracer = start_tracer(opts, cpus, notes);
     let fallback = tracer.is_none();
     let (mut counters, open_notes) = Counters::open(fallback);
     notes.extend(open_notes);
-    let duration = opts.duration.as_nanos() as u64;
-    let threshold = opts.threshold.as_nanos() as u64;
     let mut mlock: Option<MlockGuard> = None;
     let mut memory_locked = false;
     let mut windows: Vec<(u64, Vec<CpuCounts>)> = Vec::new();
@@ -283,30 +343,15 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
 
     let outs = harness::run_per_cpu(
         "ss-preempt",
-        &cpus,
-        |_, ctx| {
-            let tid = sys::gettid();
-            let (fifo, fifo_error) = FifoGuard::request(want_fifo.then_some(opts.priority));
-            let policy = sys::current_policy();
-            let (start, end, gaps, dropped) = spin(duration, threshold, stop, ctx)?;
-            drop(fifo);
-            Some(SpinOut {
-                tid,
-                start,
-                end,
-                gaps,
-                dropped,
-                policy,
-                fifo_error,
-            })
-        },
+        cpus,
+        |_, ctx| spinner(opts, want_fifo, stop, ctx),
         |control| {
             (mlock, memory_locked) = sys::lock_memory(
                 opts.no_change,
                 "page faults of the probe may show as gaps",
-                &mut notes,
+                notes,
             );
-            before = counters.sample(&cpus).unwrap_or_default();
+            before = counters.sample(cpus).unwrap_or_default();
             if fallback {
                 windows.push((sys::now_ns(), before.clone()));
             }
@@ -317,7 +362,7 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
                     t.drain();
                 }
                 if fallback {
-                    if let Ok(c) = counters.sample(&cpus) {
+                    if let Ok(c) = counters.sample(cpus) {
                         windows.push((sys::now_ns(), c));
                     }
                 }
@@ -325,7 +370,7 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
         },
     );
     let cpu_time_s = sys::process_cpu_s() - cpu0;
-    let after = counters.sample(&cpus).unwrap_or_default();
+    let after = counters.sample(cpus).unwrap_or_default();
     if fallback {
         windows.push((sys::now_ns(), after.clone()));
     }
@@ -333,14 +378,29 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
     let end_ns = sys::now_ns();
     let trace_instance = tracer.as_ref().map(Tracer::describe);
     let trace: Option<TraceData> = tracer.take().map(|t| t.finish(end_ns));
-    let outs = outs?;
-    if let Some(e) = outs.iter().find_map(|o| o.fifo_error) {
+    Ok(Measured {
+        outs: outs?,
+        memory_locked,
+        windows,
+        before,
+        after,
+        cpu_time_s,
+        reader_tid,
+        trace_instance,
+        trace,
+    })
+}
+
+/// Notes on what the run could not do as asked: no SCHED_FIFO, lost trace
+/// events.
+fn note_run_limits(m: &Measured, notes: &mut Vec<String>) {
+    if let Some(e) = m.outs.iter().find_map(|o| o.fifo_error) {
         notes.push(format!(
             "no SCHED_FIFO ({e}): spinners ran SCHED_OTHER, so other guest threads take turns \
              with them (shown as thread gaps)"
         ));
     }
-    if let Some(t) = &trace {
+    if let Some(t) = &m.trace {
         if t.lost > 0 {
             notes.push(format!(
                 "the trace lost {} events (buffer overrun): some gaps may be unexplained for \
@@ -349,17 +409,27 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
             ));
         }
     }
+}
+
+/// Explains every CPU's gaps from the evidence and keeps the longest
+/// `max_gap_records` of them, in time order.
+fn attribute(
+    opts: &PreemptOptions,
+    cpus: &[u32],
+    m: &Measured,
+    notes: &mut Vec<String>,
+) -> Attributed {
     let evidence = summary::Evidence {
-        trace: trace.as_ref(),
-        windows: &windows,
-        before: &before,
-        after: &after,
-        reader_tid,
-        run_start: outs.iter().map(|o| o.start).min().unwrap_or(0),
+        trace: m.trace.as_ref(),
+        windows: &m.windows,
+        before: &m.before,
+        after: &m.after,
+        reader_tid: m.reader_tid,
+        run_start: m.outs.iter().map(|o| o.start).min().unwrap_or(0),
     };
     let mut per_cpu = Vec::new();
     let mut all_gaps: Vec<Gap> = Vec::new();
-    for (i, (o, &cpu)) in outs.iter().zip(&cpus).enumerate() {
+    for (i, (o, &cpu)) in m.outs.iter().zip(cpus).enumerate() {
         let (c, gaps) = summary::cpu(i, cpu, o, &evidence);
         per_cpu.push(c);
         all_gaps.extend(gaps);
@@ -376,16 +446,31 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
         all_gaps.truncate(opts.max_gap_records);
     }
     all_gaps.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
-    let overall = summary::overall(&per_cpu);
-    let policy = if outs.iter().all(|o| o.policy == "fifo") {
+    Attributed {
+        per_cpu,
+        gaps: all_gaps,
+        gaps_total,
+    }
+}
+
+fn report(
+    opts: &PreemptOptions,
+    stop: &AtomicBool,
+    m: Measured,
+    a: Attributed,
+    notes: Vec<String>,
+) -> PreemptReport {
+    let overall = summary::overall(&a.per_cpu);
+    let policy = if m.outs.iter().all(|o| o.policy == "fifo") {
         "fifo"
     } else {
         "other"
     };
-    Ok(PreemptReport {
+    PreemptReport {
         probe: "preempt",
         duration_s: round(
-            outs.iter()
+            m.outs
+                .iter()
                 .map(|o| o.end.saturating_sub(o.start))
                 .max()
                 .unwrap_or(0) as f64
@@ -395,24 +480,24 @@ pub fn run(opts: &PreemptOptions, stop: &AtomicBool) -> Result<PreemptReport, Pr
         threshold_us: opts.threshold.as_nanos() as f64 / 1e3,
         priority: opts.priority,
         policy: policy.to_string(),
-        memory_locked,
-        attribution: if trace.is_some() {
+        memory_locked: m.memory_locked,
+        attribution: if m.trace.is_some() {
             "tracefs"
         } else {
             "counters"
         }
         .to_string(),
-        trace_instance,
-        trace_events: trace.as_ref().map_or(0, |t| t.events),
-        trace_lost_events: trace.as_ref().map_or(0, |t| t.lost),
-        cpus: per_cpu,
+        trace_instance: m.trace_instance,
+        trace_events: m.trace.as_ref().map_or(0, |t| t.events),
+        trace_lost_events: m.trace.as_ref().map_or(0, |t| t.lost),
+        cpus: a.per_cpu,
         overall,
-        gaps: all_gaps,
-        gaps_total,
-        cpu_time_s: round(cpu_time_s, 3),
+        gaps: a.gaps,
+        gaps_total: a.gaps_total,
+        cpu_time_s: round(m.cpu_time_s, 3),
         interrupted: stop.load(Ordering::Relaxed),
         notes,
-    })
+    }
 }
 
 /// A tracing instance on `cpus`, unless told not to or tracefs is missing

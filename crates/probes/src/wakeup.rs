@@ -4,9 +4,9 @@
 //! now - deadline. Every sample goes into an HDR histogram (no cap).
 //! Optionally holds a PM QoS CPU latency limit for the run.
 
-use crate::counters::{self, Counters};
+use crate::counters::{self, Counters, CpuCounts};
 use crate::error::ProbeError;
-use crate::harness;
+use crate::harness::{self, ThreadCtx};
 use crate::round;
 use crate::stats::{self, LatencyStats};
 use crate::sys::{self, FifoGuard, MlockGuard, PmQosGuard};
@@ -104,12 +104,22 @@ fn validate(o: &WakeupOptions) -> Result<(), ProbeError> {
     Ok(())
 }
 
+/// The threads' results and the readings taken around them, with the
+/// memory lock and PM QoS limit released.
+struct Measured {
+    outs: Vec<ThreadOut>,
+    memory_locked: bool,
+    before: Vec<CpuCounts>,
+    after: Vec<CpuCounts>,
+    wall_s: f64,
+    cpu_time_s: f64,
+}
+
 /// Measures wake-up latency until `duration` passes or `stop` is set.
 pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, ProbeError> {
     validate(opts)?;
     let cpus = crate::resolve_cpus(opts.cpus.as_deref())?;
     let mut notes = Vec::new();
-    let want_fifo = opts.priority > 0 && !opts.no_change;
     if opts.no_change {
         notes.push(
             "--no-change: ran SCHED_OTHER without memory lock or PM QoS; latencies include \
@@ -121,7 +131,40 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
     }
     // PM QoS first: a failure is a note, and the guard releases it on every
     // path below, including `?` returns and panics.
-    let pm_qos = match (opts.pm_qos_us, opts.no_change) {
+    let pm_qos = hold_pm_qos(opts, &mut notes);
+    let pm_qos_held = pm_qos.as_ref().and(opts.pm_qos_us);
+    let m = measure(opts, &cpus, stop, pm_qos, &mut notes)?;
+    if let Some(e) = m.outs.iter().find_map(|o| o.fifo_error) {
+        notes.push(format!(
+            "no SCHED_FIFO ({e}): ran SCHED_OTHER; latencies include guest scheduling \
+             (run as root or with CAP_SYS_NICE for the real-time figure)"
+        ));
+    }
+    let (per_cpu, all) = per_cpu(&m, &cpus);
+    let policy = if m.outs.iter().all(|o| o.policy == "fifo") {
+        "fifo"
+    } else {
+        "other"
+    };
+    Ok(WakeupReport {
+        probe: "wakeup",
+        duration_s: round(m.wall_s, 2),
+        interval_us: opts.interval.as_nanos() as f64 / 1000.0,
+        priority: opts.priority,
+        policy: policy.to_string(),
+        memory_locked: m.memory_locked,
+        pm_qos_us: pm_qos_held,
+        cpus: per_cpu,
+        overall: LatencyStats::from_histogram(None, &all),
+        cpu_time_s: round(m.cpu_time_s, 3),
+        interrupted: stop.load(Ordering::Relaxed),
+        notes,
+    })
+}
+
+/// The PM QoS limit, held if asked and allowed; a note says when it is not.
+fn hold_pm_qos(opts: &WakeupOptions, notes: &mut Vec<String>) -> Option<PmQosGuard> {
+    match (opts.pm_qos_us, opts.no_change) {
         (Some(us), false) => match PmQosGuard::hold(us) {
             Ok(g) => Some(g),
             Err(e) => {
@@ -137,11 +180,71 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
             None
         }
         _ => None,
-    };
-    let pm_qos_held = pm_qos.as_ref().and(opts.pm_qos_us);
-    let (mut counters, _) = Counters::open(false);
+    }
+}
+
+/// One measuring thread: SCHED_FIFO if asked and allowed, then sleep to
+/// each deadline and record how late it woke.
+fn measure_thread(
+    opts: &WakeupOptions,
+    want_fifo: bool,
+    stop: &AtomicBool,
+    ctx: &ThreadCtx,
+) -> Option<ThreadOut> {
     let interval = opts.interval.as_nanos() as u64;
     let duration = opts.duration.as_nanos() as u64;
+    let mut hist = stats::new_histogram();
+    let (fifo, fifo_error) = FifoGuard::request(want_fifo.then_some(opts.priority));
+    let policy = sys::current_policy();
+    // One dry pass through the loop's calls, so their code is
+    // mapped (and locked) before the first real deadline.
+    let _ = sys::sleep_until(sys::now_ns());
+    stats::record(&mut hist, 1);
+    hist.reset();
+    if !ctx.start() {
+        return None;
+    }
+    let start = sys::now_ns();
+    let end = start + duration;
+    let mut next = start + interval;
+    let mut overruns = 0;
+    while next <= end && !stop.load(Ordering::Relaxed) {
+        match sys::sleep_until(next) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                ctx.fail(ProbeError::sys("clock_nanosleep", e));
+                break;
+            }
+        }
+        let now = sys::now_ns();
+        stats::record(&mut hist, now.saturating_sub(next));
+        next += interval;
+        while next <= now {
+            next += interval;
+            overruns += 1;
+        }
+    }
+    drop(fifo);
+    Some(ThreadOut {
+        hist,
+        overruns,
+        policy,
+        fifo_error,
+    })
+}
+
+/// Runs a measuring thread per CPU, with memory locked and the counters
+/// read around the run; releases the lock and `pm_qos` at the end.
+fn measure(
+    opts: &WakeupOptions,
+    cpus: &[u32],
+    stop: &AtomicBool,
+    pm_qos: Option<PmQosGuard>,
+    notes: &mut Vec<String>,
+) -> Result<Measured, ProbeError> {
+    let want_fifo = opts.priority > 0 && !opts.no_change;
+    let (mut counters, _) = Counters::open(false);
     let mut mlock: Option<MlockGuard> = None;
     let mut memory_locked = false;
     let mut before = Vec::new();
@@ -150,54 +253,14 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
 
     let outs = harness::run_per_cpu(
         "ss-wakeup",
-        &cpus,
-        |_, ctx| {
-            let mut hist = stats::new_histogram();
-            let (fifo, fifo_error) = FifoGuard::request(want_fifo.then_some(opts.priority));
-            let policy = sys::current_policy();
-            // One dry pass through the loop's calls, so their code is
-            // mapped (and locked) before the first real deadline.
-            let _ = sys::sleep_until(sys::now_ns());
-            stats::record(&mut hist, 1);
-            hist.reset();
-            if !ctx.start() {
-                return None;
-            }
-            let start = sys::now_ns();
-            let end = start + duration;
-            let mut next = start + interval;
-            let mut overruns = 0;
-            while next <= end && !stop.load(Ordering::Relaxed) {
-                match sys::sleep_until(next) {
-                    Ok(()) => {}
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => {
-                        ctx.fail(ProbeError::sys("clock_nanosleep", e));
-                        break;
-                    }
-                }
-                let now = sys::now_ns();
-                stats::record(&mut hist, now.saturating_sub(next));
-                next += interval;
-                while next <= now {
-                    next += interval;
-                    overruns += 1;
-                }
-            }
-            drop(fifo);
-            Some(ThreadOut {
-                hist,
-                overruns,
-                policy,
-                fifo_error,
-            })
-        },
+        cpus,
+        |_, ctx| measure_thread(opts, want_fifo, stop, ctx),
         |control| {
             // Every thread has its histogram and stack: lock it all now, so
             // the measurement takes no page faults.
             (mlock, memory_locked) =
-                sys::lock_memory(opts.no_change, "page faults may add latency", &mut notes);
-            before = counters.sample(&cpus).unwrap_or_default();
+                sys::lock_memory(opts.no_change, "page faults may add latency", notes);
+            before = counters.sample(cpus).unwrap_or_default();
             cpu0 = sys::process_cpu_s();
             wall = sys::now_ns();
             control.open();
@@ -205,23 +268,28 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
     );
     let wall_s = sys::now_ns().saturating_sub(wall) as f64 / 1e9;
     let cpu_time_s = sys::process_cpu_s() - cpu0;
-    let after = counters.sample(&cpus).unwrap_or_default();
+    let after = counters.sample(cpus).unwrap_or_default();
     drop(mlock);
     drop(pm_qos);
-    let outs = outs?;
-    if let Some(e) = outs.iter().find_map(|o| o.fifo_error) {
-        notes.push(format!(
-            "no SCHED_FIFO ({e}): ran SCHED_OTHER; latencies include guest scheduling \
-             (run as root or with CAP_SYS_NICE for the real-time figure)"
-        ));
-    }
+    Ok(Measured {
+        outs: outs?,
+        memory_locked,
+        before,
+        after,
+        wall_s,
+        cpu_time_s,
+    })
+}
+
+/// Each CPU's figures with its steal over the run, and all samples merged.
+fn per_cpu(m: &Measured, cpus: &[u32]) -> (Vec<WakeupCpu>, Histogram<u64>) {
     let mut all = stats::new_histogram();
     let mut per_cpu = Vec::new();
-    for (i, (o, &cpu)) in outs.iter().zip(&cpus).enumerate() {
+    for (i, (o, &cpu)) in m.outs.iter().zip(cpus).enumerate() {
         let _ = all.add(&o.hist);
-        let steal_pct = match (before.get(i), after.get(i)) {
-            (Some(a), Some(b)) if wall_s > 0.0 => {
-                counters::steal_us(a, b).map(|us| round(100.0 * us / 1e6 / wall_s, 2))
+        let steal_pct = match (m.before.get(i), m.after.get(i)) {
+            (Some(a), Some(b)) if m.wall_s > 0.0 => {
+                counters::steal_us(a, b).map(|us| round(100.0 * us / 1e6 / m.wall_s, 2))
             }
             _ => None,
         };
@@ -232,25 +300,7 @@ pub fn run(opts: &WakeupOptions, stop: &AtomicBool) -> Result<WakeupReport, Prob
             policy: o.policy.to_string(),
         });
     }
-    let policy = if outs.iter().all(|o| o.policy == "fifo") {
-        "fifo"
-    } else {
-        "other"
-    };
-    Ok(WakeupReport {
-        probe: "wakeup",
-        duration_s: round(wall_s, 2),
-        interval_us: opts.interval.as_nanos() as f64 / 1000.0,
-        priority: opts.priority,
-        policy: policy.to_string(),
-        memory_locked,
-        pm_qos_us: pm_qos_held,
-        cpus: per_cpu,
-        overall: LatencyStats::from_histogram(None, &all),
-        cpu_time_s: round(cpu_time_s, 3),
-        interrupted: stop.load(Ordering::Relaxed),
-        notes,
-    })
+    (per_cpu, all)
 }
 
 #[cfg(test)]

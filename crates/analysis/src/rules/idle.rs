@@ -2,7 +2,8 @@
 
 use crate::finding::{Evidence, Finding, Severity};
 use crate::roles::is_kvm;
-use stealscope_model::MachineModel;
+use stealscope_model::{MachineModel, Observation};
+use stealscope_readers::cpuid::KvmCpuid;
 use stealscope_readers::cpuidle::CpuIdleStates;
 
 /// Exit latency from which a C-state is "deep": wake-ups pay tens of µs
@@ -67,41 +68,76 @@ fn poll_ns_zero_title(over: Option<(u64, u64)>, wall_s: f64) -> String {
     }
 }
 
-pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
+/// What the haltpoll rule reads, gathered once and shared by the finding's
+/// text and its evidence.
+struct HaltpollFacts<'a> {
+    o: &'a Observation,
+    governors: Vec<String>,
+    has_driver: bool,
+    driver: Option<String>,
+    poll_usage: u64,
+    idle_usage: u64,
+    over_interval: Option<(u64, u64)>,
+    no_poll_control: Option<String>,
+    cmd_force: Option<String>,
+    cmd_poll_ns: Option<String>,
+    kvm: Option<&'a KvmCpuid>,
+    captured: bool,
+    realtime: Option<bool>,
+    poll_control: Option<bool>,
+    wall_s: f64,
+}
+
+/// The facts, or None when the rule does not apply: not KVM, a kernel
+/// without haltpoll, or idle that never exits to the host.
+fn gather_haltpoll(m: &MachineModel) -> Option<HaltpollFacts<'_>> {
     let o = &m.t1;
     if !is_kvm(o) {
-        return;
+        return None;
     }
     let governors = o.cpuidle.available_governors.clone().unwrap_or_default();
     let has_governor = governors.iter().any(|g| g == "haltpoll") || o.haltpoll.governor_present;
     let has_driver = o.haltpoll.driver_present;
     if !has_governor && !has_driver {
-        return; // kernel without haltpoll (before 5.4, or not configured)
+        return None; // kernel without haltpoll (before 5.4, or not configured)
     }
     let driver = o.cpuidle.current_driver.clone();
     // With MWAIT passed through (intel_idle in the guest) idle does not exit
     // to the host at all, so polling would buy nothing.
     if HARDWARE_IDLE_DRIVERS.contains(&driver.as_deref().unwrap_or("")) {
-        return;
+        return None;
     }
     let (poll_usage, idle_usage) = entries(&o.idle_states);
-    let over_interval = interval_entries(m);
-    let no_poll_control = o
-        .kmsg_lines_containing("does not support poll control")
-        .next()
-        .map(str::to_string);
-    let cmd_force = o.cmdline_has("cpuidle_haltpoll.force").map(str::to_string);
-    let cmd_poll_ns = o
-        .cmdline_has("haltpoll.guest_halt_poll_ns")
-        .map(str::to_string);
     let kvm = m.hardware.cpuid.as_ref().and_then(|c| c.kvm.as_ref());
-    let captured = m.hardware.cpuid.is_some();
-    // What the host advertises, as evidence and in the remedy.
-    let realtime = kvm.map(|k| k.realtime_hint);
-    let poll_control = kvm.map(|k| k.poll_control);
-    let host_fix = "on the host: QEMU `-cpu host,kvm-hint-dedicated=on,kvm-poll-control=on`, libvirt \
-                    `<features><kvm><hint-dedicated state='on'/><poll-control state='on'/></kvm></features>`";
-    let cpuid_says = match (captured, kvm) {
+    Some(HaltpollFacts {
+        o,
+        governors,
+        has_driver,
+        driver,
+        poll_usage,
+        idle_usage,
+        over_interval: interval_entries(m),
+        no_poll_control: o
+            .kmsg_lines_containing("does not support poll control")
+            .next()
+            .map(str::to_string),
+        cmd_force: o.cmdline_has("cpuidle_haltpoll.force").map(str::to_string),
+        cmd_poll_ns: o
+            .cmdline_has("haltpoll.guest_halt_poll_ns")
+            .map(str::to_string),
+        kvm,
+        captured: m.hardware.cpuid.is_some(),
+        // What the host advertises, as evidence and in the remedy.
+        realtime: kvm.map(|k| k.realtime_hint),
+        poll_control: kvm.map(|k| k.poll_control),
+        wall_s: m.wall_s,
+    })
+}
+
+/// What the CPUID capture says about the KVM leaf, as the remedy's opening
+/// sentence (empty when CPUID was not captured).
+fn cpuid_says(f: &HaltpollFacts) -> String {
+    match (f.captured, f.kvm) {
         (false, _) => String::new(),
         (true, None) => "CPUID shows no KVM signature in 0x40000000-0x4000FF00 (hidden with QEMU `kvm=off` / libvirt \
                          `<kvm><hidden state='on'/>`, or not KVM), so kvm_para_available() is false. "
@@ -114,109 +150,130 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
             k.features_eax,
             k.hints_edx
         ),
-    };
-    let poll_control_note = match poll_control {
+    }
+}
+
+/// Why the haltpoll driver did not register, from the host's hint.
+fn driver_missing_why(f: &HaltpollFacts, cpuid_says: &str) -> String {
+    match f.realtime {
+        Some(false) => format!(
+            "{cpuid_says}The driver registers only when kvm_para_available() and haltpoll_want() = \
+             kvm_para_has_hint(KVM_HINTS_REALTIME) || force (drivers/cpuidle/cpuidle-haltpoll.c \
+             haltpoll_init); this host does not set the hint, which hosts set only for dedicated, pinned vCPUs."
+        ),
+        Some(true) => format!(
+            "{cpuid_says}The host sets the hint, so the driver should have registered: it refuses when an \
+             `idle=` boot option is given (boot_option_idle_override) or, built as a module, when \
+             cpuidle-haltpoll is not loaded (drivers/cpuidle/cpuidle-haltpoll.c haltpoll_init)."
+        ),
+        None => format!(
+            "{cpuid_says}It needs the host to advertise KVM_HINTS_REALTIME (CPUID 0x40000001 EDX bit 0), \
+             which hosts set only for dedicated, pinned vCPUs, or `force=1` (drivers/cpuidle/cpuidle-haltpoll.c \
+             haltpoll_want())."
+        ),
+    }
+}
+
+/// The finding when haltpoll is in the kernel but another cpuidle driver
+/// is in use.
+fn driver_not_in_use(f: &HaltpollFacts, cpuid_says: &str) -> Finding {
+    let host_fix = "on the host: QEMU `-cpu host,kvm-hint-dedicated=on,kvm-poll-control=on`, libvirt \
+                    `<features><kvm><hint-dedicated state='on'/><poll-control state='on'/></kvm></features>`";
+    let poll_control_note = match f.poll_control {
         Some(false) => " The host does not advertise KVM_FEATURE_POLL_CONTROL either: with haltpoll in the guest it \
                        cannot switch off the host's own halt-polling (MSR_KVM_POLL_CONTROL), so both sides poll; \
                        add kvm-poll-control=on on the host.",
         _ => "",
     };
     // CPUID that shows the KVM leaf rules out a hidden signature.
-    let hidden_note = if kvm.is_some() {
+    let hidden_note = if f.kvm.is_some() {
         ""
     } else {
         " If the VM's KVM signature is hidden (QEMU `kvm=off`, libvirt `<kvm><hidden state='on'/>`), the guest \
          cannot use any KVM paravirtual feature, haltpoll included: un-hide it."
     };
-    let mut f = if driver.as_deref() != Some("haltpoll") {
-        let module_hint = if has_driver {
-            ""
-        } else {
-            " (or `modprobe cpuidle-haltpoll force=1` if it is a module)"
-        };
-        let why = match realtime {
-            Some(false) => format!(
-                "{cpuid_says}The driver registers only when kvm_para_available() and haltpoll_want() = \
-                 kvm_para_has_hint(KVM_HINTS_REALTIME) || force (drivers/cpuidle/cpuidle-haltpoll.c \
-                 haltpoll_init); this host does not set the hint, which hosts set only for dedicated, pinned vCPUs."
-            ),
-            Some(true) => format!(
-                "{cpuid_says}The host sets the hint, so the driver should have registered: it refuses when an \
-                 `idle=` boot option is given (boot_option_idle_override) or, built as a module, when \
-                 cpuidle-haltpoll is not loaded (drivers/cpuidle/cpuidle-haltpoll.c haltpoll_init)."
-            ),
-            None => format!(
-                "{cpuid_says}It needs the host to advertise KVM_HINTS_REALTIME (CPUID 0x40000001 EDX bit 0), \
-                 which hosts set only for dedicated, pinned vCPUs, or `force=1` (drivers/cpuidle/cpuidle-haltpoll.c \
-                 haltpoll_want())."
-            ),
-        };
-        let remedy = format!(
-            "The guest kernel can poll briefly before halting (cuts wake-up latency and HLT exits) but the haltpoll \
-             cpuidle driver did not load. {why} With dedicated vCPUs, set the hint {host_fix}. Otherwise force it \
-             in the guest with the boot parameter `cpuidle_haltpoll.force=1`{module_hint} and reboot; verify with \
-             `cat /sys/devices/system/cpu/cpuidle/current_driver` (expect haltpoll). Forcing it on an \
-             oversubscribed host burns host CPU while idle, so weigh it against steal.{poll_control_note}{hidden_note}"
-        );
-        Finding::new(
-            "idle.haltpoll-inactive",
-            Severity::Warning,
-            format!(
-                "haltpoll is in the kernel but not in use (cpuidle driver: {}): every idle vCPU exits to the host with HLT",
-                driver.as_deref().unwrap_or("unknown")
-            ),
-        )
-        .remedy(remedy)
-    } else if o.haltpoll.guest_halt_poll_ns == Some(0) {
-        let host_polling = match (poll_control, no_poll_control.is_some()) {
-            (Some(true), _) => "; the host advertises KVM_FEATURE_POLL_CONTROL (CPUID), so it has stopped polling for it",
-            (Some(false), _) | (None, true) => "; this host does not support it, so host polling still applies",
-            (None, false) => "",
-        };
-        Finding::new(
-            "idle.haltpoll-inactive",
-            Severity::Warning,
-            poll_ns_zero_title(over_interval, m.wall_s),
-        )
-        .remedy(format!(
-            "{cpuid_says}With guest_halt_poll_ns=0 the haltpoll governor never grows its poll window, so it always \
-             picks the halt state. The haltpoll driver also asks the host to stop halt-polling for this vCPU \
-             (MSR_KVM_POLL_CONTROL=0{host_polling}), so neither side polls and each wake-up pays a full exit and host \
-             reschedule. Re-enable polling in the guest: `echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns` \
-             (takes effect at once){}; verify that the POLL state's usage in \
-             /sys/devices/system/cpu/cpu*/cpuidle/state0/usage starts growing.",
-            if cmd_poll_ns.is_some() { " and remove `haltpoll.guest_halt_poll_ns=0` from the kernel command line" } else { "" }
-        ))
+    let module_hint = if f.has_driver {
+        ""
     } else {
-        return;
+        " (or `modprobe cpuidle-haltpoll force=1` if it is a module)"
     };
-    f = f
-        .evidence("cpuid_kvm_base", Evidence::of(&kvm.map(|k| &k.base)))
-        .evidence("cpuid_kvm_hints_realtime", Evidence::of(&realtime))
-        .evidence("cpuid_kvm_poll_control", Evidence::of(&poll_control))
+    let why = driver_missing_why(f, cpuid_says);
+    let remedy = format!(
+        "The guest kernel can poll briefly before halting (cuts wake-up latency and HLT exits) but the haltpoll \
+         cpuidle driver did not load. {why} With dedicated vCPUs, set the hint {host_fix}. Otherwise force it \
+         in the guest with the boot parameter `cpuidle_haltpoll.force=1`{module_hint} and reboot; verify with \
+         `cat /sys/devices/system/cpu/cpuidle/current_driver` (expect haltpoll). Forcing it on an \
+         oversubscribed host burns host CPU while idle, so weigh it against steal.{poll_control_note}{hidden_note}"
+    );
+    Finding::new(
+        "idle.haltpoll-inactive",
+        Severity::Warning,
+        format!(
+            "haltpoll is in the kernel but not in use (cpuidle driver: {}): every idle vCPU exits to the host with HLT",
+            f.driver.as_deref().unwrap_or("unknown")
+        ),
+    )
+    .remedy(remedy)
+}
+
+/// The finding when the haltpoll driver is in use but polling is off.
+fn poll_ns_zero(f: &HaltpollFacts, cpuid_says: &str) -> Finding {
+    let host_polling = match (f.poll_control, f.no_poll_control.is_some()) {
+        (Some(true), _) => "; the host advertises KVM_FEATURE_POLL_CONTROL (CPUID), so it has stopped polling for it",
+        (Some(false), _) | (None, true) => "; this host does not support it, so host polling still applies",
+        (None, false) => "",
+    };
+    Finding::new(
+        "idle.haltpoll-inactive",
+        Severity::Warning,
+        poll_ns_zero_title(f.over_interval, f.wall_s),
+    )
+    .remedy(format!(
+        "{cpuid_says}With guest_halt_poll_ns=0 the haltpoll governor never grows its poll window, so it always \
+         picks the halt state. The haltpoll driver also asks the host to stop halt-polling for this vCPU \
+         (MSR_KVM_POLL_CONTROL=0{host_polling}), so neither side polls and each wake-up pays a full exit and host \
+         reschedule. Re-enable polling in the guest: `echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns` \
+         (takes effect at once){}; verify that the POLL state's usage in \
+         /sys/devices/system/cpu/cpu*/cpuidle/state0/usage starts growing.",
+        if f.cmd_poll_ns.is_some() { " and remove `haltpoll.guest_halt_poll_ns=0` from the kernel command line" } else { "" }
+    ))
+}
+
+/// What CPUID says about the KVM leaf, as evidence.
+fn cpuid_evidence(f: Finding, h: &HaltpollFacts) -> Finding {
+    let kvm = h.kvm;
+    f.evidence("cpuid_kvm_base", Evidence::of(&kvm.map(|k| &k.base)))
+        .evidence("cpuid_kvm_hints_realtime", Evidence::of(&h.realtime))
+        .evidence("cpuid_kvm_poll_control", Evidence::of(&h.poll_control))
         .evidence(
             "cpuid_kvm_features_eax",
             Evidence::of(&kvm.map(|k| &k.features_eax)),
         )
-        .evidence("cpuid", if captured { "read" } else { "not captured" });
-    f = f
-        .evidence("current_driver", Evidence::of(&driver))
+        .evidence("cpuid", if h.captured { "read" } else { "not captured" })
+}
+
+/// The guest's cpuidle setup, its idle entries and boot parameters, as
+/// evidence, with the files and references behind them.
+fn idle_evidence(f: Finding, h: &HaltpollFacts) -> Finding {
+    let o = h.o;
+    let over_interval = h.over_interval;
+    f.evidence("current_driver", Evidence::of(&h.driver))
         .evidence("current_governor", Evidence::of(&o.cpuidle.governor()))
-        .evidence("available_governors", Evidence::of(&governors))
-        .evidence("haltpoll_driver_present", has_driver)
+        .evidence("available_governors", Evidence::of(&h.governors))
+        .evidence("haltpoll_driver_present", h.has_driver)
         .evidence("guest_halt_poll_ns", Evidence::of(&o.haltpoll.guest_halt_poll_ns))
-        .evidence("poll_state_entries_since_boot", poll_usage)
-        .evidence("idle_entries_since_boot", idle_usage)
+        .evidence("poll_state_entries_since_boot", h.poll_usage)
+        .evidence("idle_entries_since_boot", h.idle_usage)
         .evidence("poll_state_entries", Evidence::of(&over_interval.map(|o| o.0)))
         .evidence("idle_entries", Evidence::of(&over_interval.map(|o| o.1)))
         .evidence(
             "poll_state_entries_per_s",
-            Evidence::of(&over_interval.map(|o| crate::finding::round(o.0 as f64 / m.wall_s.max(1e-9), 1))),
+            Evidence::of(&over_interval.map(|o| crate::finding::round(o.0 as f64 / h.wall_s.max(1e-9), 1))),
         )
-        .evidence("interval_s", crate::finding::round(m.wall_s, 1))
-        .evidence("cmdline_cpuidle_haltpoll_force", Evidence::of(&cmd_force))
-        .evidence("cmdline_guest_halt_poll_ns", Evidence::of(&cmd_poll_ns))
-        .evidence("host_lacks_poll_control", Evidence::of(&no_poll_control))
+        .evidence("interval_s", crate::finding::round(h.wall_s, 1))
+        .evidence("cmdline_cpuidle_haltpoll_force", Evidence::of(&h.cmd_force))
+        .evidence("cmdline_guest_halt_poll_ns", Evidence::of(&h.cmd_poll_ns))
+        .evidence("host_lacks_poll_control", Evidence::of(&h.no_poll_control))
         .files(&[
             "/sys/devices/system/cpu/cpuidle/current_driver",
             "/sys/devices/system/cpu/cpuidle/available_governors",
@@ -230,8 +287,22 @@ pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
         .reference("drivers/cpuidle/cpuidle-haltpoll.c haltpoll_want(): kvm_para_has_hint(KVM_HINTS_REALTIME) || force")
         .reference("drivers/cpuidle/governors/haltpoll.c")
         .reference("arch/x86/include/uapi/asm/kvm_para.h (KVM_FEATURE_POLL_CONTROL 12, KVM_HINTS_REALTIME 0)")
-        .case(HALTPOLL_CASE);
-    out.push(f);
+        .case(HALTPOLL_CASE)
+}
+
+pub fn haltpoll_inactive(m: &MachineModel, out: &mut Vec<Finding>) {
+    let Some(h) = gather_haltpoll(m) else {
+        return;
+    };
+    let cpuid_says = cpuid_says(&h);
+    let f = if h.driver.as_deref() != Some("haltpoll") {
+        driver_not_in_use(&h, &cpuid_says)
+    } else if h.o.haltpoll.guest_halt_poll_ns == Some(0) {
+        poll_ns_zero(&h, &cpuid_says)
+    } else {
+        return;
+    };
+    out.push(idle_evidence(cpuid_evidence(f, &h), &h));
 }
 
 pub fn deep_cstates(m: &MachineModel, out: &mut Vec<Finding>) {

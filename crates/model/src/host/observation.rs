@@ -168,6 +168,155 @@ struct Known<'a> {
     qmp: Option<&'a QmpRecord>,
 }
 
+/// A VMM's vCPU thread ids by the sources that name them (tid -> index).
+struct VcpuTids {
+    qmp: BTreeMap<u32, u32>,
+    kvm: BTreeMap<u32, u32>,
+}
+
+/// A VMM's threads, sorted into vCPUs and the rest.
+#[derive(Default)]
+struct VmThreads {
+    vcpus: Vec<(u32, ThreadObs)>,
+    others: Vec<ThreadObs>,
+    /// The accelerator QEMU's vCPU thread names give ("KVM", "TCG").
+    accel: Option<String>,
+    /// Which source named each vCPU.
+    by: Vec<VcpuSource>,
+}
+
+/// A thread's role and the source that decided it.
+fn classify_thread(
+    src: &dyn Source,
+    pid: u32,
+    tid: u32,
+    mut role: ThreadRole,
+    ids: &VcpuTids,
+) -> Result<(ThreadRole, VcpuSource), ReadError> {
+    // QMP's thread ids are QEMU's own word and KVM debugfs vcpuN/pid the
+    // kernel's: either is authoritative over names; libvirt's vcpuN
+    // cgroups come after names.
+    let mut source = VcpuSource::ThreadName;
+    if !ids.qmp.is_empty() {
+        source = VcpuSource::Qmp;
+        role = match (ids.qmp.get(&tid), role) {
+            (Some(i), _) => ThreadRole::Vcpu(*i),
+            (None, ThreadRole::Vcpu(_)) => ThreadRole::Emulator,
+            (None, r) => r,
+        };
+    } else if let Some(i) = ids.kvm.get(&tid) {
+        source = VcpuSource::KvmDebugfs;
+        role = ThreadRole::Vcpu(*i);
+    } else if role == ThreadRole::Emulator {
+        if let Some(i) = proc_::task_cgroup(src, pid, tid)?
+            .and_then(|c| c.iter().find_map(|m| libvirt_vcpu_cgroup(&m.path)))
+        {
+            source = VcpuSource::LibvirtCgroup;
+            role = ThreadRole::Vcpu(i);
+        }
+    }
+    Ok((role, source))
+}
+
+/// Reads each thread of the VMM (skipping those that exited) and sorts it
+/// into vCPUs, by index, and the rest.
+fn read_threads(
+    src: &dyn Source,
+    pid: u32,
+    tids: Vec<u32>,
+    ids: &VcpuTids,
+    early: &BTreeMap<u32, Option<TaskSchedstat>>,
+) -> Result<VmThreads, ReadError> {
+    let mut out = VmThreads::default();
+    for tid in tids {
+        let Some(comm) = proc_::task_comm(src, pid, tid)? else {
+            continue;
+        };
+        let (role, acc) = thread_role(&comm);
+        if acc.is_some() {
+            out.accel = acc.map(str::to_string);
+        }
+        let (role, source) = classify_thread(src, pid, tid, role, ids)?;
+        if matches!(role, ThreadRole::Vcpu(_)) {
+            out.by.push(source);
+        }
+        let sched = match early.get(&tid) {
+            Some(s) => *s,
+            None => proc_::task_schedstat(src, pid, tid)?,
+        };
+        let status = proc_::task_status(src, pid, tid)?;
+        let t = ThreadObs {
+            tid,
+            comm,
+            role,
+            sched,
+            cpus_allowed: status.and_then(|s| s.cpus_allowed),
+        };
+        match role {
+            ThreadRole::Vcpu(i) => out.vcpus.push((i, t)),
+            _ => out.others.push(t),
+        }
+    }
+    out.vcpus.sort_by_key(|(i, _)| *i);
+    Ok(out)
+}
+
+/// QEMU's accelerator, from its vCPU thread names, QMP or KVM's debugfs.
+fn qemu_accel(
+    kind: VmKind,
+    threads: &VmThreads,
+    qmp: Option<&QmpRecord>,
+    ids: &VcpuTids,
+) -> VmKind {
+    match (
+        kind,
+        threads.accel.as_deref(),
+        qmp.and_then(QmpRecord::kvm_enabled),
+    ) {
+        (VmKind::Qemu, Some("KVM"), _) | (VmKind::Qemu, _, Some(true)) => VmKind::QemuKvm,
+        (VmKind::Qemu, Some("TCG"), _) | (VmKind::Qemu, _, Some(false)) => VmKind::QemuTcg,
+        (VmKind::Qemu, _, _) if !ids.kvm.is_empty() => VmKind::QemuKvm,
+        (k, _, _) => k,
+    }
+}
+
+/// The most authoritative source that named any vCPU.
+fn vcpu_source(by: &[VcpuSource]) -> VcpuSource {
+    [
+        VcpuSource::Qmp,
+        VcpuSource::KvmDebugfs,
+        VcpuSource::ThreadName,
+        VcpuSource::LibvirtCgroup,
+    ]
+    .into_iter()
+    .find(|s| by.contains(s))
+    .unwrap_or(VcpuSource::None)
+}
+
+/// Resident bytes per node and the VM's own NUMA policy, at the end of the
+/// interval only.
+fn read_numa(
+    src: &dyn Source,
+    pid: u32,
+    side: Side,
+) -> (Option<BTreeMap<u32, u64>>, Option<Confinement>) {
+    // numa_maps walks the VM's page tables (costly for large VMs) and the
+    // rules use it at the end of the interval only.
+    let numa_text = (side == Side::End)
+        .then(|| {
+            src.read_text(&format!("/proc/{pid}/numa_maps"))
+                .ok()
+                .flatten()
+        })
+        .flatten();
+    let numa_bytes = numa_text.as_deref().map(numa::parse_numa_maps);
+    let mem_policy = numa_text
+        .as_deref()
+        .map(Confinement::from_numa_maps)
+        .filter(|c| !c.is_empty());
+    (numa_bytes, mem_policy)
+}
+
 /// One VMM process; None if it exited while we read it.
 fn read_vm(
     src: &dyn Source,
@@ -187,82 +336,15 @@ fn read_vm(
         return Ok(None);
     };
     let cgroups = proc_::task_cgroup(src, pid, pid)?.unwrap_or_default();
-    let kvm_tids: BTreeMap<u32, u32> = kvm
-        .and_then(|vms| vms.iter().find(|v| v.pid == pid))
-        .map(|v| v.vcpu_tids.iter().map(|(i, t)| (*t, *i)).collect())
-        .unwrap_or_default();
-    let qmp_tids = qmp.map(QmpRecord::vcpu_tids).unwrap_or_default();
-    let mut vcpus = Vec::new();
-    let mut others = Vec::new();
-    let mut accel = None;
-    let mut by = Vec::new();
-    for tid in tids {
-        let Some(comm) = proc_::task_comm(src, pid, tid)? else {
-            continue;
-        };
-        let (mut role, acc) = thread_role(&comm);
-        if acc.is_some() {
-            accel = acc.map(str::to_string);
-        }
-        // QMP's thread ids are QEMU's own word and KVM debugfs vcpuN/pid the
-        // kernel's: either is authoritative over names; libvirt's vcpuN
-        // cgroups come after names.
-        let mut source = VcpuSource::ThreadName;
-        if !qmp_tids.is_empty() {
-            source = VcpuSource::Qmp;
-            role = match (qmp_tids.get(&tid), role) {
-                (Some(i), _) => ThreadRole::Vcpu(*i),
-                (None, ThreadRole::Vcpu(_)) => ThreadRole::Emulator,
-                (None, r) => r,
-            };
-        } else if let Some(i) = kvm_tids.get(&tid) {
-            source = VcpuSource::KvmDebugfs;
-            role = ThreadRole::Vcpu(*i);
-        } else if role == ThreadRole::Emulator {
-            if let Some(i) = proc_::task_cgroup(src, pid, tid)?
-                .and_then(|c| c.iter().find_map(|m| libvirt_vcpu_cgroup(&m.path)))
-            {
-                source = VcpuSource::LibvirtCgroup;
-                role = ThreadRole::Vcpu(i);
-            }
-        }
-        if matches!(role, ThreadRole::Vcpu(_)) {
-            by.push(source);
-        }
-        let sched = match early.get(&tid) {
-            Some(s) => *s,
-            None => proc_::task_schedstat(src, pid, tid)?,
-        };
-        let status = proc_::task_status(src, pid, tid)?;
-        let t = ThreadObs {
-            tid,
-            comm,
-            role,
-            sched,
-            cpus_allowed: status.and_then(|s| s.cpus_allowed),
-        };
-        match role {
-            ThreadRole::Vcpu(i) => vcpus.push((i, t)),
-            _ => others.push(t),
-        }
-    }
-    vcpus.sort_by_key(|(i, _)| *i);
-    let kind = match (kind, accel.as_deref(), qmp.and_then(QmpRecord::kvm_enabled)) {
-        (VmKind::Qemu, Some("KVM"), _) | (VmKind::Qemu, _, Some(true)) => VmKind::QemuKvm,
-        (VmKind::Qemu, Some("TCG"), _) | (VmKind::Qemu, _, Some(false)) => VmKind::QemuTcg,
-        (VmKind::Qemu, _, _) if !kvm_tids.is_empty() => VmKind::QemuKvm,
-        (k, _, _) => k,
+    let ids = VcpuTids {
+        kvm: kvm
+            .and_then(|vms| vms.iter().find(|v| v.pid == pid))
+            .map(|v| v.vcpu_tids.iter().map(|(i, t)| (*t, *i)).collect())
+            .unwrap_or_default(),
+        qmp: qmp.map(QmpRecord::vcpu_tids).unwrap_or_default(),
     };
-    // The most authoritative source that named any vCPU.
-    let vcpu_source = [
-        VcpuSource::Qmp,
-        VcpuSource::KvmDebugfs,
-        VcpuSource::ThreadName,
-        VcpuSource::LibvirtCgroup,
-    ]
-    .into_iter()
-    .find(|s| by.contains(s))
-    .unwrap_or(VcpuSource::None);
+    let threads = read_threads(src, pid, tids, &ids, early)?;
+    let kind = qemu_accel(kind, &threads, qmp, &ids);
     let paths: Vec<String> = cgroups.iter().map(|c| c.path.clone()).collect();
     let manager = paths
         .iter()
@@ -275,30 +357,17 @@ fn read_vm(
     let cpu_weight = cgroupfs::cpu_weight(src, mounts, v1.as_deref(), v2.as_deref())?;
     let status = proc_::task_status(src, pid, pid)?;
     let autogroup = autogroup::read(src, pid)?;
-    // numa_maps walks the VM's page tables (costly for large VMs) and the
-    // rules use it at the end of the interval only.
-    let numa_text = (side == Side::End)
-        .then(|| {
-            src.read_text(&format!("/proc/{pid}/numa_maps"))
-                .ok()
-                .flatten()
-        })
-        .flatten();
-    let numa_bytes = numa_text.as_deref().map(numa::parse_numa_maps);
-    let mem_policy = numa_text
-        .as_deref()
-        .map(Confinement::from_numa_maps)
-        .filter(|c| !c.is_empty());
+    let (numa_bytes, mem_policy) = read_numa(src, pid, side);
     Ok(Some(VmObs {
         pid,
         name: vm_name(kind, cmdline, &paths, pid),
         kind,
         cmdline: cmdline.to_vec(),
-        vcpu_source,
+        vcpu_source: vcpu_source(&threads.by),
         qmp_socket: qmp.and_then(|q| q.socket.clone()),
         manager,
-        vcpus,
-        others,
+        vcpus: threads.vcpus,
+        others: threads.others,
         cgroups,
         cpu_weight,
         status,
