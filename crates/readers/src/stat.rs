@@ -187,14 +187,7 @@ fn parse_cpu_columns(rest: &str, cols: &mut [u64; 10], path: &str, lineno: usize
 /// With `cpu_lines_only`, stops after the last cpu row (the sampling fast
 /// path: the `intr` line of a big host is thousands of numbers).
 pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcStat) -> Result<()> {
-    out.cpus.clear();
-    out.total = None;
-    out.ctxt = None;
-    out.btime = None;
-    out.processes = None;
-    out.procs_running = None;
-    out.procs_blocked = None;
-    out.intr_total = None;
+    clear(out);
     if text.is_empty() {
         return Err(ReadError::parse(path, "empty file"));
     }
@@ -204,8 +197,10 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
             "truncated: last line has no newline",
         ));
     }
-    let mut expected_cols = 0usize;
-    let mut cols = [0u64; 10];
+    let mut rows = CpuRows {
+        expected_cols: 0,
+        cols: [0u64; 10],
+    };
     let mut saw_after_cpu = false;
     for (i, line) in text.split('\n').enumerate() {
         let lineno = i + 1;
@@ -220,69 +215,14 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
                     format!("line {lineno}: cpu row after the cpu block"),
                 ));
             }
-            let n = parse_cpu_columns(rest, &mut cols, path, lineno)?;
-            if num.is_empty() {
-                if out.total.is_some() {
-                    return Err(ReadError::parse(
-                        path,
-                        format!("line {lineno}: second aggregate 'cpu' row"),
-                    ));
-                }
-                expected_cols = n;
-                out.total = Some(CpuTimes::from_columns(&cols[..n]));
-                continue;
-            }
-            let cpu: u32 = parse_u64(num)
-                .and_then(|v| u32::try_from(v).ok())
-                .ok_or_else(|| {
-                    ReadError::parse(path, format!("line {lineno}: bad cpu name {key:?}"))
-                })?;
-            if out.total.is_none() {
-                return Err(ReadError::parse(
-                    path,
-                    format!("line {lineno}: {key} before the aggregate 'cpu' row"),
-                ));
-            }
-            if n != expected_cols {
-                return Err(ReadError::parse(
-                    path,
-                    format!("line {lineno}: {key} has {n} columns but the 'cpu' row has {expected_cols} (truncated?)"),
-                ));
-            }
-            if out.cpus.last().is_some_and(|r| r.cpu >= Some(cpu)) {
-                return Err(ReadError::parse(
-                    path,
-                    format!("line {lineno}: {key} out of order"),
-                ));
-            }
-            out.cpus.push(CpuRow {
-                cpu: Some(cpu),
-                times: CpuTimes::from_columns(&cols[..n]),
-            });
+            rows.push(out, key, num, rest, path, lineno)?;
             continue;
         }
         saw_after_cpu = true;
         if cpu_lines_only {
             break;
         }
-        let first = rest.split_ascii_whitespace().next();
-        let value = first.and_then(parse_u64);
-        let slot = match key {
-            "ctxt" => &mut out.ctxt,
-            "btime" => &mut out.btime,
-            "processes" => &mut out.processes,
-            "procs_running" => &mut out.procs_running,
-            "procs_blocked" => &mut out.procs_blocked,
-            "intr" => &mut out.intr_total,
-            _ => continue, // softirq, page, swap and future keys
-        };
-        if value.is_none() {
-            return Err(ReadError::parse(
-                path,
-                format!("line {lineno}: '{key}' has no number"),
-            ));
-        }
-        *slot = value;
+        set_counter(out, key, rest, path, lineno)?;
     }
     if out.total.is_none() {
         return Err(ReadError::parse(path, "no 'cpu' row"));
@@ -293,6 +233,106 @@ pub fn parse_into(text: &str, path: &str, cpu_lines_only: bool, out: &mut ProcSt
             "truncated: file ends inside the cpu rows",
         ));
     }
+    Ok(())
+}
+
+/// Empties `out`, keeping its allocation.
+fn clear(out: &mut ProcStat) {
+    out.cpus.clear();
+    out.total = None;
+    out.ctxt = None;
+    out.btime = None;
+    out.processes = None;
+    out.procs_running = None;
+    out.procs_blocked = None;
+    out.intr_total = None;
+}
+
+/// The cpu block's state while it is parsed: the aggregate row's column
+/// count (every cpuN row must have as many) and a scratch row.
+struct CpuRows {
+    expected_cols: usize,
+    cols: [u64; 10],
+}
+
+impl CpuRows {
+    /// One `cpu` or `cpuN` row (`num` is what follows "cpu").
+    #[inline]
+    fn push(
+        &mut self,
+        out: &mut ProcStat,
+        key: &str,
+        num: &str,
+        rest: &str,
+        path: &str,
+        lineno: usize,
+    ) -> Result<()> {
+        let n = parse_cpu_columns(rest, &mut self.cols, path, lineno)?;
+        if num.is_empty() {
+            if out.total.is_some() {
+                return Err(ReadError::parse(
+                    path,
+                    format!("line {lineno}: second aggregate 'cpu' row"),
+                ));
+            }
+            self.expected_cols = n;
+            out.total = Some(CpuTimes::from_columns(&self.cols[..n]));
+            return Ok(());
+        }
+        let cpu: u32 = parse_u64(num)
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| {
+                ReadError::parse(path, format!("line {lineno}: bad cpu name {key:?}"))
+            })?;
+        if out.total.is_none() {
+            return Err(ReadError::parse(
+                path,
+                format!("line {lineno}: {key} before the aggregate 'cpu' row"),
+            ));
+        }
+        if n != self.expected_cols {
+            return Err(ReadError::parse(
+                path,
+                format!(
+                    "line {lineno}: {key} has {n} columns but the 'cpu' row has {} (truncated?)",
+                    self.expected_cols
+                ),
+            ));
+        }
+        if out.cpus.last().is_some_and(|r| r.cpu >= Some(cpu)) {
+            return Err(ReadError::parse(
+                path,
+                format!("line {lineno}: {key} out of order"),
+            ));
+        }
+        out.cpus.push(CpuRow {
+            cpu: Some(cpu),
+            times: CpuTimes::from_columns(&self.cols[..n]),
+        });
+        Ok(())
+    }
+}
+
+/// One counter line after the cpu block (ctxt, btime, ...); other keys
+/// (softirq, page, swap and future ones) are skipped.
+fn set_counter(out: &mut ProcStat, key: &str, rest: &str, path: &str, lineno: usize) -> Result<()> {
+    let slot = match key {
+        "ctxt" => &mut out.ctxt,
+        "btime" => &mut out.btime,
+        "processes" => &mut out.processes,
+        "procs_running" => &mut out.procs_running,
+        "procs_blocked" => &mut out.procs_blocked,
+        "intr" => &mut out.intr_total,
+        _ => return Ok(()),
+    };
+    let value = rest.split_ascii_whitespace().next().and_then(parse_u64);
+    if value.is_none() {
+        return Err(ReadError::parse(
+            path,
+            format!("line {lineno}: '{key}' has no number"),
+        ));
+    }
+    *slot = value;
     Ok(())
 }
 

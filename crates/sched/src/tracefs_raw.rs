@@ -377,6 +377,97 @@ impl RouteImpl for TracefsRoute {
     }
 }
 
+/// The reader's state across drains: events waiting to be merged in time
+/// order, each CPU's last event time and missed count, and the schedstat
+/// marks to reconcile with.
+struct Drain {
+    merger: Merger,
+    last_ts: Vec<u64>,
+    missed: Vec<u64>,
+    bad_pages: u64,
+    last_error: Option<String>,
+    buf: Vec<u8>,
+    /// (time, run_delay per watched thread) read at each drain, applied
+    /// once the events up to that time are.
+    marks: VecDeque<(u64, Vec<(u32, u64)>)>,
+}
+
+impl Drain {
+    /// Reads CPU `cpu`'s (index `i`) pages until it has none, bounded so a
+    /// CPU writing as fast as we read cannot keep the others waiting.
+    fn drain_cpu(&mut self, i: usize, cpu: u32, pipe: &mut File, page: &PageFormat, dec: &Decoder) {
+        for _ in 0..4096 {
+            let n = match pipe.read(&mut self.buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    self.last_error = Some(format!("cpu{cpu}/trace_pipe_raw: {e}"));
+                    break;
+                }
+            };
+            let mut events = Vec::new();
+            let r = page.decode(&self.buf[..n], |ts, data| {
+                if let Some(ev) = dec.decode(cpu, ts, data) {
+                    events.push(ev);
+                }
+            });
+            let lost = Event::Lost {
+                cpu,
+                ts: self.last_ts[i],
+            };
+            match r {
+                Ok(Missed::None) => {}
+                Ok(m) => {
+                    self.missed[i] += match m {
+                        Missed::Count(c) => c,
+                        _ => 1,
+                    };
+                    self.merger.push(i, lost);
+                }
+                Err(e) => {
+                    self.bad_pages += 1;
+                    self.last_error = Some(format!("cpu{cpu}/trace_pipe_raw: {e}"));
+                    self.merger.push(i, lost);
+                    continue;
+                }
+            }
+            if let Some(e) = events.last() {
+                self.last_ts[i] = e.ts();
+            }
+            for e in events {
+                self.merger.push(i, e);
+            }
+        }
+    }
+
+    /// Applies every event up to the drain at `t0` less the commit margin,
+    /// reconciling with each schedstat mark on the way.
+    fn commit(&mut self, shared: &Shared, t0: u64) {
+        let wm = t0.saturating_sub(COMMIT_MARGIN_NS);
+        let mut agg = lock(&shared.agg);
+        while self.marks.front().is_some_and(|m| m.0 <= wm) {
+            let (ts, delays) = self.marks.pop_front().unwrap_or_default();
+            self.merger.release(ts, |e| agg.apply(e));
+            agg.reconcile(ts, &delays);
+        }
+        self.merger.release(wm, |e| agg.apply(e));
+        agg.advance(wm);
+    }
+
+    /// Publishes the counters and answers the read that was asked for.
+    fn publish(&self, shared: &Shared, asked: u64) {
+        let mut s = lock(&shared.state);
+        s.missed.clone_from(&self.missed);
+        s.late = self.merger.late;
+        s.bad_pages = self.bad_pages;
+        s.last_error.clone_from(&self.last_error);
+        s.answered = asked;
+        shared.answered.notify_all();
+    }
+}
+
 struct Reader {
     cpus: Vec<(u32, File)>,
     page: PageFormat,
@@ -394,15 +485,15 @@ impl Reader {
         // costs only the drains themselves.
         // SAFETY: plain syscalls on this thread's own id.
         unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as u32, READER_NICE) };
-        let mut merger = Merger::default();
-        let mut last_ts = vec![self.start; self.cpus.len()];
-        let mut missed = vec![0u64; self.cpus.len()];
-        let mut bad_pages = 0u64;
-        let mut last_error = None;
-        let mut buf = vec![0u8; self.page_len];
-        // (time, run_delay per watched thread) read at each drain, applied
-        // once the events up to that time are.
-        let mut marks: VecDeque<(u64, Vec<(u32, u64)>)> = VecDeque::new();
+        let mut d = Drain {
+            merger: Merger::default(),
+            last_ts: vec![self.start; self.cpus.len()],
+            missed: vec![0u64; self.cpus.len()],
+            bad_pages: 0,
+            last_error: None,
+            buf: vec![0u8; self.page_len],
+            marks: VecDeque::new(),
+        };
         loop {
             self.wait(wake);
             let asked = {
@@ -417,86 +508,14 @@ impl Reader {
             let watched = lock(&shared.agg).watched();
             let delays = run_delays(&watched);
             let t0 = monotonic_ns();
-            marks.push_back((t0, delays));
+            d.marks.push_back((t0, delays));
             for (i, (cpu, pipe)) in self.cpus.iter_mut().enumerate() {
-                let cpu = *cpu;
-                // Bounded so a CPU writing as fast as we read cannot keep
-                // the others waiting.
-                for _ in 0..4096 {
-                    let n = match pipe.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => n,
-                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                        Err(e) => {
-                            last_error = Some(format!("cpu{cpu}/trace_pipe_raw: {e}"));
-                            break;
-                        }
-                    };
-                    let dec = &self.decoder;
-                    let mut events = Vec::new();
-                    let r = self.page.decode(&buf[..n], |ts, data| {
-                        if let Some(ev) = dec.decode(cpu, ts, data) {
-                            events.push(ev);
-                        }
-                    });
-                    match r {
-                        Ok(Missed::None) => {}
-                        Ok(m) => {
-                            missed[i] += match m {
-                                Missed::Count(c) => c,
-                                _ => 1,
-                            };
-                            merger.push(
-                                i,
-                                Event::Lost {
-                                    cpu,
-                                    ts: last_ts[i],
-                                },
-                            );
-                        }
-                        Err(e) => {
-                            bad_pages += 1;
-                            last_error = Some(format!("cpu{cpu}/trace_pipe_raw: {e}"));
-                            merger.push(
-                                i,
-                                Event::Lost {
-                                    cpu,
-                                    ts: last_ts[i],
-                                },
-                            );
-                            continue;
-                        }
-                    }
-                    if let Some(e) = events.last() {
-                        last_ts[i] = e.ts();
-                    }
-                    for e in events {
-                        merger.push(i, e);
-                    }
-                }
+                d.drain_cpu(i, *cpu, pipe, &self.page, &self.decoder);
             }
-            let wm = t0.saturating_sub(COMMIT_MARGIN_NS);
-            {
-                let mut agg = lock(&shared.agg);
-                while marks.front().is_some_and(|m| m.0 <= wm) {
-                    let (ts, delays) = marks.pop_front().unwrap_or_default();
-                    merger.release(ts, |e| agg.apply(e));
-                    agg.reconcile(ts, &delays);
-                }
-                merger.release(wm, |e| agg.apply(e));
-                agg.advance(wm);
-            }
-            let mut s = lock(&shared.state);
-            s.missed.clone_from(&missed);
-            s.late = merger.late;
-            s.bad_pages = bad_pages;
-            s.last_error.clone_from(&last_error);
-            s.answered = asked;
-            shared.answered.notify_all();
+            d.commit(shared, t0);
+            d.publish(shared, asked);
         }
     }
-
     /// Until a CPU's buffer reaches buffer_percent, a read is asked for, or
     /// poll_ms pass.
     fn wait(&self, wake: &OwnedFd) {

@@ -161,14 +161,7 @@ impl LiveHost {
             _ => None,
         };
         let labels = vm_labels(vms);
-        let mut old: BTreeMap<(u32, u32), VecDeque<Option<f64>>> = BTreeMap::new();
-        let mut old_vm: BTreeMap<u32, VecDeque<Option<f64>>> = BTreeMap::new();
-        for r in std::mem::take(&mut self.rows) {
-            for c in r.vcpus {
-                old.insert((r.pid, c.tid), c.history);
-            }
-            old_vm.insert(r.pid, r.history);
-        }
+        let (mut old, mut old_vm) = take_histories(&mut self.rows);
         for vm in vms {
             let mut vcpus: Vec<VcpuLive> = samples
                 .iter()
@@ -209,17 +202,7 @@ impl LiveHost {
             let run_pct = mean(vcpus.iter().filter_map(|c| c.run_pct));
             let mut history = old_vm.remove(&vm.pid()).unwrap_or_default();
             push_capped(&mut history, wait_pct, self.keep);
-            let culprits = blame.as_ref().and_then(|b| {
-                let mut sum: BTreeMap<Key, u64> = BTreeMap::new();
-                let mut any = false;
-                for by in vcpus.iter().filter_map(|c| b.get(&c.tid)) {
-                    any = true;
-                    for (k, ns) in by {
-                        *sum.entry(k.clone()).or_default() += ns;
-                    }
-                }
-                any.then(|| wait_by_rows(&sum))
-            });
+            let culprits = blame.as_ref().and_then(|b| vm_wait_by(b, &vcpus));
             self.rows.push(VmLive {
                 vm: labels
                     .get(&vm.pid())
@@ -240,6 +223,43 @@ impl LiveHost {
             collector: collector.cloned(),
         });
     }
+}
+
+/// Takes the rows' wait histories (by (VM pid, vCPU tid) and by VM pid),
+/// for the next rows to carry on.
+#[allow(clippy::type_complexity)]
+fn take_histories(
+    rows: &mut Vec<VmLive>,
+) -> (
+    BTreeMap<(u32, u32), VecDeque<Option<f64>>>,
+    BTreeMap<u32, VecDeque<Option<f64>>>,
+) {
+    let mut old = BTreeMap::new();
+    let mut old_vm = BTreeMap::new();
+    for r in std::mem::take(rows) {
+        for c in r.vcpus {
+            old.insert((r.pid, c.tid), c.history);
+        }
+        old_vm.insert(r.pid, r.history);
+    }
+    (old, old_vm)
+}
+
+/// A VM's wait by culprit: its vCPUs' summed (None when no vCPU of it
+/// has a reading).
+fn vm_wait_by(
+    blame: &BTreeMap<u32, BTreeMap<Key, u64>>,
+    vcpus: &[VcpuLive],
+) -> Option<Vec<WaitBy>> {
+    let mut sum: BTreeMap<Key, u64> = BTreeMap::new();
+    let mut any = false;
+    for by in vcpus.iter().filter_map(|c| blame.get(&c.tid)) {
+        any = true;
+        for (k, ns) in by {
+            *sum.entry(k.clone()).or_default() += ns;
+        }
+    }
+    any.then(|| wait_by_rows(&sum))
 }
 
 #[cfg(test)]

@@ -16,67 +16,75 @@ pub(super) fn section(out: &mut String, st: &Style, h: &HardwareSection) {
         None => {
             let _ = writeln!(out, "{}: CPUID not captured", st.bold("Hardware"));
         }
-        Some(c) => {
-            let sigs: Vec<String> = c
-                .hypervisors
-                .iter()
-                .map(|hv| {
-                    format!(
-                        "{} at {}",
-                        hv.name.as_deref().unwrap_or(&hv.signature),
-                        hv.base
-                    )
-                })
-                .collect();
-            st.wrap(
-                out,
-                &format!("{}: ", st.bold("Hardware")),
-                &format!(
-                    "{} (CPUID hypervisor bit {}), vendor {}",
-                    if sigs.is_empty() {
-                        "no hypervisor signature".to_string()
-                    } else {
-                        sigs.join(", ")
-                    },
-                    c.hypervisor_bit
-                        .map_or("n/a", |b| if b { "set" } else { "clear" }),
-                    c.vendor.as_deref().unwrap_or("n/a")
-                ),
-            );
-            if let Some(k) = &c.kvm {
-                let short = |v: &[String]| {
-                    v.iter()
-                        .map(|f| {
-                            f.trim_start_matches("KVM_FEATURE_")
-                                .trim_start_matches("KVM_HINTS_")
-                        })
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                };
-                st.wrap(
-                    out,
-                    "  KVM features: ",
-                    &format!("{} (EAX {})", short(&k.features), k.features_eax),
-                );
-                let hints = if k.hints.is_empty() {
-                    "none (KVM_HINTS_REALTIME clear)".to_string()
-                } else {
-                    short(&k.hints)
-                };
-                st.wrap(
-                    out,
-                    "  KVM hints:    ",
-                    &format!("{hints} (EDX {})", k.hints_edx),
-                );
-            }
-            let yn = |b: Option<bool>| b.map_or("n/a", |b| if b { "yes" } else { "no" });
-            let _ = writeln!(
-                out,
-                "  APERF/MPERF (CPUID.06H:ECX[0]): {}",
-                yn(c.aperfmperf)
-            );
-        }
+        Some(c) => cpuid(out, st, c),
     }
+    counters(out, st, h);
+}
+
+/// The hypervisor signatures, the KVM features and hints, APERF/MPERF.
+fn cpuid(out: &mut String, st: &Style, c: &stealscope_readers::cpuid::CpuidFacts) {
+    let sigs: Vec<String> = c
+        .hypervisors
+        .iter()
+        .map(|hv| {
+            format!(
+                "{} at {}",
+                hv.name.as_deref().unwrap_or(&hv.signature),
+                hv.base
+            )
+        })
+        .collect();
+    st.wrap(
+        out,
+        &format!("{}: ", st.bold("Hardware")),
+        &format!(
+            "{} (CPUID hypervisor bit {}), vendor {}",
+            if sigs.is_empty() {
+                "no hypervisor signature".to_string()
+            } else {
+                sigs.join(", ")
+            },
+            c.hypervisor_bit
+                .map_or("n/a", |b| if b { "set" } else { "clear" }),
+            c.vendor.as_deref().unwrap_or("n/a")
+        ),
+    );
+    if let Some(k) = &c.kvm {
+        let short = |v: &[String]| {
+            v.iter()
+                .map(|f| {
+                    f.trim_start_matches("KVM_FEATURE_")
+                        .trim_start_matches("KVM_HINTS_")
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        st.wrap(
+            out,
+            "  KVM features: ",
+            &format!("{} (EAX {})", short(&k.features), k.features_eax),
+        );
+        let hints = if k.hints.is_empty() {
+            "none (KVM_HINTS_REALTIME clear)".to_string()
+        } else {
+            short(&k.hints)
+        };
+        st.wrap(
+            out,
+            "  KVM hints:    ",
+            &format!("{hints} (EDX {})", k.hints_edx),
+        );
+    }
+    let yn = |b: Option<bool>| b.map_or("n/a", |b| if b { "yes" } else { "no" });
+    let _ = writeln!(
+        out,
+        "  APERF/MPERF (CPUID.06H:ECX[0]): {}",
+        yn(c.aperfmperf)
+    );
+}
+
+/// The counters that opened and their figures per CPU.
+fn counters(out: &mut String, st: &Style, h: &HardwareSection) {
     let Some(c) = &h.counters else {
         let _ = writeln!(out, "  counters: not captured");
         return;

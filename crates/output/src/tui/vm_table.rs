@@ -177,58 +177,99 @@ fn layout<'a>(vms: &[&'a VmLive], rows: usize) -> Vec<(&'a VmLive, Option<&'a Vc
 
 pub fn render(frame: &mut Frame, area: Rect, vms: &[VmLive], by: VmSort, culprits: &str) {
     let (head, body) = heading_and_body(area);
-    let mut rest = format!(
-        " {} running, by {} (s: sort)  {culprits}",
-        vms.len(),
-        by.label()
-    );
-    // A reason too long for the row is cut; the help has all of it.
-    let room = usize::from(head.width).saturating_sub(3);
-    if rest.chars().count() > room {
-        let keep = room.saturating_sub(9);
-        let cut: String = rest.chars().take(keep).collect();
-        rest = format!("{}… ? why", cut.trim_end());
-    }
-    let title = Line::from(vec![
-        Span::styled("VMs", Style::new().add_modifier(Modifier::BOLD)),
-        Span::raw(rest),
-    ]);
-    frame.render_widget(Paragraph::new(title), head);
+    frame.render_widget(Paragraph::new(title(head, vms, by, culprits)), head);
     let name_w = vms
         .iter()
         .map(|v| v.vm.chars().count())
         .max()
         .unwrap_or(0)
         .clamp(9, 30) as u16;
-    let [tid, cpu, aff, run] = columns(body.width, name_w);
-    let mut names = vec!["VM / vCPU"];
-    let mut widths = vec![Constraint::Length(name_w)];
-    for (on, name, w) in [
-        (tid, "tid", 7),
-        (cpu, "CPU", 3),
-        (aff, "affinity", 9),
-        (true, "wait", 6),
-        (run, "run", 6),
-    ] {
-        if on {
-            names.push(name);
-            widths.push(Constraint::Length(w));
-        }
-    }
-    names.push("who ran while it waited");
-    widths.push(Constraint::Fill(1));
-    let fixed: u16 = widths
-        .iter()
-        .map(|c| match c {
-            Constraint::Length(w) => w + 1,
-            _ => 0,
-        })
-        .sum();
-    let culprit_w = usize::from(body.width.saturating_sub(fixed));
+    let cols = Cols::of(body.width, name_w);
+    let (names, widths) = cols.header();
     let header = Row::new(names).style(Style::new().add_modifier(Modifier::UNDERLINED));
     let shown = sorted(vms, by);
     let lines = layout(&shown, usize::from(body.height.saturating_sub(1)));
-    let rows = lines.into_iter().map(|(vm, c)| {
+    let rows = lines.into_iter().map(|(vm, c)| cols.row(vm, c));
+    frame.render_widget(Table::new(rows, widths).header(header), body);
+}
+
+/// "VMs 3 running, by wait (s: sort)  <culprits>", a reason too long for
+/// the row cut (the help has all of it).
+fn title(head: Rect, vms: &[VmLive], by: VmSort, culprits: &str) -> Line<'static> {
+    let mut rest = format!(
+        " {} running, by {} (s: sort)  {culprits}",
+        vms.len(),
+        by.label()
+    );
+    let room = usize::from(head.width).saturating_sub(3);
+    if rest.chars().count() > room {
+        let keep = room.saturating_sub(9);
+        let cut: String = rest.chars().take(keep).collect();
+        rest = format!("{}… ? why", cut.trim_end());
+    }
+    Line::from(vec![
+        Span::styled("VMs", Style::new().add_modifier(Modifier::BOLD)),
+        Span::raw(rest),
+    ])
+}
+
+/// Which optional columns fit, and the culprits column's width.
+struct Cols {
+    name_w: u16,
+    tid: bool,
+    cpu: bool,
+    aff: bool,
+    run: bool,
+    culprit_w: usize,
+}
+
+impl Cols {
+    fn of(width: u16, name_w: u16) -> Cols {
+        let [tid, cpu, aff, run] = columns(width, name_w);
+        let mut c = Cols {
+            name_w,
+            tid,
+            cpu,
+            aff,
+            run,
+            culprit_w: 0,
+        };
+        let fixed: u16 = c
+            .header()
+            .1
+            .iter()
+            .map(|c| match c {
+                Constraint::Length(w) => w + 1,
+                _ => 0,
+            })
+            .sum();
+        c.culprit_w = usize::from(width.saturating_sub(fixed));
+        c
+    }
+
+    /// Column names and widths.
+    fn header(&self) -> (Vec<&'static str>, Vec<Constraint>) {
+        let mut names = vec!["VM / vCPU"];
+        let mut widths = vec![Constraint::Length(self.name_w)];
+        for (on, name, w) in [
+            (self.tid, "tid", 7),
+            (self.cpu, "CPU", 3),
+            (self.aff, "affinity", 9),
+            (true, "wait", 6),
+            (self.run, "run", 6),
+        ] {
+            if on {
+                names.push(name);
+                widths.push(Constraint::Length(w));
+            }
+        }
+        names.push("who ran while it waited");
+        widths.push(Constraint::Fill(1));
+        (names, widths)
+    }
+
+    /// A VM's row (`c` None) or one of its vCPUs'.
+    fn row<'a>(&self, vm: &'a VmLive, c: Option<&'a VcpuLive>) -> Row<'a> {
         let (name, t, place, wait, run_pct, blame) = match c {
             None => (
                 vm.vm.clone(),
@@ -248,25 +289,25 @@ pub fn render(frame: &mut Frame, area: Rect, vms: &[VmLive], by: VmSort, culprit
             ),
         };
         let mut cells = vec![Cell::from(name)];
-        if tid {
+        if self.tid {
             cells.push(Cell::from(format!("{t:>7}")));
         }
-        if cpu {
+        if self.cpu {
             let v = place.and_then(|p| p.cpu).map(|c| c.to_string());
             cells.push(Cell::from(format!("{:>3}", v.unwrap_or_default())));
         }
-        if aff {
+        if self.aff {
             let v = place.and_then(|p| p.affinity.clone());
             cells.push(Cell::from(v.unwrap_or_default()));
         }
         cells.push(Cell::from(format!("{:>6}", pct(wait))));
-        if run {
+        if self.run {
             cells.push(Cell::from(format!("{:>6}", pct(run_pct))));
         }
         // Shares of a wait too small to matter would only be noise.
         let text = match (wait, blame) {
             (Some(w), Some(_)) if w < NEGLIGIBLE_WAIT_PCT => "-".to_string(),
-            _ => culprits_text(blame, culprit_w),
+            _ => culprits_text(blame, self.culprit_w),
         };
         cells.push(Cell::from(text));
         let style = if c.is_none() {
@@ -275,8 +316,7 @@ pub fn render(frame: &mut Frame, area: Rect, vms: &[VmLive], by: VmSort, culprit
             Style::new().fg(Color::Gray)
         };
         Row::new(cells).style(style)
-    });
-    frame.render_widget(Table::new(rows, widths).header(header), body);
+    }
 }
 
 #[cfg(test)]
