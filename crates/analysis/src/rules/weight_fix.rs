@@ -6,7 +6,7 @@
 //! kernel/sched/autogroup.c), so `renice` does nothing against vCPUs in
 //! other sessions. The session's weight is the nice value written to
 //! /proc/PID/autogroup (proc_sched_autogroup_set_nice). A live test
-//! (crates/cli/tests/host_weight_fix.rs) applies both and reads the
+//! (crates/cli/tests/host_who.rs) applies both and reads the
 //! process's own schedstat.
 
 use stealscope_model::MachineModel;
