@@ -189,7 +189,7 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
     // it fires, host.noisy-neighbor's).
     let fix = r["verdict"]["fix"].as_str().unwrap_or_default();
     assert!(
-        fix.starts_with(&format!("host process `whohog` (pid {}) takes ", hog.pid())),
+        fix.starts_with(&format!("host process `whohog` (pid {}) ", hog.pid())),
         "{fix}"
     );
     // The loop's run time in the report against its own schedstat is the

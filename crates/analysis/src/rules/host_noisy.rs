@@ -223,7 +223,7 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
 fn took(st: Option<(Standing, Over)>) -> String {
     match st {
         Some((s, Over::Structure)) => format!(
-            " gets more than its fair CPU from its scheduling group ({:.2} expected, fair {:.2}; ran {:.2}) and",
+            " is weighted over its fair share by its scheduling group (expected {:.2} CPU, fair {:.2}; ran {:.2} here) and",
             s.expected.unwrap_or(0.0),
             s.fair,
             s.ran
@@ -310,15 +310,15 @@ fn finding(
             "/proc/<pid>/cgroup, /proc/<pid>/autogroup, cpu.shares / cpu.weight",
         ]
     })
-    .evidence(VERDICT_FIX, verdict_fix(m, w, s.map(|s| (s.fair, s.ran))))
+    .evidence(VERDICT_FIX, verdict_fix(m, w, st))
     .remedy(fix(m, w))
     .case("who-stole-my-cpu-talk.md")
 }
 
 /// The verdict's fix: what the culprit took against its fair share, then
 /// the first thing to do.
-fn verdict_fix(m: &MachineModel, w: &Who, fair: Option<(f64, f64)>) -> Option<String> {
-    let (f, r) = fair.filter(|_| w.kind != "irq")?;
+fn verdict_fix(m: &MachineModel, w: &Who, st: Option<(Standing, Over)>) -> Option<String> {
+    let (s, over) = st.filter(|_| w.kind != "irq")?;
     let what = match (w.kind, w.pid) {
         ("host-process", Some(pid)) => format!("host process `{}` (pid {pid})", w.name),
         ("host-kthread", _) => format!("kernel threads `{}`", w.name),
@@ -332,12 +332,19 @@ fn verdict_fix(m: &MachineModel, w: &Who, fair: Option<(f64, f64)>) -> Option<St
         .next()
         .unwrap_or(&first)
         .trim_end_matches('.');
-    let verb = if w.kind == "host-process" {
-        "takes"
+    let (is, take) = if w.kind == "host-process" {
+        ("is", "takes")
     } else {
-        "take"
+        ("are", "take")
     };
-    Some(format!("{what} {verb} {r:.2} CPU (fair {f:.2}): {first}"))
+    let standing = match (over, s.expected) {
+        (Over::Structure, Some(e)) => format!(
+            "{is} weighted over its fair share (expected {e:.2} CPU, fair {:.2})",
+            s.fair
+        ),
+        _ => format!("{take} {:.2} CPU (fair {:.2})", s.ran, s.fair),
+    };
+    Some(format!("{what} {standing}: {first}"))
 }
 
 fn fix(m: &MachineModel, w: &Who) -> String {
