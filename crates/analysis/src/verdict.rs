@@ -132,11 +132,7 @@ pub fn of(findings: &[Finding]) -> Verdict {
         finding: Some(top.id.clone()),
         // The title's first clause: the rest (who ran, the split) is in the
         // finding below, and the verdict must stay two or three lines.
-        headline: format!(
-            "{}: {}",
-            area(&top.id),
-            top.title.split("; ").next().unwrap_or(&top.title)
-        ),
+        headline: format!("{}: {}", area(&top.id), first_clause(&top.title)),
         fix: top
             .evidence
             .get(VERDICT_FIX)
@@ -146,6 +142,21 @@ pub fn of(findings: &[Finding]) -> Verdict {
             .or_else(|| fix_from_remedy(&top.remedy)),
         more: serious - 1,
     }
+}
+
+/// A title's first clause: up to the first "; " outside parentheses (one
+/// inside a figure's parenthesis would leave it open).
+fn first_clause(title: &str) -> &str {
+    let mut depth = 0i32;
+    for (i, c) in title.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ';' if depth <= 0 && title[i..].starts_with("; ") => return &title[..i],
+            _ => {}
+        }
+    }
+    title
 }
 
 /// The verdict of a file cut off or damaged: the cut takes the verdict's
@@ -183,6 +194,14 @@ pub fn of_report(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_first_clause_ends_outside_parentheses() {
+        assert_eq!(first_clause("a (b; c) d; e"), "a (b; c) d");
+        assert_eq!(first_clause("a; b"), "a");
+        assert_eq!(first_clause("no clause"), "no clause");
+    }
+
     use super::*;
 
     #[test]

@@ -223,7 +223,7 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
 fn took(st: Option<(Standing, Over)>) -> String {
     match st {
         Some((s, Over::Structure)) => format!(
-            " is weighted over its fair share by its scheduling group (expected {:.2} CPU, fair {:.2}; ran {:.2} here) and",
+            " is weighted over its fair share by its scheduling group (expected {:.2} CPU, fair {:.2}, ran {:.2} here) and",
             s.expected.unwrap_or(0.0),
             s.fair,
             s.ran
