@@ -194,15 +194,13 @@ fn a_vm_taking_more_than_its_fair_share_is_named_with_its_victims() {
     );
 }
 
-/// hog's vCPUs ran 1.16 CPUs against a fair 1.0: over the clearing
-/// threshold, under the firing one.
-/// A VM between [`RAN_CLEAR_VM`] and [`RAN_EXCESS_VM`]: 1.36 CPUs, fair 1.0.
+/// A VM between [`RAN_CLEAR_VM`] and [`RAN_EXCESS_VM`]: 1.6 CPUs, fair 1.0.
 fn between() -> TestMachine {
-    let on_hog: &[Ran] = &[(101, 100, "CPU 0/KVM", 1.45), (102, 100, "CPU 1/KVM", 1.45)];
-    let on_victim: &[Ran] = &[(201, 200, "CPU 0/KVM", 1.05), (202, 200, "CPU 1/KVM", 1.05)];
+    let on_hog: &[Ran] = &[(101, 100, "CPU 0/KVM", 1.9), (102, 100, "CPU 1/KVM", 1.9)];
+    let on_victim: &[Ran] = &[(201, 200, "CPU 0/KVM", 0.45), (202, 200, "CPU 1/KVM", 0.45)];
     busy_host()
-        .vm(100, "hog", &[busy(3.4, 1.6); 2])
-        .vm(200, "victim", &[busy(1.6, 3.4); 2])
+        .vm(100, "hog", &[busy(4.0, 1.0); 2])
+        .vm(200, "victim", &[busy(1.0, 4.0); 2])
         .sched_reading(&[
             (101, on_victim),
             (102, on_victim),

@@ -481,6 +481,10 @@ fn sigterm_and_sigint_leave_the_system_as_it_was() {
     wait_until("PM QoS held and FIFO threads", || {
         pm_qos() == Some(0) && !rt_probe_threads(Some(pid)).is_empty()
     });
+    // The threads exist before they sample: they first wait for the memory
+    // lock and the counters' first reading (a fresh-clone CI run signalled
+    // in between and got 0 samples). Half a second of a 60 s run.
+    std::thread::sleep(Duration::from_millis(500));
     let v = stop_and_check(child, libc::SIGTERM);
     assert_eq!(v["interrupted"], true);
     assert_eq!(v["pm_qos_us"], 0);
