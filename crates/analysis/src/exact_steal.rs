@@ -159,10 +159,6 @@ fn measured(e: &ExactSteal) -> Measured {
             .collect(),
         unlisted: e.unlisted,
     };
-    if busy + idle == 0 {
-        m.busy_share = 0.0;
-        m.idle_share = 0.0;
-    }
     m.headline = headline(&m);
     m
 }

@@ -26,11 +26,16 @@ impl Roles {
     }
 }
 
+/// The `hypervisor` CPU flag (CPUID.1:ECX[31]) in /proc/cpuinfo.
+pub fn hypervisor_flag(o: &Observation) -> bool {
+    o.cpuinfo.as_ref().is_some_and(|c| c.has("hypervisor"))
+}
+
 /// Evidence that we run under some hypervisor.
 pub fn guest_evidence(m: &MachineModel) -> Vec<String> {
     let o = &m.t1;
     let mut ev = Vec::new();
-    if o.cpuinfo.as_ref().is_some_and(|c| c.has("hypervisor")) {
+    if hypervisor_flag(o) {
         ev.push("/proc/cpuinfo flag 'hypervisor'".to_string());
     }
     if let Some(line) = o.kmsg_lines_containing("Hypervisor detected").next() {

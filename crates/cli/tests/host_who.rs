@@ -18,6 +18,12 @@ use common::*;
 use serde_json::Value;
 use std::process::Command;
 
+/// kernel.sched_autogroup_enabled=1 on this machine.
+fn autogroups_on() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
+        .is_ok_and(|v| v.trim() == "1")
+}
+
 /// Issue 17, second case: VMs started with -daemonize are each in their own
 /// autogroup; weights per vCPU then differ 2x, and where the 2-vCPU VM
 /// waits past its fair share the finding names it and the fix is one
@@ -27,9 +33,8 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
     if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
         return;
     }
-    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled");
     if !require(
-        enabled.as_deref().map(str::trim).ok() == Some("1"),
+        autogroups_on(),
         "autogroups enabled (kernel.sched_autogroup_enabled=1)",
     ) {
         return;
@@ -165,9 +170,7 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
         "loop ran {ran:.2} CPU; noisy-neighbor: {:?}",
         nn.map(|f| &f["title"])
     );
-    let on = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled")
-        .is_ok_and(|v| v.trim() == "1");
-    if on {
+    if autogroups_on() {
         let nn = nn.unwrap_or_else(|| panic!("no host.noisy-neighbor: {}", r["findings"]));
         let e = &nn["evidence"];
         assert_eq!(e["over"], "structure", "{nn}");
@@ -259,9 +262,8 @@ fn the_weight_fix_for_a_host_loop_acts_on_this_host() {
     if !require(have_qemu(), "root and qemu (run testenv/setup.sh)") {
         return;
     }
-    let enabled = std::fs::read_to_string("/proc/sys/kernel/sched_autogroup_enabled");
     if !require(
-        enabled.as_deref().map(str::trim).ok() == Some("1"),
+        autogroups_on(),
         "autogroups enabled (kernel.sched_autogroup_enabled=1)",
     ) {
         return;

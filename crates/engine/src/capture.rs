@@ -379,6 +379,6 @@ pub fn capture(
 /// Runs under a hypervisor (the `hypervisor` CPU flag, or steal counted):
 /// where exact guest steal can be read.
 fn is_guest(o: &Observation) -> bool {
-    o.cpuinfo.as_ref().is_some_and(|c| c.has("hypervisor"))
+    stealscope_analysis::roles::hypervisor_flag(o)
         || o.stat.cpus.iter().any(|c| c.times.steal.unwrap_or(0) > 0)
 }

@@ -141,22 +141,8 @@ pub fn collect(src: &dyn Source, side: Side) -> Result<Observation, ReadError> {
         n,
         thread_times.and_then(|t| crate::host::collect_host_with(src, side, t)),
     );
-    obs.exact_steal = exact_steal(src, &mut notes);
+    obs.exact_steal =
+        crate::host::observation::read_json(src, crate::exact_steal::EXACT_STEAL_FILE, &mut notes);
     obs.notes = notes;
     Ok(obs)
-}
-
-/// The stored exact guest steal, when the side has it.
-fn exact_steal(
-    src: &dyn Source,
-    notes: &mut Vec<String>,
-) -> Option<crate::exact_steal::StoredExactSteal> {
-    let path = crate::exact_steal::EXACT_STEAL_FILE;
-    let bytes = src
-        .read(path)
-        .map_err(|e| notes.push(format!("skipped {e}")))
-        .ok()??;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| notes.push(format!("skipped {path}: {e}")))
-        .ok()
 }

@@ -78,7 +78,7 @@ fn weighted_level(e: &[(f64, f64)], cpus: f64) -> f64 {
 /// Every VM's vCPU and emulator threads: in their group's entity when the
 /// VM is in a cpu cgroup or an autogroup, else root tasks.
 fn vm_entities(m: &MachineModel, groups: &mut HashMap<String, Entity>, root: &mut Vec<Entity>) {
-    let autogroups_on = m.t1.host.autogroup_enabled == Some(true);
+    let autogroups_on = m.t1.host.autogroups_on();
     for vm in &m.host.vms {
         let threads = vm
             .vcpus
@@ -111,7 +111,7 @@ fn vm_entities(m: &MachineModel, groups: &mut HashMap<String, Entity>, root: &mu
 /// The host's other work: processes (one entity each with autogroups on,
 /// else a root task per whole CPU of demand), kernel threads and the rest.
 fn host_entities(m: &MachineModel, root: &mut Vec<Entity>) {
-    let autogroups_on = m.t1.host.autogroup_enabled == Some(true);
+    let autogroups_on = m.t1.host.autogroups_on();
     let w = &m.host.host_work;
     for i in &w.top {
         let owner = match (i.kind, i.pid) {

@@ -65,7 +65,7 @@ fn measured(m: &MachineModel, fair: &Fair) -> Vec<(String, usize, f64, f64)> {
 /// weight, is an autogroup).
 fn vm_groups(m: &MachineModel) -> Vec<(&str, String, usize, f64, bool)> {
     let h = &m.t1.host;
-    let autogroups_on = h.autogroup_enabled == Some(true);
+    let autogroups_on = h.autogroups_on();
     let mut groups: Vec<(&str, String, usize, f64, bool)> = Vec::new();
     for vm in &h.vms {
         if vm.vcpus.is_empty() {

@@ -177,10 +177,10 @@ fn over_fair(s: Option<Standing>, kind: &str) -> (Level, Over) {
 
 /// A culprit's standing, None for what has no share to judge by.
 fn standing(m: &MachineModel, fair: &Fair, expected: &Expected, w: &Who) -> Option<Standing> {
-    let (f, ran) = fair.of_culprit(m, w)?;
     if w.kind == "irq" {
         return None;
     }
+    let (f, ran) = fair.of_culprit(m, w)?;
     Some(Standing {
         fair: f,
         ran,

@@ -11,29 +11,24 @@
 
 use stealscope_model::MachineModel;
 
-/// Whether autogroups are in effect for root-cgroup processes here.
-pub fn autogroups_on(m: &MachineModel) -> bool {
-    m.t1.host.autogroup_enabled == Some(true)
-}
-
 /// The command that lowers process `pid`'s weight here, with the cgroup
 /// alternative: no sentence break inside (verdict fixes cut at ". ").
 pub fn lower_weight(m: &MachineModel, pid: Option<u32>) -> String {
-    let pid = pid.map_or_else(|| "PID".to_string(), |p| p.to_string());
-    if autogroups_on(m) {
+    let cmd = lower_weight_short(m, pid);
+    if m.t1.host.autogroups_on() {
         format!(
-            "`echo 10 > /proc/{pid}/autogroup`, its whole session's weight: with autogroups on, `renice` \
-             does not act across sessions; or a cpu cgroup with a lower cpu.weight"
+            "{cmd}, its whole session's weight: with autogroups on, `renice` does not act across \
+             sessions; or a cpu cgroup with a lower cpu.weight"
         )
     } else {
-        format!("`renice -n 10 -p {pid}`, or a cpu cgroup with a lower cpu.weight")
+        format!("{cmd}, or a cpu cgroup with a lower cpu.weight")
     }
 }
 
 /// A short form for one-line fixes: the command alone.
 pub fn lower_weight_short(m: &MachineModel, pid: Option<u32>) -> String {
     let pid = pid.map_or_else(|| "PID".to_string(), |p| p.to_string());
-    if autogroups_on(m) {
+    if m.t1.host.autogroups_on() {
         format!("`echo 10 > /proc/{pid}/autogroup`")
     } else {
         format!("`renice -n 10 -p {pid}`")

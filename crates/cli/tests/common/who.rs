@@ -31,34 +31,33 @@ pub struct Hog {
 
 impl Hog {
     pub fn start(name: &str, nice: i32, cpu: Option<&str>) -> Hog {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join(name);
-        std::fs::copy("/bin/sh", &exe).unwrap();
         let mut cmd = Command::new("nice");
         cmd.args(["-n", &nice.to_string()]);
         if let Some(c) = cpu {
             cmd.args(["taskset", "-c", c]);
         }
-        let child = cmd
-            .arg(&exe)
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .unwrap();
         // `nice` and `taskset` exec the loop: the child's pid is the loop's.
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        Hog { child, _dir: dir }
+        Hog::launch(name, cmd)
     }
+
     /// As [`Hog::start`] at nice 0, in a session of its own (`setsid`), so
     /// its autogroup is its own: changing that group's nice touches no
     /// other process (the test's session holds the test harness).
     pub fn in_own_session(name: &str, cpu: &str) -> Hog {
+        let mut cmd = Command::new("setsid");
+        cmd.args(["taskset", "-c", cpu]);
+        // The child is not a process-group leader, so setsid execs in place:
+        // the child's pid is the loop's.
+        Hog::launch(name, cmd)
+    }
+
+    /// `cmd` (which execs what follows it) runs a shell busy loop under
+    /// `name` (a copy of /bin/sh).
+    fn launch(name: &str, mut cmd: Command) -> Hog {
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join(name);
         std::fs::copy("/bin/sh", &exe).unwrap();
-        // The child is not a process-group leader, so setsid execs in place:
-        // the child's pid is the loop's.
-        let child = Command::new("setsid")
-            .args(["taskset", "-c", cpu])
+        let child = cmd
             .arg(&exe)
             .args(["-c", "while :; do :; done"])
             .spawn()

@@ -146,6 +146,14 @@ pub struct HostObservation {
     pub notes: Vec<String>,
 }
 
+impl HostObservation {
+    /// Autogroups in effect for tasks of the root cpu cgroup
+    /// (kernel.sched_autogroup_enabled=1).
+    pub fn autogroups_on(&self) -> bool {
+        self.autogroup_enabled == Some(true)
+    }
+}
+
 fn cg_path<'a>(cgs: &'a [CgroupMembership], controller: &str) -> Option<&'a str> {
     cgs.iter()
         .find(|c| c.controllers.iter().any(|x| x == controller))
@@ -536,7 +544,7 @@ fn own_pid_live(src: &dyn Source) -> Option<u32> {
 }
 
 /// A JSON file the live capture wrote (absent on a live root: Ok(None)).
-fn read_json<T: serde::de::DeserializeOwned>(
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     src: &dyn Source,
     path: &str,
     notes: &mut Vec<String>,
