@@ -81,14 +81,15 @@ pub const RAN_CLEAR_VM: f64 = 1.5;
 /// on, less is the noise of a process that hardly ran.
 pub const FAIR_EXCESS_CPUS: f64 = 0.1;
 /// A culprit favoured by structure harms its neighbours when it caused at
-/// least this share of the wait of VMs other than its own; the share is
-/// measured and swings with the kernel's placement like the run time does
-/// (0.15 to 0.37 for the walk-through's loop), so the bar is low: the
-/// excess is established by the structure, the share only shows it landed
-/// on other VMs.
-pub const STRUCT_SHARE: f64 = 0.1;
+/// least this share of the wait of VMs other than its own. The share is
+/// measured and swings with the kernel's placement like the run time does:
+/// the walk-through's loop caused 13 % to 40 % in most runs, and less than
+/// 10 % in a fresh-clone CI run where the balancer gave it 0.19 CPU, which
+/// dropped the finding from one run of three. The excess is established by
+/// the structure; the share only has to show that it landed on other VMs.
+pub const STRUCT_SHARE: f64 = 0.02;
 /// Clearing threshold of [`STRUCT_SHARE`].
-pub const STRUCT_CLEAR_SHARE: f64 = 0.05;
+pub const STRUCT_CLEAR_SHARE: f64 = 0.01;
 
 /// Where a culprit stands against the thresholds.
 #[derive(Debug, Clone, Copy, PartialEq)]
