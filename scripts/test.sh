@@ -41,7 +41,23 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
+# Each test that skips (a part missing here) appends "<test>: <why>" to the
+# skip log (crates/testkit); under CI a skip is already a failure.
+export STEALSCOPE_SKIP_LOG="$PWD/target/skipped.log"
+rm -f "$STEALSCOPE_SKIP_LOG"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
+echo "== tests skipped at run time, and ignored ones"
+skipped=0
+[[ -f $STEALSCOPE_SKIP_LOG ]] && skipped=$(wc -l <"$STEALSCOPE_SKIP_LOG")
+echo "$skipped test(s) skipped:"
+[[ $skipped -gt 0 ]] && sed 's/^/  /' "$STEALSCOPE_SKIP_LOG"
+ignored=$(grep -cE '^test .* \.\.\. ignored' target/test.log || true)
+echo "$ignored test(s) ignored (#[ignore], each with its reason):"
+grep -E '^test .* \.\.\. ignored' target/test.log | sed 's/^test /  /' || true
+if [[ $skipped -gt 0 ]] && [[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]]; then
+  echo "test.sh: $skipped test(s) skipped under CI=$CI" >&2
+  exit 1
+fi
 echo "== Debian package: build (scripts/package.sh), then install on a clean root"
 wait "$pkgroot" || { cat target/pkgroot.log; exit 1; }
 deb=$(scripts/package.sh | tail -n 1)

@@ -248,7 +248,7 @@ fn loop_cpus(hog: u32, vm: u64, settle: f64, secs: f64) -> f64 {
             "window rejected: other work {other:.2} CPUs (loop {hog_cpus:.2}, VM {vm_cpus:.2})"
         );
     }
-    assert!(!in_ci(), "every window was disturbed by other work");
+    skip("every window was disturbed by other work");
     f64::NAN
 }
 
@@ -313,7 +313,7 @@ fn the_weight_fix_for_a_host_loop_acts_on_this_host() {
         "loop ran {base:.2} CPU, {reniced:.2} after renice -n 10, {session:.2} after `{cmd}`"
     );
     if [base, reniced, session].iter().any(|x| x.is_nan()) {
-        eprintln!("SKIPPED (not CI): no undisturbed window");
+        // Each NaN was already skipped (a failure under CI).
         return;
     }
     assert!(

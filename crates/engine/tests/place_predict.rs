@@ -178,11 +178,9 @@ fn prediction_within_5_pp_of_the_measured_steal_on_a_fixture_host() {
     }
     if errs[0].len() < 2 {
         // Locally a host this busy skips; in CI it must not happen.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "too few rounds with steady host work: {errs:?}"
-        );
-        eprintln!("SKIPPED (not CI): the host's other work kept changing");
+        stealscope_testkit::skip(&format!(
+            "the host's other work kept changing: too few steady rounds {errs:?}"
+        ));
         return;
     }
     for (k, e) in errs.iter().enumerate() {

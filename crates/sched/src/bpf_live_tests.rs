@@ -1,6 +1,6 @@
 //! The BPF route's scale and identity (issue 29), against the running
-//! kernel: needs root (fails when `CI` is set to anything but empty, `0` or
-//! `false`, skips otherwise). Inside the crate to see the map itself.
+//! kernel: needs root (the workspace's require rule, `stealscope_testkit`).
+//! Inside the crate to see the map itself.
 
 use super::BpfRoute;
 use crate::route::RouteImpl;
@@ -8,16 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
-}
-
 /// The route, or None (skip) when this is not root outside CI.
 fn route() -> Option<BpfRoute> {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        assert!(!ci(), "required in CI but unavailable: not root");
-        eprintln!("SKIPPED (not CI): not root");
+    let root = unsafe { libc::geteuid() } == 0;
+    if !stealscope_testkit::require(root, "root") {
         return None;
     }
     Some(BpfRoute::start().unwrap_or_else(|e| panic!("{e}")))

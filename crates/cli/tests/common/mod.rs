@@ -29,25 +29,11 @@ pub fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run stealscope")
 }
 
-/// CI as the sched crate's tests read it: set to anything but empty, `0`
-/// or `false` (CI systems set `1`, `True`, `yes`...), so a required part
-/// that is missing fails there instead of skipping.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
-}
-
-/// Tests that need root, hotplug or QEMU fail under CI=true and skip with a
-/// printed reason on a developer machine that lacks them.
-pub fn require(ok: bool, what: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if in_ci() {
-        panic!("required in CI but unavailable: {what}");
-    }
-    eprintln!("SKIPPED (not CI): {what}");
-    false
-}
+/// The workspace's one require/skip rule (`stealscope_testkit`): tests
+/// that need root, hotplug or QEMU fail under CI and skip with a printed
+/// and logged reason on a developer machine that lacks them.
+#[allow(unused_imports)]
+pub use stealscope_testkit::{ci, require, skip};
 
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
