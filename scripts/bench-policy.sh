@@ -17,11 +17,16 @@
 #   scripts/bench-policy.sh > section.md     # the BENCHMARKS.md section
 #   scripts/bench-policy.sh --readme         # only rewrite README.md's fleet table
 #   HOSTS="100" SEEDS="1" scripts/bench-policy.sh   # quicker
+#   PENALTIES="" scripts/bench-policy.sh            # without the penalty sweep
+# The fleet runs simulate every tick (`--every-tick`): summing steady
+# stretches, the simulator's fast path, moves the VM steal tails by tenths
+# of a point, as much as the policies differ (BENCHMARKS.md, issue 27).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/stealscope}
 HOSTS=${HOSTS:-"100 1000"}
 SEEDS=${SEEDS:-"1 2 3"}
+PENALTIES=${PENALTIES-"0.1 0.2 0.3 0.4 0.5"}
 [[ -x $BIN ]] || cargo build --release -q -p stealscope
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -29,17 +34,17 @@ readme=false
 [[ ${1:-} == --readme ]] && { readme=true; HOSTS=100; }
 for h in $HOSTS; do
   for s in $SEEDS; do
-    "$BIN" sim scenarios/fleet.toml --hosts "$h" --seed "$s" --json > "$out/fleet-$h-$s.json"
+    "$BIN" sim scenarios/fleet.toml --hosts "$h" --seed "$s" --every-tick --json > "$out/fleet-$h-$s.json"
   done
 done
 if ! $readme; then
   nseeds=$(wc -w <<< "$SEEDS")
   for f in talk-cgroups talk-numa talk-idle-vms calibration-2cpu; do
-    "$BIN" sim "scenarios/$f.toml" --seeds "$nseeds" --json > "$out/$f.json"
+    "$BIN" sim "scenarios/$f.toml" --seeds "$nseeds" --every-tick --json > "$out/$f.json"
   done
-  for p in 0.1 0.2 0.3 0.4 0.5; do
+  for p in $PENALTIES; do
     { cat scenarios/fleet.toml; printf '\n[numa]\nremote_penalty = %s\n' "$p"; } > "$out/fleet-penalty.toml"
-    "$BIN" sim "$out/fleet-penalty.toml" --hosts 100 --seed 1 --json > "$out/penalty-$p.json"
+    "$BIN" sim "$out/fleet-penalty.toml" --hosts 100 --seed 1 --every-tick --json > "$out/penalty-$p.json"
   done
 fi
 python3 - "$out" "$readme" "$HOSTS" "$SEEDS" <<'PY'

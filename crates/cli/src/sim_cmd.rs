@@ -38,6 +38,11 @@ pub struct SimArgs {
     /// Number of fleet hosts (overrides [fleet] hosts)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub hosts: Option<u32>,
+    /// Simulate every tick instead of summing steady stretches: exact,
+    /// slower (the fleet's policy comparison uses it: the summing shifts
+    /// the VM steal tails by tenths of a point, as much as policies differ)
+    #[arg(long)]
+    pub every_tick: bool,
 }
 
 pub fn run(a: &SimArgs) -> Result<(), Error> {
@@ -60,7 +65,7 @@ pub fn run(a: &SimArgs) -> Result<(), Error> {
             .collect(),
         fleet: a.fleet || a.hosts.is_some(),
         hosts: a.hosts,
-        every_tick: false,
+        every_tick: a.every_tick,
     };
     let r = simulate(&s, &o);
     if r.cases.is_empty() && r.fleet.is_none() {

@@ -77,6 +77,32 @@ fn fleet_report_in_json() {
     );
 }
 
+/// `--every-tick` simulates each tick of each host (the policy
+/// comparison's exact mode): every tick counted is then a tick simulated,
+/// while the default sums steady stretches.
+#[test]
+fn every_tick_simulates_every_tick_of_the_fleet() {
+    let scenario = repo().join("scenarios/fleet.toml");
+    let fleet = |extra: &[&str]| {
+        let mut args = vec!["sim", scenario.to_str().unwrap(), "--hosts", "2"];
+        args.extend(["--policy", "none", "--json"]);
+        args.extend(extra);
+        let out = run(&args);
+        assert_ok(&out);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let c = &v["fleet"]["cases"][0];
+        (c["ticks_simulated"].as_u64(), c["ticks_total"].as_u64())
+    };
+    let (Some(fast), Some(total)) = fleet(&[]) else {
+        panic!("no tick counts in the fleet JSON");
+    };
+    assert!(
+        fast < total,
+        "the fast path summed nothing: {fast} of {total}"
+    );
+    assert_eq!(fleet(&["--every-tick"]), (Some(total), Some(total)));
+}
+
 #[test]
 fn malformed_scenario_exits_2_with_one_line_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();

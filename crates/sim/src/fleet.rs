@@ -217,6 +217,7 @@ pub fn run_fleet(
     duration_s: f64,
     tick_s: f64,
     seed: u64,
+    every_tick: bool,
 ) -> FleetReport {
     let mut out = Vec::new();
     for case in cases {
@@ -234,7 +235,7 @@ pub fn run_fleet(
                     duration_s,
                     tick_s,
                     warmup_s: 0.0,
-                    every_tick: false,
+                    every_tick,
                     trim: Some(crate::choose::in_sim),
                     seed: seed ^ (i as u64).wrapping_mul(0xA24B_AED4_963E_E407),
                 }))

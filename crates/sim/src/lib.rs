@@ -135,6 +135,7 @@ pub fn simulate(s: &Scenario, o: &Options) -> SimReport {
                 s.file.duration_s.0,
                 tick_s,
                 seeds[0],
+                o.every_tick,
             ))
         }
         _ => None,
