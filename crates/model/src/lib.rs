@@ -24,4 +24,5 @@ pub mod redact;
 pub mod running;
 pub mod running_hw;
 pub mod side;
+pub mod sticky_top;
 pub mod timeline;
