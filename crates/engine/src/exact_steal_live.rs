@@ -185,3 +185,62 @@ impl LiveExactSteal {
 fn gone(unsaid: Option<String>) -> State {
     State::Gone { unsaid }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use stealscope_readers::clock::monotonic_ns;
+
+    #[test]
+    fn under_a_root_it_says_why_once() {
+        let mut l = LiveExactSteal::start(Path::new("/tmp"));
+        assert_eq!(
+            l.poll(1),
+            [ExactReading::Unavailable(
+                "exact steal reads the live kernel only (not under --root)".into()
+            )]
+        );
+        assert!(l.poll(2).is_empty(), "said once");
+    }
+
+    /// On this machine: the collector either runs (counters each poll, a
+    /// whole reading about once a second) or says once why not, as
+    /// loading it directly does.
+    #[test]
+    fn live_it_runs_or_says_why_once() {
+        let mut l = LiveExactSteal::start(Path::new("/"));
+        let mut got = Vec::new();
+        let end = monotonic_ns() + 3 * CONFIRM_WITHIN_NS;
+        while monotonic_ns() < end {
+            got.extend(l.poll(monotonic_ns()));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let said: Vec<&ExactReading> = got
+            .iter()
+            .filter(|r| matches!(r, ExactReading::Running | ExactReading::Unavailable(_)))
+            .collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        if *said[0] == ExactReading::Running {
+            let full = got
+                .iter()
+                .filter(|r| matches!(r, ExactReading::Full { .. }))
+                .count();
+            let cpus = got
+                .iter()
+                .filter(|r| matches!(r, ExactReading::Cpus { .. }))
+                .count();
+            // Up for at most ~6 s: a whole reading a second, counters at
+            // every other poll.
+            assert!((1..=7).contains(&full), "{full} whole readings");
+            assert!(cpus > 10 * full, "{cpus} counter readings");
+        } else if is_guest(Path::new("/")) {
+            let direct = GuestSteal::start(StealOptions::default());
+            assert!(
+                direct.is_err()
+                    || matches!(said[0], ExactReading::Unavailable(r) if r == NO_STEAL_CLOCK),
+                "{said:?}"
+            );
+        }
+    }
+}
