@@ -115,6 +115,7 @@ impl Screen<'_> {
         let input = TopInput {
             hostname: self.hostname,
             windows: &view.windows,
+            exact: &view.exact,
             vms: view.host.then(|| view.vms.rows()),
             culprits: &view.culprits,
             guest: self.guest,

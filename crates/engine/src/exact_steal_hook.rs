@@ -66,7 +66,7 @@ fn measured(g: &mut GuestSteal, first: &GuestStealSample) -> StoredExactSteal {
     // moved since boot: zero is then not a measurement.
     if end.cpus.iter().all(|c| c.steal_clock_ns == 0) {
         return StoredExactSteal::Unavailable {
-            reason: "the steal clock reads 0 on every CPU: no paravirtual steal time here".into(),
+            reason: stealscope_model::running_exact_steal::NO_STEAL_CLOCK.into(),
         };
     }
     let span_s = end.monotonic_ns.saturating_sub(first.monotonic_ns) as f64 / 1e9;

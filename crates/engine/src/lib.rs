@@ -10,6 +10,7 @@
 pub mod capture;
 pub mod doctor_probe;
 pub mod exact_steal_hook;
+pub mod exact_steal_live;
 pub mod host;
 pub mod hw_sampler;
 pub mod live;

@@ -4,6 +4,7 @@
 //! only copies or draws it. One mutex; every holder only copies, pushes or
 //! draws.
 
+use crate::exact_steal_live::LiveExactSteal;
 use crate::host::starve::{StarveWatch, RECHECK_EVERY};
 use crate::host::HostTracker;
 use crate::rules::Findings;
@@ -17,6 +18,7 @@ use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::starve::StoredStarve;
 use stealscope_model::host::{LiveHost, Placement};
 use stealscope_model::recent::RecentWindows;
+use stealscope_model::running_exact_steal::RunningExactSteal;
 use stealscope_readers::process::{task_cpu, task_status};
 use stealscope_readers::{cpulist, ReadError, RootFs};
 use stealscope_sched::SchedSample;
@@ -43,6 +45,8 @@ pub struct View {
     pub host_error: Option<String>,
     /// Whether culprits are attributed, and by which route or why not.
     pub culprits: String,
+    /// Exact guest steal from the BPF collector, or why there is none.
+    pub exact: RunningExactSteal,
 }
 
 pub struct SharedView(Mutex<View>);
@@ -59,6 +63,7 @@ impl SharedView {
             sample_error: None,
             host_error: None,
             culprits: "culprits: off".into(),
+            exact: RunningExactSteal::default(),
         }))
     }
 
@@ -80,6 +85,8 @@ pub struct ViewFeed {
     starve_polled: Option<Instant>,
     /// VM names by pid, from the last host scan.
     vm_names: Vec<(u32, String)>,
+    /// The exact guest steal collector, loaded while the view runs.
+    exact: LiveExactSteal,
 }
 
 impl ViewFeed {
@@ -92,6 +99,7 @@ impl ViewFeed {
             .flatten();
         ViewFeed {
             view,
+            exact: LiveExactSteal::start(&root),
             root,
             sched: None,
             starve,
@@ -167,10 +175,14 @@ fn host_error(e: ReadError) -> String {
 
 impl Subscriber for ViewFeed {
     fn sample(&mut self, s: Sample<'_>) -> Result<(), ReadError> {
+        let exact = self.exact.poll(s.t_ns);
         {
             let mut v = self.view.lock();
             v.windows.push(s.t_ns, s.stat.clone());
             v.sample_error = None;
+            for r in exact {
+                v.exact.apply(r);
+            }
         }
         self.poll_starve(s.now);
         Ok(())

@@ -22,6 +22,8 @@ pub mod recent;
 pub mod recording;
 pub mod redact;
 pub mod running;
+pub mod running_exact_steal;
 pub mod running_hw;
 pub mod side;
+pub mod sticky_top;
 pub mod timeline;

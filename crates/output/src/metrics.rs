@@ -18,11 +18,14 @@ use stealscope_model::cputime::MODES;
 use stealscope_model::host::running_wait_by::{episode_buckets, RunningWaitBy};
 use stealscope_model::host::VcpuTimes;
 use stealscope_model::running::RunningCpuTimes;
+use stealscope_model::running_exact_steal::RunningExactSteal;
 use stealscope_model::running_hw::RunningHw;
 use stealscope_readers::perf::{Counter, Missing, Reason};
 
 mod fleet;
+mod guest_steal;
 pub use fleet::{HostFacts, VmFacts, FLEET_FAMILIES};
+pub use guest_steal::{GUEST_STEAL_FAMILIES, OTHER};
 
 /// Everything `serve` exports, updated by its sampler and rule runs.
 #[derive(Debug, Default)]
@@ -47,6 +50,8 @@ pub struct MetricsState {
     pub host: HostFacts,
     /// Each VM's identity and size, from the last host scan.
     pub vm_facts: Vec<VmFacts>,
+    /// Exact guest steal (the BPF collector), or why /proc/stat's only.
+    pub exact: RunningExactSteal,
 }
 
 /// Which scheduler-event route runs, or why none does.
@@ -191,6 +196,7 @@ fn family<M: EncodeMetric>(
 
 fn encode_state(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder) -> fmt::Result {
     encode_cpus(s, enc)?;
+    guest_steal::encode_guest_steal(&s.exact, enc)?;
     encode_vcpus(s, enc)?;
     encode_wait_by(s, enc)?;
     fleet::encode_fleet(&s.host, s.cpu.cpus.len(), &s.vm_facts, enc)?;

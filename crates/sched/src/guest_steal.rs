@@ -262,7 +262,9 @@ impl GuestSteal {
         })
     }
 
-    fn read_cpus(&self) -> Result<Vec<CpuSteal>> {
+    /// The per-CPU counters alone: one map read, cheap enough for every
+    /// sample of a live view (the tasks' walk is not).
+    pub fn read_cpus(&self) -> Result<Vec<CpuSteal>> {
         let map = self.ebpf.map("steal_cpus").expect("map in object");
         let cpus: PerCpuArray<&MapData, RawCpu> =
             PerCpuArray::try_from(map).map_err(|e| bpf_err("steal_cpus", e))?;

@@ -7,10 +7,12 @@ use crate::log;
 use crate::shared::Shared;
 use std::sync::Arc;
 use stealscope_analysis::{DoctorReport, Severity};
+use stealscope_engine::exact_steal_live::LiveExactSteal;
 use stealscope_engine::host::HostTracker;
 use stealscope_engine::rules::Findings;
 use stealscope_engine::{Sample, Subscriber};
 use stealscope_model::host::vcpu_times;
+use stealscope_model::running_exact_steal::ExactReading;
 use stealscope_output::metrics::SchedStatus;
 use stealscope_readers::ReadError;
 use stealscope_sched::SchedSample;
@@ -27,12 +29,15 @@ pub(crate) struct Feed {
     sched_counted: Option<Arc<SchedSample>>,
     /// Host and VM facts for the fleet families.
     facts: Facts,
+    /// The exact guest steal collector, loaded for the life of serve.
+    exact: LiveExactSteal,
 }
 
 impl Feed {
     pub fn new(shared: Arc<Shared>, root: std::path::PathBuf) -> Feed {
         Feed {
             shared,
+            exact: LiveExactSteal::start(&root),
             facts: Facts::new(root),
             last_error: None,
             last_host_error: None,
@@ -50,12 +55,30 @@ impl Feed {
     }
 }
 
+/// The service log's line for a change of the exact steal route.
+fn say_route(r: &ExactReading) {
+    match r {
+        ExactReading::Running => log("exact steal: the BPF collector runs (stealscope_guest_steal_*)"),
+        ExactReading::Unavailable(why) => log(&format!(
+            "exact steal is off, steal in 10 ms units only (stealscope_cpu_seconds_total{{mode=\"steal\"}}): {why}"
+        )),
+        ExactReading::Cpus { .. } | ExactReading::Full { .. } => {}
+    }
+}
+
 impl Subscriber for Feed {
     fn sample(&mut self, s: Sample<'_>) -> Result<(), ReadError> {
+        // Read with the sample, so the exact counters and /proc/stat's
+        // are exported as of the same moment.
+        let exact = self.exact.poll(s.t_ns);
+        exact.iter().for_each(say_route);
         self.shared.update(|m| {
             m.cpu.push(s.t_ns, s.stat.clone());
             if let Some(c) = s.counters {
                 m.hw.push(c.clone());
+            }
+            for r in exact {
+                m.exact.apply(r);
             }
         });
         self.last_error = None;

@@ -6,13 +6,15 @@
 //! unprivileged run, vCPU series of real QEMU VMs appearing and vanishing,
 //! who stole their vCPUs' time (a host loop beside a pinned VM),
 //! the deploy/ files (promtool rule tests, dashboard, systemd units), and
-//! a soak with 10,000 vCPU-named threads, VM restarts and execs.
+//! a soak with 10,000 vCPU-named threads, VM restarts and execs, and
+//! exact guest steal against /proc/stat (BPF, root).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod deploy;
 mod engine;
+mod exact_steal;
 mod guest;
 mod helpers;
 mod host;

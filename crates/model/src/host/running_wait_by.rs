@@ -2,21 +2,17 @@
 //! VM's vCPU wait by culprit, summed over successive pairs of
 //! scheduler-event readings, and its vCPUs' wait episodes. Pure.
 //!
-//! Bounded cardinality without counters going backwards: every culprit's
-//! all-time total is kept, but only the [`TOP_CULPRITS`] largest are shown
-//! as their own series, the rest as one `other` series. The shown set is
-//! sticky: a culprit enters only when its total passes the smallest shown
-//! one, which then leaves. `other` (all wait minus the shown totals) cannot
-//! fall at such a swap, since the culprit that leaves has at least the
-//! total the one entering had while it was still inside `other`; and a
-//! culprit that comes back resumes at its all-time total. So a VM has at
-//! most `TOP_CULPRITS + 1` series, and each only ever grows.
+//! Bounded cardinality without counters going backwards: the
+//! [`TOP_CULPRITS`] largest culprits as their own series, the rest as one
+//! `other` series ([`crate::sticky_top`]). So a VM has at most
+//! `TOP_CULPRITS + 1` series, and each only ever grows.
 
 use super::attribution::{Key, OWN};
 use super::live_rows::vcpu_wait_by;
 use super::vcpu_times::vm_labels;
 use super::vcpu_times::{ScannedVmId, ThreadSample};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use crate::sticky_top::StickyTop;
+use std::collections::{BTreeMap, HashMap};
 use stealscope_readers::recording::CulpritNs;
 use stealscope_sched::{EpisodeHist, SchedSample};
 
@@ -36,57 +32,50 @@ pub const EPISODE_BOUNDS_S: [f64; 12] = [
 pub type CulpritLabel = (&'static str, String);
 
 /// One VM's running counters.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct VmWaitBy {
-    totals: BTreeMap<CulpritLabel, u64>,
-    shown: BTreeSet<CulpritLabel>,
+    culprits: StickyTop<CulpritLabel>,
     /// Every wait episode of its vCPUs.
     pub episodes: EpisodeHist,
 }
 
 impl VmWaitBy {
-    fn add(&mut self, label: CulpritLabel, ns: u64, top: usize) {
-        *self.totals.entry(label.clone()).or_default() += ns;
-        if self.shown.contains(&label) {
-            return;
-        }
-        if self.shown.len() < top {
-            self.shown.insert(label);
-            return;
-        }
-        let total = self.totals[&label];
-        let smallest = self.shown.iter().map(|l| (self.totals[l], l.clone())).min();
-        if let Some((least, out)) = smallest {
-            if total > least {
-                self.shown.remove(&out);
-                self.shown.insert(label);
-            }
+    fn new(top: usize) -> VmWaitBy {
+        VmWaitBy {
+            culprits: StickyTop::new(top),
+            episodes: EpisodeHist::default(),
         }
     }
 
     /// (kind, name, seconds): the shown culprits, then ("other", "other").
     pub fn series(&self) -> Vec<(&'static str, String, f64)> {
         let mut out: Vec<(&'static str, String, f64)> = self
-            .shown
-            .iter()
-            .map(|l| (l.0, l.1.clone(), self.totals[l] as f64 / 1e9))
+            .culprits
+            .shown()
+            .into_iter()
+            .map(|(l, ns)| (l.0, l.1.clone(), ns as f64 / 1e9))
             .collect();
-        let all: u64 = self.totals.values().sum();
-        let shown: u64 = self.shown.iter().map(|l| self.totals[l]).sum();
-        out.push(("other", "other".into(), (all - shown) as f64 / 1e9));
+        out.push(("other", "other".into(), self.culprits.other() as f64 / 1e9));
         out
     }
 
     /// All wait charged so far, seconds.
     pub fn total_s(&self) -> f64 {
-        self.totals.values().sum::<u64>() as f64 / 1e9
+        self.culprits.total() as f64 / 1e9
     }
 }
 
 /// Episodes of `h` per exported bucket ([`EPISODE_BOUNDS_S`], then +Inf),
 /// each counted once (the encoder makes them cumulative).
 pub fn episode_buckets(h: &EpisodeHist) -> Vec<(f64, u64)> {
-    let mut out: Vec<(f64, u64)> = EPISODE_BOUNDS_S
+    buckets_at(h, &EPISODE_BOUNDS_S)
+}
+
+/// Episodes of `h` per upper bound in `bounds_s` (ascending seconds), then
+/// +Inf, each counted once: under the first bound at or above its log
+/// bucket's upper end.
+pub fn buckets_at(h: &EpisodeHist, bounds_s: &[f64]) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = bounds_s
         .iter()
         .chain([f64::INFINITY].iter())
         .map(|&b| (b, 0))
@@ -138,8 +127,9 @@ impl RunningWaitBy {
         let top = self.top;
         self.vms
             .entry(vm.to_string())
-            .or_default()
-            .add(label, ns, top);
+            .or_insert_with(|| VmWaitBy::new(top))
+            .culprits
+            .add(label, ns);
     }
 
     /// Adds what accrued between two readings, named with a host scan;
@@ -159,7 +149,11 @@ impl RunningWaitBy {
                 let (kind, name, _, _): Key = key;
                 self.add(vm, (kind, name), ns);
             }
-            let entry = self.vms.entry(vm.clone()).or_default();
+            let top = self.top;
+            let entry = self
+                .vms
+                .entry(vm.clone())
+                .or_insert_with(|| VmWaitBy::new(top));
             if let (Some(a), Some(b)) = (before.threads.get(&tid), now.threads.get(&tid)) {
                 entry.episodes.add(&b.episodes.since(&a.episodes));
             }
@@ -216,12 +210,12 @@ mod tests {
 
     #[test]
     fn series_stay_bounded_and_never_decrease() {
-        let mut v = VmWaitBy::default();
+        let mut v = VmWaitBy::new(3);
         let mut last: BTreeMap<(&str, String), f64> = BTreeMap::new();
         // A rotating cast of 12 culprits with growing, uneven waits.
         for round in 0..200u64 {
             let who = format!("p{}", (round * 7) % 12);
-            v.add(l(&who), 1_000 + (round % 5) * 3_000_000, 3);
+            v.culprits.add(l(&who), 1_000 + (round % 5) * 3_000_000);
             let s = v.series();
             assert!(s.len() <= 4, "{s:?}");
             for (kind, name, secs) in s {
@@ -235,12 +229,12 @@ mod tests {
 
     #[test]
     fn a_big_late_culprit_displaces_the_smallest() {
-        let mut v = VmWaitBy::default();
-        v.add(l("a"), 10, 2);
-        v.add(l("b"), 20, 2);
-        v.add(l("burn"), 5, 2);
+        let mut v = VmWaitBy::new(2);
+        v.culprits.add(l("a"), 10);
+        v.culprits.add(l("b"), 20);
+        v.culprits.add(l("burn"), 5);
         assert!(v.series().iter().any(|x| x.1 == "a"), "5 < 10: not yet");
-        v.add(l("burn"), 1_000, 2);
+        v.culprits.add(l("burn"), 1_000);
         let names: Vec<String> = v.series().into_iter().map(|x| x.1).collect();
         assert_eq!(names, ["b", "burn", "other"]);
         assert_eq!(v.series()[2].2, 10e-9, "a's 10 ns went to other");

@@ -32,7 +32,7 @@ pub fn status(f: &FindingsInput) -> String {
 
 /// A title in `room` columns: whole words and `…` when it is longer (at
 /// 80 columns a title cut mid-word read as "6.5 runnab").
-fn fit(title: &str, room: usize) -> String {
+pub(super) fn fit(title: &str, room: usize) -> String {
     if title.chars().count() <= room {
         return title.to_string();
     }

@@ -7,7 +7,7 @@
 //! wait history first, then CPU bars and findings, and guest steal lines
 //! only when it is itself a guest ([`super::TopInput::guest`]).
 
-use super::{steal_lines, wait_history, TopInput};
+use super::{exact_steal, steal_lines, wait_history, TopInput};
 use ratatui::layout::Rect;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +15,7 @@ pub struct Areas {
     pub header: Rect,
     pub bars: Option<Rect>,
     pub steal: Option<Rect>,
+    pub exact: Option<Rect>,
     pub findings: Option<Rect>,
     pub vms: Option<Rect>,
     pub history: Option<Rect>,
@@ -24,6 +25,7 @@ pub struct Areas {
 enum Panel {
     Bars,
     Steal,
+    Exact,
     Findings,
     Vms,
     History,
@@ -43,7 +45,7 @@ fn rows(n: usize) -> u16 {
 }
 
 /// The panels in screen order, which is also their order of importance.
-fn wants(input: &TopInput) -> Vec<Want> {
+fn wants(input: &TopInput, width: u16) -> Vec<Want> {
     let cpus = rows(input.windows.cpus().len().max(1));
     let findings = rows(input.findings.findings.len().max(1));
     let per_cpu = steal_lines::rows_per_cpu(input.windows.cpus().len());
@@ -56,8 +58,13 @@ fn wants(input: &TopInput) -> Vec<Want> {
     let bars = want(Panel::Bars, 2, cpus.saturating_add(1));
     let steal = want(Panel::Steal, 2, rows(per_cpu).saturating_add(1));
     let found = want(Panel::Findings, 2, findings.saturating_add(1));
+    let exact = want(
+        Panel::Exact,
+        2,
+        rows(exact_steal::ideal_rows(input.exact, width)),
+    );
     let Some(vms) = input.vms else {
-        return vec![bars, steal, found];
+        return vec![bars, steal, exact, found];
     };
     let vcpus: usize = vms.iter().map(|v| v.vcpus.len()).sum();
     let table = want(
@@ -72,7 +79,7 @@ fn wants(input: &TopInput) -> Vec<Want> {
     };
     let mut out = vec![table, history, bars, found];
     if input.guest_steal() {
-        out.push(steal);
+        out.extend([steal, exact]);
     }
     out
 }
@@ -85,7 +92,7 @@ pub fn split(area: Rect, input: &TopInput) -> Areas {
         ..area
     };
     let mut left = area.height.saturating_sub(header_h);
-    let wants = wants(input);
+    let wants = wants(input, area.width);
     // First pass: what each would like, the CPU bars at most half the rows
     // (a 64-CPU machine must not push everything else off the screen),
     // else its minimum.
@@ -126,6 +133,7 @@ pub fn split(area: Rect, input: &TopInput) -> Areas {
         header,
         bars: None,
         steal: None,
+        exact: None,
         findings: None,
         vms: None,
         history: None,
@@ -144,6 +152,7 @@ pub fn split(area: Rect, input: &TopInput) -> Areas {
         match w.panel {
             Panel::Bars => areas.bars = r,
             Panel::Steal => areas.steal = r,
+            Panel::Exact => areas.exact = r,
             Panel::Findings => areas.findings = r,
             Panel::Vms => areas.vms = r,
             Panel::History => areas.history = r,
@@ -159,7 +168,7 @@ mod tests {
     use super::*;
 
     fn used(a: &Areas) -> u16 {
-        [a.bars, a.steal, a.findings, a.vms, a.history]
+        [a.bars, a.steal, a.exact, a.findings, a.vms, a.history]
             .iter()
             .flatten()
             .map(|r| r.height)
@@ -172,11 +181,13 @@ mod tests {
         let ui = UiState::default();
         let i = input(&w, None, &[], &ui);
         let a = split(Rect::new(0, 0, 40, 30), &i);
-        // 2 CPUs + heading, total and 2 CPU lines + heading, and the
-        // findings (one row + heading) take the rest.
+        // 2 CPUs + heading, total and 2 CPU lines + heading, why exact
+        // steal is off + heading, and the findings (one row + heading)
+        // take the rest.
         assert_eq!(a.bars.unwrap().height, 3);
         assert_eq!(a.steal.unwrap().height, 4);
-        assert_eq!(a.findings.unwrap().height, 30 - 1 - 3 - 4);
+        assert_eq!(a.exact.unwrap().height, 2);
+        assert_eq!(a.findings.unwrap().height, 30 - 1 - 3 - 4 - 2);
         assert!(a.vms.is_none() && a.history.is_none());
         // 40x4: the bars only.
         let a = split(Rect::new(0, 0, 40, 4), &i);
@@ -189,8 +200,9 @@ mod tests {
         let i64 = input(&w64, None, &[], &ui);
         let a = split(Rect::new(0, 0, 80, 24), &i64);
         assert_eq!(a.steal.unwrap().height, 3);
+        assert_eq!(a.exact.unwrap().height, 2);
         assert_eq!(a.findings.unwrap().height, 2);
-        assert_eq!(a.bars.unwrap().height, 23 - 3 - 2);
+        assert_eq!(a.bars.unwrap().height, 23 - 3 - 2 - 2);
     }
 
     #[test]
@@ -225,7 +237,8 @@ mod tests {
         };
         let a = split(Rect::new(0, 0, 160, 45), &g1);
         assert_eq!(a.steal.unwrap().height, 4);
-        assert_eq!(a.history.unwrap().height, 44 - 5 - 3 - 2 - 4);
+        assert_eq!(a.exact.unwrap().height, 2);
+        assert_eq!(a.history.unwrap().height, 44 - 5 - 3 - 2 - 4 - 2);
         assert_eq!(used(&a), 44);
         // A guest that is a host too keeps its steal lines, last.
         let g = TopInput { guest: true, ..i };

@@ -4,6 +4,7 @@
 //! the system, so every panel is tested on a `TestBackend`.
 
 pub mod cpu_bars;
+pub mod exact_steal;
 pub mod findings;
 pub mod header;
 pub mod help;
@@ -21,6 +22,7 @@ use ratatui::Frame;
 use stealscope_analysis::Finding;
 use stealscope_model::host::VmLive;
 use stealscope_model::recent::RecentWindows;
+use stealscope_model::running_exact_steal::RunningExactSteal;
 
 pub use vm_table::VmSort;
 
@@ -61,6 +63,8 @@ pub struct FindingsInput<'a> {
 pub struct TopInput<'a> {
     pub hostname: Option<&'a str>,
     pub windows: &'a RecentWindows,
+    /// Exact guest steal (the BPF collector), or why there is none.
+    pub exact: &'a RunningExactSteal,
     /// None until a host scan found a VM (a guest, or a host with none yet).
     pub vms: Option<&'a [VmLive]>,
     /// Whether culprits are attributed: the route, or why not.
@@ -107,6 +111,9 @@ pub fn draw(frame: &mut Frame, input: &TopInput) {
     }
     if let Some(a) = areas.steal {
         steal_lines::render(frame, a, input.windows);
+    }
+    if let Some(a) = areas.exact {
+        exact_steal::render(frame, a, input.exact);
     }
     if let Some(a) = areas.findings {
         findings::render(frame, a, &input.findings);
@@ -227,6 +234,18 @@ pub(crate) mod testing {
         }
     }
 
+    /// The exact steal panel as a guest without the collector shows it.
+    pub fn no_exact() -> &'static RunningExactSteal {
+        static E: std::sync::OnceLock<RunningExactSteal> = std::sync::OnceLock::new();
+        E.get_or_init(|| {
+            let mut e = RunningExactSteal::default();
+            e.apply(
+                stealscope_model::running_exact_steal::ExactReading::Unavailable("not root".into()),
+            );
+            e
+        })
+    }
+
     pub fn input<'a>(
         windows: &'a RecentWindows,
         vms: Option<&'a [VmLive]>,
@@ -236,6 +255,7 @@ pub(crate) mod testing {
         TopInput {
             hostname: Some("testhost"),
             windows,
+            exact: no_exact(),
             vms,
             findings: FindingsInput {
                 findings,
