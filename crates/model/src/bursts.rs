@@ -122,6 +122,66 @@ pub struct Bursts {
     pub count: usize,
 }
 
+/// One exact steal episode (issue 30): its CPU, when it was seen (the
+/// steal clock read after it, CLOCK_MONOTONIC ns) and how much was stolen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Episode {
+    pub cpu: u32,
+    pub seen_ns: u64,
+    pub ns: u64,
+}
+
+/// The same judgement on exact episodes: a span of one CPU at least
+/// [`BURST_SPAN_S`] long is a burst when the episodes inside it stole
+/// [`BURST_WINDOW_PCT`] of it. Nanoseconds have no counter unit, so
+/// [`BURST_MIN_UNITS`] does not apply: one 13.5 ms episode is a burst,
+/// as is 14 ms stolen in 1 ms pieces within 90 ms. An episode takes at
+/// least its own length of wall time, ending when it was seen; `start_s`
+/// is the span's start on CLOCK_MONOTONIC. Only the episodes given count
+/// (the collector lists the largest), so a burst found is real and one of
+/// unlisted small episodes can be missed.
+pub fn judge_episodes(episodes: &[Episode]) -> Option<Bursts> {
+    let mut by_cpu: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+    for e in episodes {
+        let end = e.seen_ns as f64 / 1e9;
+        let len = e.ns as f64 / 1e9;
+        by_cpu.entry(e.cpu).or_default().push((end - len, len));
+    }
+    let mut peak: Option<Span> = None;
+    let mut count = 0;
+    for (cpu, mut eps) in by_cpu {
+        eps.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut burst_until = f64::NEG_INFINITY;
+        for i in 0..eps.len() {
+            let start = eps[i].0;
+            let (mut end, mut steal) = (start, 0.0);
+            // Episodes starting within the span that begins at this one.
+            for &(s, len) in eps[i..].iter().take_while(|e| e.0 < start + BURST_SPAN_S) {
+                end = end.max(s + len);
+                steal += len;
+            }
+            let wall = (end - start).max(BURST_SPAN_S);
+            if 100.0 * steal < BURST_WINDOW_PCT * wall {
+                continue;
+            }
+            if start > burst_until {
+                count += 1;
+            }
+            burst_until = burst_until.max(start + wall);
+            let span = Span {
+                cpu,
+                start_s: start,
+                wall_s: wall,
+                steal_s: steal,
+            };
+            if peak.is_none_or(|p| span.steal_pct() > p.steal_pct()) {
+                peak = Some(span);
+            }
+        }
+    }
+    peak.map(|peak| Bursts { peak, count })
+}
+
 /// Judges every span that starts at a window (so a burst straddling two
 /// back-to-back spans is not halved); None when no span is a burst.
 pub fn judge(windows: &[(f64, IntervalDelta)], clk_tck: f64) -> Option<Bursts> {
@@ -165,6 +225,51 @@ pub fn judge(windows: &[(f64, IntervalDelta)], clk_tck: f64) -> Option<Bursts> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ep(cpu: u32, seen_ms: f64, ms: f64) -> Episode {
+        Episode {
+            cpu,
+            seen_ns: (seen_ms * 1e6) as u64,
+            ns: (ms * 1e6) as u64,
+        }
+    }
+
+    #[test]
+    fn one_long_episode_is_a_burst_and_a_short_one_is_not() {
+        let b = judge_episodes(&[ep(1, 1000.0, 18.0), ep(0, 500.0, 2.0)]).unwrap();
+        assert_eq!((b.count, b.peak.cpu), (1, 1));
+        assert!((b.peak.steal_s - 0.018).abs() < 1e-9, "{b:?}");
+        assert!((b.peak.wall_s - BURST_SPAN_S).abs() < 1e-9, "{b:?}");
+        assert!((b.peak.start_s - 0.982).abs() < 1e-9, "{b:?}");
+        // 13 ms in 90 ms is under 15 %.
+        assert_eq!(judge_episodes(&[ep(0, 100.0, 13.0)]), None);
+        assert_eq!(judge_episodes(&[]), None);
+    }
+
+    #[test]
+    fn pieces_within_a_span_add_up_and_apart_they_do_not() {
+        // Seven 2 ms pieces 10 ms apart: 14 ms within 90 ms.
+        let close: Vec<Episode> = (0..7)
+            .map(|i| ep(0, 100.0 + 10.0 * i as f64, 2.0))
+            .collect();
+        let b = judge_episodes(&close).unwrap();
+        assert_eq!(b.count, 1, "{b:?}");
+        assert!((b.peak.steal_s - 0.014).abs() < 1e-9, "{b:?}");
+        // The same pieces 100 ms apart, or on different CPUs: no burst.
+        let apart: Vec<Episode> = (0..7).map(|i| ep(0, 100.0 * i as f64, 2.0)).collect();
+        assert_eq!(judge_episodes(&apart), None);
+        let spread: Vec<Episode> = (0..7).map(|i| ep(i, 100.0, 2.0)).collect();
+        assert_eq!(judge_episodes(&spread), None);
+    }
+
+    #[test]
+    fn separate_bursts_count_apart_and_overlapping_ones_once() {
+        let two = [ep(0, 100.0, 20.0), ep(0, 130.0, 20.0), ep(0, 2000.0, 30.0)];
+        let b = judge_episodes(&two).unwrap();
+        assert_eq!(b.count, 2, "{b:?}");
+        // The peak: 40 ms in 90 ms (44 %), not 30 ms in 90 ms (33 %).
+        assert!((b.peak.steal_s - 0.040).abs() < 1e-9, "{b:?}");
+    }
     use crate::cputime::{CpuInterval, ModeSecs};
 
     /// `n` windows of `ms` on one CPU; `steal_ticks(i)` units in window i.

@@ -2,7 +2,9 @@
 //! bursts that averages hide, and whether the counters can be trusted.
 
 use crate::finding::{evidence, round, Evidence, Finding, Severity};
+use stealscope_model::bursts::{Episode, Span};
 pub use stealscope_model::bursts::{BURST_MIN_UNITS, BURST_SPAN_S, BURST_WINDOW_PCT};
+use stealscope_model::exact_steal::{ExactSteal, StoredExactSteal};
 use stealscope_model::windows::{BUSY_WINDOW_PCT, IDLE_WINDOW_PCT};
 use stealscope_model::{Anomaly, MachineModel};
 
@@ -109,47 +111,113 @@ pub fn busy_idle(m: &MachineModel, out: &mut Vec<Finding>) {
     );
 }
 
+/// Steal in bursts that averages hide: judged on the exact episodes when
+/// the guest steal collector measured the interval (nanoseconds, each with
+/// its victim), else on the /proc/stat sample windows (10 ms units, so
+/// spans of at least [`BURST_SPAN_S`] and two units).
 pub fn bursty(m: &MachineModel, out: &mut Vec<Finding>) {
     let Some(mean) = m.steal_pct() else { return };
     if mean >= BURST_MEAN_BELOW_PCT {
         return;
     }
-    let Some(b) = stealscope_model::bursts::judge(&m.windows, m.clk_tck as f64) else {
-        return;
+    let exact = measured_exact(m);
+    let judged = match exact {
+        Some(e) => stealscope_model::bursts::judge_episodes(&episodes(e)),
+        None => stealscope_model::bursts::judge(&m.windows, m.clk_tck as f64),
     };
+    let Some(b) = judged else { return };
     let p = b.peak;
-    out.push(
-        Finding::new(
-            "steal.bursty",
-            Severity::Warning,
-            format!(
-                "Steal arrives in bursts: {:.0} ms stolen in {:.0} ms ({:.0}%) on CPU {} while the average is {mean:.1}%",
-                p.steal_s * 1000.0,
-                p.wall_s * 1000.0,
-                p.steal_pct(),
-                p.cpu
-            ),
-        )
-        .evidence("peak_steal_pct", round(p.steal_pct(), 1))
-        .evidence("peak_steal_ms", round(p.steal_s * 1000.0, 1))
-        .evidence("peak_cpu", p.cpu)
-        .evidence("peak_start_s", round(p.start_s, 2))
-        .evidence("peak_span_ms", round(p.wall_s * 1000.0, 1))
-        .evidence("bursts", b.count)
-        .evidence("windows", m.windows.len())
-        .evidence("mean_steal_pct", round(mean, 2))
-        .evidence("burst_threshold_pct", BURST_WINDOW_PCT)
-        .evidence("min_span_ms", round(BURST_SPAN_S * 1000.0, 1))
-        .evidence("min_steal_ms", round(1000.0 * BURST_MIN_UNITS / m.clk_tck as f64, 1))
-        .files(&["samples.jsonl"])
-        .remedy(
+    let f = Finding::new(
+        "steal.bursty",
+        Severity::Warning,
+        format!(
+            "Steal arrives in bursts: {:.0} ms stolen in {:.0} ms ({:.0}%) on CPU {} while the average is {mean:.1}%",
+            p.steal_s * 1000.0,
+            p.wall_s * 1000.0,
+            p.steal_pct(),
+            p.cpu
+        ),
+    )
+    .evidence("peak_steal_pct", round(p.steal_pct(), 1))
+    .evidence("peak_steal_ms", round(p.steal_s * 1000.0, 1))
+    .evidence("peak_cpu", p.cpu)
+    .evidence("peak_start_s", round(p.start_s, 2))
+    .evidence("peak_span_ms", round(p.wall_s * 1000.0, 1))
+    .evidence("bursts", b.count)
+    .evidence("mean_steal_pct", round(mean, 2))
+    .evidence("burst_threshold_pct", BURST_WINDOW_PCT)
+    .evidence("min_span_ms", round(BURST_SPAN_S * 1000.0, 1));
+    let f = match exact {
+        Some(e) => exact_burst_evidence(f, e, &p),
+        None => f
+            .evidence("source", "windows")
+            .evidence("windows", m.windows.len())
+            .evidence(
+                "min_steal_ms",
+                round(1000.0 * BURST_MIN_UNITS / m.clk_tck as f64, 1),
+            )
+            .files(&["samples.jsonl"]),
+    };
+    out.push(bursty_remedy(f));
+}
+
+fn measured_exact(m: &MachineModel) -> Option<&ExactSteal> {
+    match m.t1.exact_steal.as_ref()? {
+        StoredExactSteal::Measured(e) => Some(e),
+        StoredExactSteal::Unavailable { .. } => None,
+    }
+}
+
+fn episodes(e: &ExactSteal) -> Vec<Episode> {
+    e.largest
+        .iter()
+        .map(|x| Episode {
+            cpu: x.cpu,
+            seen_ns: x.monotonic_ns,
+            ns: x.ns,
+        })
+        .collect()
+}
+
+/// The exact judgement's evidence: the peak's episodes by victim (`idle`
+/// for idle steal), most first, and how many episodes were not listed.
+fn exact_burst_evidence(f: Finding, e: &ExactSteal, p: &Span) -> Finding {
+    let (from, to) = (p.start_s, p.start_s + p.wall_s);
+    let mut hit: Vec<(String, u64)> = Vec::new();
+    for x in e.largest.iter().filter(|x| x.cpu == p.cpu) {
+        let end = x.monotonic_ns as f64 / 1e9;
+        if end - x.ns as f64 / 1e9 < from - 1e-9 || end > to + 1e-9 {
+            continue;
+        }
+        let who = x.victim.as_ref().map_or("idle".to_string(), |t| {
+            format!("{} (pid {})", t.comm, t.pid)
+        });
+        match hit.iter_mut().find(|h| h.0 == who) {
+            Some(h) => h.1 += x.ns,
+            None => hit.push((who, x.ns)),
+        }
+    }
+    hit.sort_by_key(|h| std::cmp::Reverse(h.1));
+    let victims = Evidence::List(
+        hit.iter()
+            .map(|(who, ns)| evidence! {"hit" => who.as_str(), "ms" => round(*ns as f64 / 1e6, 2)})
+            .collect(),
+    );
+    f.evidence("source", "exact")
+        .evidence("peak_hit", victims)
+        .evidence("episodes_listed", e.largest.len())
+        .evidence("episodes_unlisted", e.unlisted)
+        .files(&[stealscope_model::exact_steal::EXACT_STEAL_FILE])
+}
+
+fn bursty_remedy(f: Finding) -> Finding {
+    f.remedy(
             "1 s and 15 s averages hide these stalls. Measure them with a higher sample rate (`stealscope doctor \
              --rate 100`) and the active probes (`stealscope probe preempt`, `stealscope probe wakeup`), and alert \
              on short-window steal rather than on averages. Latency-sensitive services need a host with \
              dedicated or pinned vCPUs; ask the provider with this evidence.",
-        )
-        .case("guest-micro-jitter-case.txt"),
-    );
+    )
+    .case("guest-micro-jitter-case.txt")
 }
 
 fn describe(a: &Anomaly) -> Evidence {
@@ -353,6 +421,56 @@ mod tests {
         assert_eq!(f[0].id, "steal.bursty");
         assert_eq!(f[0].evidence["peak_cpu"].as_f64(), Some(1.0));
         assert_eq!(f[0].evidence["bursts"].as_f64(), Some(1.0));
+    }
+
+    /// The collector's stored reading: one `ms`-long busy episode on CPU 1
+    /// that hit postgres (pid 812), seen 2 s into the capture.
+    fn exact(ms: f64) -> String {
+        let ns = (ms * 1e6) as u64;
+        let cpu = |c: u32, ns: u64, n: u64| {
+            format!(
+                r#"{{"cpu":{c},"busy_ns":{ns},"idle_ns":0,"episodes":{n},"over_1ms":{n},"over_10ms":{n},"max_ns":{ns}}}"#
+            )
+        };
+        let pg =
+            format!(r#"{{"pid":812,"tid":812,"comm":"postgres","busy_ns":{ns},"episodes":1}}"#);
+        format!(
+            r#"{{"status":"measured","span_s":5.0,"threshold_ns":100000,"unlisted":0,"cpus":[{},{}],"tasks":[{pg}],"largest":[{{"monotonic_ns":2000000000,"cpu":1,"ns":{ns},"victim":{pg}}}]}}"#,
+            cpu(0, 0, 0),
+            cpu(1, ns, 1)
+        )
+    }
+
+    #[test]
+    fn exact_episodes_judge_bursts_when_the_collector_ran() {
+        let file = stealscope_model::exact_steal::EXACT_STEAL_FILE;
+        // An 18 ms episode: a burst the windows (one 10 ms unit) miss.
+        let f = TestMachine::guest()
+            .windows(windows(1))
+            .file(file, exact(18.0))
+            .run(bursty);
+        assert_eq!(f.len(), 1, "{f:?}");
+        let e = &f[0].evidence;
+        assert_eq!(e["source"].as_str(), Some("exact"));
+        assert_eq!(e["peak_cpu"].as_f64(), Some(1.0));
+        assert_eq!(e["peak_steal_ms"].as_f64(), Some(18.0));
+        let Evidence::List(hit) = &e["peak_hit"] else {
+            panic!("{e:?}");
+        };
+        let Evidence::Map(first) = &hit[0] else {
+            panic!("{hit:?}");
+        };
+        assert_eq!(first["hit"].as_str(), Some("postgres (pid 812)"));
+        // Two units in a window that the exact clock says held 5 ms: the
+        // windows' burst was the counter's rounding, and nothing fires.
+        let f = TestMachine::guest()
+            .windows(windows(2))
+            .file(file, exact(5.0))
+            .run(bursty);
+        assert!(f.is_empty(), "{f:?}");
+        // Without the collector, the windows judge.
+        let f = TestMachine::guest().windows(windows(2)).run(bursty);
+        assert_eq!(f[0].evidence["source"].as_str(), Some("windows"));
     }
 
     #[test]
