@@ -122,7 +122,7 @@ def verdict(rows):
 
 if readme:
     rows = fleet_rows(hosts[0])
-    lines = [f"`stealscope sim scenarios/fleet.toml --hosts {hosts[0]}`, seeds {', '.join(seeds)} (mean, range over the seeds):", "",
+    lines = [f"`stealscope sim scenarios/fleet.toml --hosts {hosts[0]} --every-tick`, seeds {', '.join(seeds)} (mean, range over the seeds):", "",
              "| policy | mean steal | VM steal p90 | p99 | VMs over 10 % | vCPU spread | VM spread | work done | changes / host-hour |",
              "|---|---|---|---|---|---|---|---|---|"]
     label = {"none": "none (the kernel alone)"}
