@@ -275,6 +275,8 @@ struct Side {
     by: BTreeMap<Key, u64>,
     /// Per watched thread (in `tids` order): charged ns.
     sums: Vec<u64>,
+    /// Per watched thread: ns charged to each culprit tid.
+    per_victim: Vec<BTreeMap<u32, u64>>,
     /// Culprit tid -> (tgid, kthread), to tell other sessions' work.
     who: BTreeMap<u32, (u32, bool)>,
     stats: SchedStats,
@@ -285,16 +287,20 @@ impl Side {
         let mut by = BTreeMap::new();
         let mut who = BTreeMap::new();
         let mut sums = Vec::new();
+        let mut per_victim = Vec::new();
         for tid in tids {
             let w = b.threads[tid].since(&a.threads[tid]);
             sums.push(w.wait_ns());
+            let mut mine = BTreeMap::new();
             for (c, ns) in &w.by_thread {
+                *mine.entry(c.tid).or_insert(0) += ns;
                 *by.entry(Key::Thread(c.tid, c.comm.clone())).or_insert(0) += ns;
                 who.insert(c.tid, (c.tgid, c.kthread));
             }
             *by.entry(Key::Irq).or_insert(0) += w.irq_ns;
             *by.entry(Key::Idle).or_insert(0) += w.idle_ns;
             *by.entry(Key::Unknown).or_insert(0) += w.unknown_ns;
+            per_victim.push(mine);
         }
         let (s, t) = (&a.stats, &b.stats);
         let stats = SchedStats {
@@ -307,6 +313,7 @@ impl Side {
         Side {
             by,
             sums,
+            per_victim,
             who,
             stats,
         }
@@ -343,13 +350,17 @@ struct Window {
     /// schedstat over a window enclosing both collectors' windows, whose
     /// edges are quiet (the vCPUs parked).
     stat: Vec<Stat>,
+    /// (tid, run ns) of the two named thieves over the same window.
+    thieves: Vec<(u32, u64)>,
 }
 
 /// With the vCPUs parked: schedstat, BPF, tracefs; `secs` of workload;
 /// parked again: tracefs, BPF, schedstat.
 fn window(bpf: &mut Collector, tf: &mut Collector, load: &Workload, secs: f64) -> Window {
     let tids = &load.vcpus;
-    let stats = || tids.iter().map(|&t| schedstat(t)).collect::<Vec<_>>();
+    let thieves = [load.host_loop, load.yes];
+    let all: Vec<u32> = tids.iter().chain(&thieves).copied().collect();
+    let stats = || all.iter().map(|&t| schedstat(t)).collect::<Vec<_>>();
     load.gate.pause(tids.len());
     let s0 = stats();
     let b0 = bpf.read().unwrap();
@@ -364,7 +375,12 @@ fn window(bpf: &mut Collector, tf: &mut Collector, load: &Workload, secs: f64) -
     Window {
         bpf: Side::new(&b0, &b1, tids),
         tracefs: Side::new(&t0, &t1, tids),
-        stat: deltas(&s0, &s1),
+        stat: deltas(&s0, &s1)[..tids.len()].to_vec(),
+        thieves: thieves
+            .iter()
+            .zip(&deltas(&s0, &s1)[tids.len()..])
+            .map(|(&t, d)| (t, d.0))
+            .collect(),
     }
 }
 
@@ -471,6 +487,37 @@ fn check_sums(w: &Window, tids: &[u32]) {
     }
 }
 
+/// The two thieves against their own run time (schedstat, this test's
+/// read): each was charged some of each vCPU's wait, and never more than it
+/// ran (a vCPU waits behind it only while it runs), in both routes.
+fn check_thieves(w: &Window) {
+    for &(tid, run) in &w.thieves {
+        let per = |s: &Side| -> Vec<f64> {
+            let v = s
+                .per_victim
+                .iter()
+                .map(|m| m.get(&tid).copied().unwrap_or(0));
+            v.map(|ns| (ns as f64 / 1e5).round() / 10.0).collect()
+        };
+        eprintln!(
+            "  thief {tid}: ran {:.1} ms; charged per vCPU (ms) bpf {:?} tracefs {:?}",
+            run as f64 / 1e6,
+            per(&w.bpf),
+            per(&w.tracefs)
+        );
+        for side in [&w.bpf, &w.tracefs] {
+            for mine in &side.per_victim {
+                let got = mine.get(&tid).copied().unwrap_or(0);
+                assert!(got > 0, "thief {tid} not charged");
+                assert!(
+                    got as f64 <= run as f64 * 1.02 + 1e6,
+                    "thief {tid} charged {got} ns, ran {run} ns"
+                );
+            }
+        }
+    }
+}
+
 fn check_shares(w: &Window) {
     for (k, b, t) in w.rows() {
         assert!(
@@ -515,18 +562,7 @@ fn both_routes_at_once_agree_on_every_culprit_and_with_schedstat() {
         }
         check_sums(&w, &tids);
         check_shares(&w);
-        // The named thieves are there in both: the test's own ground truth
-        // of what ran on that CPU.
-        for tid in [load.host_loop, load.yes] {
-            let named = |s: &Side| {
-                s.by.keys()
-                    .any(|k| matches!(k, Key::Thread(t, _) if *t == tid))
-            };
-            assert!(
-                named(&w.bpf) && named(&w.tracefs),
-                "thief {tid} not charged"
-            );
-        }
+        check_thieves(&w);
         compared += 1;
     }
     assert!(compared > 0, "every window lost events");
