@@ -3,8 +3,9 @@
 //! every culprit's share of the watched threads' wait (threads, `irq`,
 //! `idle`, `unknown`) must agree within 2 pp, and each route's per-thread
 //! sum must match the /proc/TID/schedstat this test reads itself around
-//! the collectors' reads. The rules both follow: docs/who-stole.md,
-//! "Rules". Needs root, BPF and tracefs (mounted by the route through
+//! the collectors' reads, and each named thief's charge to each vCPU must
+//! stay within its own schedstat run time. The rules both follow:
+//! docs/who-stole.md, "Rules". Needs root, BPF and tracefs (mounted by the route through
 //! readers' `tracefs::Instance` if it is not): fails under CI (any value
 //! but empty, 0 or false), skips otherwise (`common::require`).
 //!
