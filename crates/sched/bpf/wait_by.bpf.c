@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only OR Apache-2.0
 //
 // wait_by: for every watched thread, its run-queue wait split by what was
-// current on its CPU while it waited, aggregated in the kernel. The rules
-// are crates/sched/src/aggregate.rs; this file mirrors them. Rebuild with
-// scripts/build-bpf.sh (the object next to this file is committed).
+// current on its CPU while it waited, aggregated in the kernel, by the
+// attribution rules of docs/who-stole.md, section "Rules" (R1-R9, cited by
+// number below; the tracefs route applies the same ones in
+// crates/sched/src/aggregate.rs, and tests/two_routes.rs compares the two
+// live). Rebuild with scripts/build-bpf.sh (the object next to this file
+// is committed).
 //
 // Self-contained on purpose: minimal CO-RE structs instead of a vmlinux.h,
 // helper ids instead of libbpf headers, so the build needs only clang.
 
 typedef unsigned char u8;
+typedef unsigned short u16;
 typedef unsigned int u32;
 typedef int s32;
 typedef unsigned long long u64;
@@ -114,9 +118,17 @@ struct rec {
 	u32 tid;
 	u32 tgid;
 	u32 kthread;
-	u32 stale; // a switch away from it was never seen: blame no one
+	u16 stale; // a switch away from it was never seen: blame no one (R6)
+	// R6: a thread woken onto this idle CPU while a watched thread waited
+	// here, current provisionally: the CPU's next switch resolves it to
+	// this thread, to idle, or to stale. Charged as idle until then.
+	u16 woken;
 	char comm[16];
 };
+
+// Provisional records kept per idle stretch (R6): wake-ups of more
+// distinct threads onto one idle CPU before it switches are not noted.
+#define MAX_WOKEN 8
 
 struct cpu_state {
 	u64 events;
@@ -389,7 +401,7 @@ static __always_inline void add_culprit(struct victim *v, u32 vtid,
 {
 	if (!ns)
 		return;
-	if (r->tid == 0) {
+	if (r->tid == 0 || r->woken) {
 		v->idle_ns += ns;
 		return;
 	}
@@ -465,8 +477,8 @@ static long walk_one(u64 i, struct walk *w)
 	return 0;
 }
 
-// Charges the kernel's length `k` of the stretch [v->since, t1) on CPU
-// `cpu`, split like the measured time: walks that CPU's stretches
+// R4, R7: charges the kernel's length `k` of the stretch [v->since, t1) on
+// CPU `cpu`, split like the measured time: walks that CPU's stretches
 // backwards from the newest, each piece scaled from the measured m = t1 -
 // since onto k (the rq clock skips its update at a switch right after a
 // wake-up preemption, so m and k differ by a little).
@@ -533,6 +545,49 @@ static __always_inline void queue_on(struct victim *v, u32 cpu, u64 now,
 		__sync_fetch_and_add(&cs->nq, 1);
 }
 
+// R6: the first switch after provisional records on this CPU decides
+// them: prev is the idle task (the switch away from idle was traced): all
+// idle; prev was woken here: idle before its first wake-up, prev's from
+// it on; anyone else: the whole stretch since the last traced switch is
+// stale (the idle record before them too), one missed switch.
+static __always_inline void resolve_woken(struct ring *rg, u64 h,
+                                          struct task_struct *prev, u32 ptid,
+                                          struct cpu_state *me)
+{
+	u32 n = 0, at = 0;
+	for (u32 j = 1; j <= MAX_WOKEN; j++) {
+		if (j > h)
+			break;
+		struct rec *r = &rg->r[(h - j) & (RING - 1)];
+		if (!r->woken)
+			break;
+		n = j;
+		if (r->tid == ptid)
+			at = j; // going back: the last one met is the earliest
+	}
+	if (!n)
+		return;
+	u32 missed = ptid && !at;
+	for (u32 j = 1; j <= MAX_WOKEN + 1; j++) {
+		if (j > n + missed || j > h)
+			break;
+		struct rec *r = &rg->r[(h - j) & (RING - 1)];
+		r->woken = 0;
+		if (missed) {
+			r->stale = 1;
+		} else if (!ptid || j > at) {
+			r->tid = 0;
+		} else {
+			r->tid = ptid;
+			r->tgid = prev->tgid;
+			r->tstart = prev->start_time;
+			r->kthread = !!(prev->flags & PF_KTHREAD);
+			__builtin_memcpy(r->comm, prev->comm, sizeof(r->comm));
+		}
+	}
+	me->missed += missed;
+}
+
 SEC("tp_btf/sched_switch")
 int handle_switch(u64 *ctx)
 {
@@ -559,6 +614,7 @@ int handle_switch(u64 *ctx)
 	// this 6.18 VM, every switch away from two threads of PID 1, about 1
 	// in 1,500, reaches neither tracefs nor BPF): it ran only part of its
 	// stretch, so its share of any wait there is unknown, not its own.
+	resolve_woken(rg, h, prev, ptid, me);
 	struct rec *last = &rg->r[(h - 1) & (RING - 1)];
 	if (h && last->tid != ptid && !last->stale) {
 		last->stale = 1;
@@ -632,11 +688,52 @@ int handle_switch(u64 *ctx)
 	r->tstart = next->start_time;
 	r->kthread = !!(next->flags & PF_KTHREAD);
 	r->stale = 0;
+	r->woken = 0;
 	// Direct loads: a tp_btf argument is a trusted BTF pointer, cheaper
 	// to read than through the probe-read helper.
 	__builtin_memcpy(r->comm, next->comm, sizeof(r->comm));
 	me->head = h + 1;
 	return 0;
+}
+
+// R6: a thread woken onto an idle CPU where a watched thread is queued
+// becomes that CPU's provisional current, unless woken there since its
+// last switch already. sched_wakeup runs under the target's rq lock, as
+// that CPU's sched_switch does, so the two never write its ring at once.
+static __always_inline void note_woken(struct task_struct *p, u32 tid)
+{
+	u32 zero = 0;
+	u32 cpu = p->thread_info.cpu;
+	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	if (!cs || cs->nq <= 0)
+		return;
+	struct ring *rg = bpf_map_lookup_elem(&rings, &cpu);
+	u64 h = cs->head;
+	if (!rg || !h)
+		return;
+	for (u32 j = 1; j <= MAX_WOKEN; j++) {
+		if (j > h)
+			return;
+		struct rec *r = &rg->r[(h - j) & (RING - 1)];
+		if (!r->woken) {
+			if (r->tid)
+				return; // not idle
+			break;
+		}
+		if (r->tid == tid || j == MAX_WOKEN)
+			return; // noted already, or as many as kept
+	}
+	struct rec *r = &rg->r[h & (RING - 1)];
+	r->start = rq_now(p);
+	r->irq_start = irq_ns(cs);
+	r->tid = tid;
+	r->tgid = p->tgid;
+	r->tstart = p->start_time;
+	r->kthread = !!(p->flags & PF_KTHREAD);
+	r->stale = 0;
+	r->woken = 1;
+	__builtin_memcpy(r->comm, p->comm, sizeof(r->comm));
+	cs->head = h + 1;
 }
 
 static __always_inline int on_wakeup(struct task_struct *p)
@@ -648,6 +745,8 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	if (gated())
 		return 0;
 	u32 tid = p->pid;
+	note_woken(p, tid); // before this thread's own queue_on, as in R6
+	// R1: a wake-up of a thread running or queued changes nothing.
 	struct victim *v = watched_victim(tid);
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
 		return 0;
@@ -671,6 +770,7 @@ int handle_wakeup_new(u64 *ctx)
 	return on_wakeup((void *)ctx[0]);
 }
 
+// R3: a queued thread's stretch so far is charged on the CPU it leaves.
 SEC("tp_btf/sched_migrate_task")
 int handle_migrate(u64 *ctx)
 {
@@ -705,10 +805,14 @@ int handle_migrate(u64 *ctx)
 // depth counter stuck. Now no program can be re-entered: hardirq programs
 // run with interrupts off, softirqs never nest, and the sched programs
 // run under the rq or pi lock with interrupts off.
-// Timed only while a watched thread is queued here: irq time matters
-// only inside a wait (the stretch records and queue_on take irq_ns()
-// only then). One woken inside this handler charges its remainder to
-// the culprit, a few µs at most. Only entries are gated.
+// R5: timed from an entry seen while a watched thread is queued here
+// (the stretch records and queue_on take irq_ns() only then): one woken
+// inside this handler charges its remainder to the current task, a few
+// µs at most, rather than every interrupt on the host paying two clock
+// reads. Only entries are gated. R7: bpf_ktime_get_ns is
+// ktime_get_mono_fast_ns, the tracefs route's trace clock `mono`: both
+// routes time interrupts on one clock (the rq clock does not move inside
+// an interrupt), and only lengths are used.
 SEC("raw_tp")
 int handle_hardirq_entry(void *ctx)
 {

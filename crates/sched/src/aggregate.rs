@@ -1,51 +1,24 @@
-//! How queued time is charged: the one definition both routes follow. The
-//! tracefs route feeds its decoded events to [`Aggregator`]; the BPF program
-//! (bpf/wait_by.bpf.c) implements the same rules in the kernel.
+//! The tracefs route's charging: [`Aggregator`] applies the attribution
+//! rules of docs/who-stole.md, section "Rules" (R1-R9, cited by number
+//! below), to the decoded events in timestamp order. The BPF program
+//! (bpf/wait_by.bpf.c) applies the same rules in the kernel; the live test
+//! crates/sched/tests/two_routes.rs runs both at once and compares them.
 //!
-//! Rules:
-//! - A watched thread is **queued** on CPU c from the moment it is put on
-//!   c's run queue without running: `sched_wakeup`/`sched_wakeup_new` (with
-//!   `target_cpu` c), or a `sched_switch` on c in which it is `prev` and still
-//!   runnable (preempted, or `prev_state` TASK_RUNNING). It stops being
-//!   queued at the `sched_switch` in which it is `next`: that closes one
-//!   **episode** (its length goes to the histogram).
-//! - `sched_migrate_task` of a queued thread from `orig_cpu` to `dest_cpu`
-//!   charges the stretch so far on `orig_cpu` and queues it on `dest_cpu`
-//!   from then; the episode goes on.
-//! - Each nanosecond a thread is queued on c is charged to what was current
-//!   on c at that moment: the `next` of c's last `sched_switch` (its tid,
-//!   tgid, comm, kthread flag); to `idle` when that was the idle task (pid
-//!   0); to `irq` for hard and soft interrupt time on c (irq/softirq
-//!   entry/exit) whoever was current; to `unknown` when no record of c
-//!   covers it (before the first switch seen on c, or older than the
-//!   per-CPU record kept).
-//! - Time is the event timestamps' clock (the trace clock `mono` for the
-//!   tracefs instance; the run queue's clock for BPF, the one schedstat
-//!   uses), never the reader's.
-//!
-//! User-space details the rules leave open (the tracefs route):
-//! - A wake-up of a thread already running or queued changes nothing (the
-//!   kernel traces wake-ups of running tasks too).
+//! What only this route needs (R8, R7):
 //! - Events lost on c ([`Event::Lost`]) make c's current unknown until its
 //!   next switch, a watched thread that was running there unknown until it
-//!   is seen again, and every queued watched thread uncertain (its lost
-//!   switch-in, sleep or wake-up may be among them): its time goes to
-//!   `unknown` until it is seen again, and that episode is not recorded.
-//!   What is lost is never blamed on a culprit.
+//!   is seen again, and every queued watched thread uncertain: its time
+//!   goes to `unknown` until it is seen again, and that episode is not
+//!   recorded.
 //! - Charges on c since its last switch stay pending until the next switch
-//!   there: its `prev` confirms them when it is c's current. When it is
-//!   not, a switch was missing from the trace (6.18 drops some, the switch
-//!   away from the idle task among them): `prev`'s pending charge is
-//!   dropped and the other threads' goes to `unknown` (see
-//!   `Aggregator::confirm`), unless `prev` had been woken onto that idle
-//!   CPU: the missing switch was then the one to it, the CPU idled until
-//!   its wake-up and ran it after.
-//! - What the trace misses is made up from the kernel's count: the route
-//!   reads each watched thread's schedstat `run_delay` now and then, and
-//!   when it exceeds what closed episodes were charged, the difference
-//!   goes to `unknown` ([`Aggregator::reconcile`]).
-//! - A switch resets c's interrupt nesting: no switch happens inside a hard
-//!   or soft interrupt handler, so a lost exit cannot charge irq forever.
+//!   there, which confirms them or, when its `prev` is not c's current,
+//!   revises them by R6 (`Aggregator::confirm`): a charge here is final
+//!   only at the next switch, unlike the BPF program's.
+//! - Trace records carry no run-queue clock: what the kernel's `run_delay`
+//!   holds beyond the closed episodes' charges goes to `unknown`
+//!   ([`Aggregator::reconcile`]).
+//! - A switch ends c's interrupt time: no switch happens inside a handler,
+//!   so a lost exit cannot charge irq forever.
 
 use crate::model::{Culprit, ThreadWaits};
 use std::collections::{BTreeMap, HashMap};
@@ -115,8 +88,12 @@ enum Current {
 #[derive(Debug, Clone)]
 struct Cpu {
     current: Current,
-    /// Hard plus soft interrupt nesting.
-    irq: u32,
+    /// In a hard interrupt timed by R5 (entered while a watched thread was
+    /// queued here).
+    hard: bool,
+    /// In a softirq timed by R5. A hardirq inside a softirq is one stretch
+    /// of irq, not two.
+    soft: bool,
     /// Watched threads queued here.
     queued: Vec<u32>,
     /// What was charged here since the last switch on this CPU: the next
@@ -131,7 +108,8 @@ impl Default for Cpu {
     fn default() -> Self {
         Cpu {
             current: Current::Unknown,
-            irq: 0,
+            hard: false,
+            soft: false,
             queued: Vec::new(),
             pending: Vec::new(),
             woken: Vec::new(),
@@ -356,22 +334,17 @@ impl Aggregator {
                     self.set_uncertain(tid, uncertain);
                 }
             }
-            Event::IrqEnter { cpu, .. } | Event::SoftirqEnter { cpu, .. } => {
-                self.settle(cpu, t);
-                self.cpu(cpu).irq += 1;
-            }
-            Event::IrqExit { cpu, .. } | Event::SoftirqExit { cpu, .. } => {
-                self.settle(cpu, t);
-                let c = self.cpu(cpu);
-                c.irq = c.irq.saturating_sub(1);
-            }
+            Event::IrqEnter { cpu, .. } => self.interrupt(cpu, t, true, true),
+            Event::SoftirqEnter { cpu, .. } => self.interrupt(cpu, t, false, true),
+            Event::IrqExit { cpu, .. } => self.interrupt(cpu, t, true, false),
+            Event::SoftirqExit { cpu, .. } => self.interrupt(cpu, t, false, false),
             Event::Lost { cpu, .. } => {
                 // Wake-ups and migrations of any thread may be among the
                 // lost: every queued thread becomes uncertain.
                 self.advance(t);
                 let c = self.cpu(cpu);
                 c.current = Current::Unknown;
-                c.irq = 0;
+                (c.hard, c.soft) = (false, false);
                 c.pending.clear();
                 c.woken.clear();
                 for w in self.threads.values_mut() {
@@ -398,17 +371,32 @@ impl Aggregator {
         &mut self.cpus[i]
     }
 
-    /// A wake-up onto an idle CPU: the woken thread is what runs there
-    /// next, as far as the trace can tell.
+    /// R5: a hard (`hard`) or soft interrupt's entry (`enter`) or exit on
+    /// `cpu`. Timed only from an entry seen while a watched thread is
+    /// queued there; an exit ends its kind's time whatever the entry was.
+    fn interrupt(&mut self, cpu: u32, t: u64, hard: bool, enter: bool) {
+        self.settle(cpu, t);
+        let c = self.cpu(cpu);
+        let timed = enter && !c.queued.is_empty();
+        if hard {
+            c.hard = timed;
+        } else {
+            c.soft = timed;
+        }
+    }
+
+    /// R6: a wake-up onto an idle CPU where a watched thread is queued
+    /// makes the woken thread the provisional current, unless it was woken
+    /// there since the last switch already.
     fn woken_on(&mut self, cpu: u32, tid: u32, t: u64) {
-        if tid == 0 || !matches!(self.cpu(cpu).current, Current::Idle | Current::Woken(_)) {
+        let c = self.cpu(cpu);
+        let idle = matches!(c.current, Current::Idle | Current::Woken(_));
+        if tid == 0 || !idle || c.queued.is_empty() || c.woken.contains(&tid) {
             return;
         }
         self.settle(cpu, t);
         let c = self.cpu(cpu);
-        if !c.woken.contains(&tid) {
-            c.woken.push(tid);
-        }
+        c.woken.push(tid);
         c.current = Current::Woken(tid);
     }
 
@@ -454,7 +442,7 @@ impl Aggregator {
             }
         }
         let c = self.cpu(cpu);
-        c.irq = 0;
+        (c.hard, c.soft) = (false, false);
         c.current = if next == 0 {
             Current::Idle
         } else {
@@ -462,18 +450,14 @@ impl Aggregator {
         };
     }
 
-    /// Settles what was charged on `cpu` since its last switch, now that a
-    /// switch shows `prev` was running there. When `prev` is not the
-    /// current the last switch left, a switch to `prev` was not traced (on
-    /// 6.18 the switch away from the idle task, and from some other tasks,
-    /// is missing now and then): at some unknown time since that switch the
-    /// CPU ran other tasks, then `prev`. That stretch was charged to a
-    /// current that may not have run: `prev`'s own charge is dropped (it
-    /// ran for an unknown part of it; the kernel lets a woken task on an
-    /// idle CPU run at once), the others' goes to `unknown`. When `prev`
-    /// was woken onto the idle CPU since, the missing switch is the one to
-    /// it: the CPU idled until that wake-up, and what others were charged
-    /// as idle after it was `prev`'s.
+    /// R6: settles what was charged on `cpu` since its last switch, now
+    /// that a switch shows `prev` was running there. When `prev` is not the
+    /// current the last switch left, a switch to `prev` was not traced: the
+    /// CPU ran other tasks, then `prev`, for unknown parts of that stretch.
+    /// `prev`'s own charge is dropped (R7 makes it up from run_delay), the
+    /// others' goes to `unknown`, interrupt time stays; when `prev` was
+    /// woken onto the idle CPU since, the stretch after its wake-up is
+    /// `prev`'s and the one before stays idle.
     fn confirm(&mut self, cpu: u32, prev: u32, prev_comm: Comm) {
         let Some(c) = self.cpus.get_mut(cpu as usize) else {
             return;
@@ -512,7 +496,8 @@ impl Aggregator {
                 Target::WokenIdle(y) => at.is_some_and(|at| order(y).is_some_and(|i| i < at)),
                 _ => false,
             };
-            if at.is_some() && tid != prev && before {
+            // Interrupt time was interrupt time whoever ran (R6).
+            if tid != prev && (target == Target::Irq || (at.is_some() && before)) {
                 continue;
             }
             let waits = &mut w.waits;
@@ -599,7 +584,7 @@ impl Aggregator {
         if c.queued.is_empty() {
             return;
         }
-        let target = if c.irq > 0 {
+        let target = if c.hard || c.soft {
             Target::Irq
         } else {
             match c.current {

@@ -197,6 +197,81 @@ fn interrupt_time_goes_to_irq_whoever_was_current() {
     assert_eq!(charged(&w, A), 230);
 }
 
+// R5: an interrupt is timed from an entry seen while a watched thread is
+// queued on the CPU; the rest of a handler that wakes one is the current
+// task's (the BPF program times no interrupt while nothing is queued).
+#[test]
+fn a_handler_that_wakes_the_thread_charges_its_rest_to_the_current() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, V, false, A),
+            Event::IrqEnter { cpu: 1, ts: 100 },
+            wake(110, V, 1),
+            Event::IrqExit { cpu: 1, ts: 130 },
+            Event::SoftirqEnter { cpu: 1, ts: 200 },
+            // A hardirq inside a timed softirq is one stretch of irq.
+            Event::IrqEnter { cpu: 1, ts: 210 },
+            Event::IrqExit { cpu: 1, ts: 220 },
+            Event::SoftirqExit { cpu: 1, ts: 250 },
+            sw(1, 300, A, true, V),
+        ],
+    );
+    assert_eq!(w.irq_ns, 50, "{w:?}");
+    assert_eq!(charged(&w, A), 140);
+}
+
+// R6: a missed switch revokes who ran, not interrupt time.
+#[test]
+fn a_missing_switch_keeps_interrupt_time() {
+    let mut a = agg();
+    a.watch(&[V, B]);
+    for e in [
+        sw(1, 0, 0, false, A),
+        wake(50, B, 1),
+        Event::IrqEnter { cpu: 1, ts: 100 },
+        Event::IrqExit { cpu: 1, ts: 130 },
+        // A -> V was not traced.
+        sw(1, 500, V, true, B),
+    ] {
+        a.apply(&e);
+    }
+    let b = &a.waits()[&B];
+    assert_eq!(
+        (b.irq_ns, b.unknown_ns, charged(b, A)),
+        (30, 420, 0),
+        "{b:?}"
+    );
+}
+
+// R6: a thread woken twice onto the idle CPU stays where its first
+// wake-up put it; nothing queued there, no provisional current.
+#[test]
+fn only_the_first_wakeup_onto_an_idle_cpu_with_a_waiter_counts() {
+    let mut a = agg();
+    let w = run(
+        &mut a,
+        &[
+            sw(1, 0, B, false, 0),
+            wake(10, A, 1),
+            wake(50, V, 1),
+            wake(100, A, 1),
+            wake(200, B, 1),
+            wake(300, A, 1),
+            sw(1, 500, B, false, V),
+        ],
+    );
+    // A's wake-up at 10 found no waiter, its one at 100 did; B (prev) woke
+    // at 200: idle before that, A's stretch too, B's after, A's wake-up at
+    // 300 changing nothing.
+    assert_eq!(
+        (w.idle_ns, charged(&w, B), charged(&w, A)),
+        (150, 300, 0),
+        "{w:?}"
+    );
+}
+
 #[test]
 fn unknown_before_the_first_switch_of_a_cpu() {
     let mut a = agg();

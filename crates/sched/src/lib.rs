@@ -9,8 +9,8 @@
 //!   binary (per-CPU `trace_pipe_raw`), aggregated in user space by
 //!   [`aggregate`], for kernels without BTF or BPF ([`tracefs_raw`]).
 //!
-//! Both routes charge time by the rules written down in [`aggregate`]; the
-//! BPF program mirrors that module. Inside a KVM guest, [`guest_steal`]
+//! Both routes charge time by the rules of docs/who-stole.md, section
+//! "Rules" (tests/two_routes.rs runs both at once and compares). Inside a KVM guest, [`guest_steal`]
 //! charges each advance of a CPU's paravirtual steal clock to the task it
 //! had current, or to idle (issue 30). Naming (which VM a thread belongs to,
 //! kernel-thread classes) is the model crate's job, not this one's.
