@@ -362,9 +362,19 @@ fn a_tiny_buffer_under_a_high_switch_rate_counts_its_losses() {
             }
         }
     });
+    // Paused before the last reading, so that no wait of ping's is open
+    // then: the route charges an open wait up to its read (R2 in
+    // docs/who-stole.md), schedstat only once it ends, and on a loaded
+    // machine that part alone was over the slack below.
+    let pause = Arc::new(AtomicBool::new(false));
+    let paused = pause.clone();
     let ping = Spinner::with("ss-ping", &[1], 0, move |stop| {
         let mut b = [0u8; 1];
         while !stop.load(Ordering::Relaxed) {
+            if paused.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
             if w1.write_all(b"x").is_err() || r2.read_exact(&mut b).is_err() {
                 break;
             }
@@ -374,6 +384,8 @@ fn a_tiny_buffer_under_a_high_switch_rate_counts_its_losses() {
     let before = route.read().unwrap();
     let (_, wait0, _) = schedstat(ping.tid);
     std::thread::sleep(Duration::from_secs(2));
+    pause.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(50));
     // The kernel's own count first: the route's read after it can only
     // have seen as many losses or more.
     let kernel: u64 = (0..64)
