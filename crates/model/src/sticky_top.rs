@@ -14,6 +14,8 @@ pub struct StickyTop<L: Ord + Clone> {
     top: usize,
     totals: BTreeMap<L, u64>,
     shown: BTreeSet<L>,
+    /// Charged to no label: counts only in `other`.
+    unlabelled: u64,
 }
 
 impl<L: Ord + Clone> StickyTop<L> {
@@ -23,6 +25,7 @@ impl<L: Ord + Clone> StickyTop<L> {
             top,
             totals: BTreeMap::new(),
             shown: BTreeSet::new(),
+            unlabelled: 0,
         }
     }
 
@@ -49,6 +52,11 @@ impl<L: Ord + Clone> StickyTop<L> {
         }
     }
 
+    /// Charges `n` to `other` itself, never to a shown label.
+    pub fn add_other(&mut self, n: u64) {
+        self.unlabelled = self.unlabelled.saturating_add(n);
+    }
+
     /// The shown labels with their totals, in label order.
     pub fn shown(&self) -> Vec<(&L, u64)> {
         self.shown.iter().map(|l| (l, self.totals[l])).collect()
@@ -62,7 +70,9 @@ impl<L: Ord + Clone> StickyTop<L> {
 
     /// Everything charged so far.
     pub fn total(&self) -> u64 {
-        self.totals.values().fold(0u64, |a, v| a.saturating_add(*v))
+        self.totals
+            .values()
+            .fold(self.unlabelled, |a, v| a.saturating_add(*v))
     }
 }
 

@@ -111,8 +111,10 @@ impl Subscriber for Feed {
             if let Some(host) = host {
                 s.host = host;
             }
-            if let (Some(b), Some(n)) = (&before, &now) {
-                s.wait_by.push(b, n, h.vms(), h.samples());
+            match (&before, &now) {
+                (Some(b), Some(n)) => s.wait_by.push(b, n, h.vms(), h.samples()),
+                (None, Some(_)) => s.wait_by.baseline(h.samples()),
+                _ => {}
             }
         });
         self.sched_counted = now.or(before);

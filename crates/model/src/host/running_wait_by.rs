@@ -11,6 +11,7 @@ use super::attribution::{Key, OWN};
 use super::live_rows::vcpu_wait_by;
 use super::vcpu_times::vm_labels;
 use super::vcpu_times::{ScannedVmId, ThreadSample};
+use super::ThreadRole;
 use crate::sticky_top::StickyTop;
 use std::collections::{BTreeMap, HashMap};
 use stealscope_readers::recording::CulpritNs;
@@ -110,6 +111,9 @@ fn labelled_wait_by<'a, V: ScannedVmId>(
 pub struct RunningWaitBy {
     pub top: usize,
     pub vms: BTreeMap<String, VmWaitBy>,
+    /// Each vCPU thread's schedstat wait (ns) at the scan of the last
+    /// reading counted: where the next span starts.
+    scanned: HashMap<u32, u64>,
 }
 
 impl Default for RunningWaitBy {
@@ -117,8 +121,39 @@ impl Default for RunningWaitBy {
         RunningWaitBy {
             top: TOP_CULPRITS,
             vms: BTreeMap::new(),
+            scanned: HashMap::new(),
         }
     }
+}
+
+/// The wait the kernel counted over a span (`wait_ns`, schedstat at two
+/// scans) split by culprit in the proportions the collector charged over
+/// its own span (`by`, two readings, each taken just before its scan), so
+/// the parts add up to `wait_ns` exactly; with no charge at all it is
+/// `unknown`/`untraced`. The two spans differ by how long a reading takes:
+/// at 10,000 watched threads 0.1-0.6 s in a debug build, seconds on a
+/// loaded host (issue 29's soak), which moved the sum of unscaled charges
+/// off the schedstat wait of the same scrape by several percent either way.
+fn to_schedstat(by: BTreeMap<Key, u64>, wait_ns: u64) -> Vec<(Key, u64)> {
+    let charged: u64 = by.values().sum();
+    if charged == 0 {
+        let untraced = ("unknown", "untraced".to_string(), None, None);
+        return [(untraced, wait_ns)]
+            .into_iter()
+            .filter(|x| x.1 > 0)
+            .collect();
+    }
+    // Cumulative rounding: the parts sum to wait_ns to the nanosecond.
+    let (mut upto, mut given) = (0u128, 0u64);
+    by.into_iter()
+        .map(|(k, ns)| {
+            upto += ns as u128;
+            let until = (upto * wait_ns as u128 / charged as u128) as u64;
+            let part = until - given;
+            given = until;
+            (k, part)
+        })
+        .collect()
 }
 
 impl RunningWaitBy {
@@ -132,7 +167,16 @@ impl RunningWaitBy {
             .add(label, ns);
     }
 
-    /// Adds what accrued between two readings, named with a host scan;
+    /// Where the first span starts: the scan that followed the first
+    /// reading (`threads`, its vCPU threads' schedstat).
+    pub fn baseline(&mut self, threads: &[ThreadSample]) {
+        self.scanned = vcpu_waits(threads);
+    }
+
+    /// Adds each vCPU's schedstat wait since the last counted scan (or
+    /// [`Self::baseline`]) split by what the collector charged between
+    /// two readings ([`to_schedstat`]), named with this host scan, so at
+    /// every scrape a VM's culprit series grow by exactly its vCPUs' wait.
     /// VMs the scan no longer lists are dropped (their series vanish).
     pub fn push<V: ScannedVmId>(
         &mut self,
@@ -143,22 +187,40 @@ impl RunningWaitBy {
     ) {
         let labels = vm_labels(vms);
         self.vms.retain(|l, _| labels.values().any(|x| x == l));
+        let scanned = vcpu_waits(threads);
         for (vm, tid, by) in labelled_wait_by(before, now, vms, threads, &labels) {
-            // stealscope's own threads are its cost, not a culprit series.
-            for (key, ns) in by.into_iter().filter(|(k, _)| k.0 != OWN) {
-                let (kind, name, _, _): Key = key;
-                self.add(vm, (kind, name), ns);
-            }
+            // A thread first seen by this scan (or a reused tid) has no span yet.
+            let (Some(&w0), Some(&w1)) = (self.scanned.get(&tid), scanned.get(&tid)) else {
+                continue;
+            };
             let top = self.top;
             let entry = self
                 .vms
                 .entry(vm.clone())
                 .or_insert_with(|| VmWaitBy::new(top));
+            for (key, ns) in to_schedstat(by, w1.saturating_sub(w0)) {
+                // stealscope's own threads are its cost, not a culprit
+                // series: counted in `other`, so the sums still hold.
+                match key {
+                    (OWN, ..) => entry.culprits.add_other(ns),
+                    (kind, name, _, _) => entry.culprits.add((kind, name), ns),
+                }
+            }
             if let (Some(a), Some(b)) = (before.threads.get(&tid), now.threads.get(&tid)) {
                 entry.episodes.add(&b.episodes.since(&a.episodes));
             }
         }
+        self.scanned = scanned;
     }
+}
+
+/// Each vCPU thread's schedstat wait, ns.
+fn vcpu_waits(threads: &[ThreadSample]) -> HashMap<u32, u64> {
+    threads
+        .iter()
+        .filter(|t| matches!(t.role, ThreadRole::Vcpu(_)))
+        .map(|t| (t.tid, t.sched.wait_ns))
+        .collect()
 }
 
 /// Each VM's vCPU wait between two readings by culprit, for one host
@@ -254,5 +316,85 @@ mod tests {
         assert_eq!(at(1.0), 0);
         assert_eq!(b.last().unwrap(), &(f64::INFINITY, 1));
         assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), h.count);
+    }
+
+    fn key(name: &str) -> Key {
+        ("host-process", name.to_string(), None, None)
+    }
+
+    #[test]
+    fn a_span_is_the_kernels_wait_named_in_the_collectors_proportions() {
+        let by: BTreeMap<Key, u64> = [(key("a"), 300), (key("b"), 100)].into();
+        assert_eq!(
+            to_schedstat(by, 800),
+            [(key("a"), 600), (key("b"), 200)],
+            "scaled"
+        );
+        let thirds: BTreeMap<Key, u64> = [(key("a"), 1), (key("b"), 1), (key("c"), 1)].into();
+        let parts = to_schedstat(thirds, 10);
+        assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), 10, "{parts:?}");
+        let untraced = ("unknown", "untraced".to_string(), None, None);
+        assert_eq!(to_schedstat(BTreeMap::new(), 5), [(untraced, 5)]);
+        assert!(to_schedstat(BTreeMap::new(), 0).is_empty());
+    }
+
+    /// The collector's readings span other instants than the scans' reads
+    /// (a reading of 10,000 threads takes a large part of a second): each
+    /// span charges the schedstat wait, so the series add up to it at every
+    /// scrape; stealscope's own share goes to `other`.
+    #[test]
+    fn series_add_up_to_the_vcpus_schedstat_wait_at_every_scan() {
+        use stealscope_readers::process::TaskSchedstat;
+        use stealscope_sched::{Culprit, Route, SchedStats, ThreadWaits};
+        let vms = [(10u32, "a".to_string())];
+        let scan = |wait_ns: u64| {
+            [ThreadSample {
+                pid: 10,
+                tid: 11,
+                role: ThreadRole::Vcpu(0),
+                sched: TaskSchedstat {
+                    run_ns: 0,
+                    wait_ns,
+                    slices: 1,
+                },
+            }]
+        };
+        let c = |tgid: u32, comm: &str| Culprit {
+            tid: tgid,
+            tgid,
+            comm: comm.into(),
+            kthread: false,
+        };
+        let reading = |hog: u64, own: u64| SchedSample {
+            route: Route::Bpf,
+            monotonic_ns: 0,
+            threads: [(
+                11,
+                ThreadWaits {
+                    tid: 11,
+                    by_thread: [(c(99, "hog"), hog), (c(std::process::id(), "x"), own)].into(),
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            stats: SchedStats::default(),
+            procs: Default::default(),
+        };
+        let mut w = RunningWaitBy::default();
+        w.baseline(&scan(1_000));
+        // The kernel counted 900 ns over the scans, the collector 750 + 250.
+        w.push(&reading(0, 0), &reading(750, 250), &vms, &scan(1_900));
+        let total = |w: &RunningWaitBy| w.vms["a"].series().iter().map(|x| x.2).sum::<f64>();
+        assert!(
+            (total(&w) - 900e-9).abs() < 1e-15,
+            "{:?}",
+            w.vms["a"].series()
+        );
+        let series = w.vms["a"].series();
+        assert_eq!(series[0].1, "hog");
+        assert!((series[0].2 - 675e-9).abs() < 1e-15);
+        assert!((series[1].2 - 225e-9).abs() < 1e-15, "own in other");
+        w.push(&reading(750, 250), &reading(1_750, 250), &vms, &scan(2_500));
+        assert!((total(&w) - 1_500e-9).abs() < 1e-15);
     }
 }
