@@ -7,7 +7,7 @@
 use super::scanner::{HostScanner, ScannedVm, ThreadSample};
 use super::watch::VmmWatch;
 use std::path::Path;
-use stealscope_model::host::HostObservation;
+use stealscope_model::host::{HostObservation, ThreadRole};
 use stealscope_readers::{ReadError, RootFs, Source};
 
 #[derive(Default)]
@@ -44,11 +44,22 @@ impl HostTracker {
         (t, primed)
     }
 
-    /// Keeps the previous scanner when discovery fails.
+    /// Keeps the previous scanner when discovery fails. A VM found with
+    /// no vCPU thread yet is looked for again ([`VmmWatch::again`]).
     fn rediscover(&mut self, root: &Path) -> Result<(), ReadError> {
         let obs = HostScanner::observe(root)?;
         let old = self.scanner.take();
-        self.scanner = Some(HostScanner::reusing(root, obs, old));
+        let sc = HostScanner::reusing(root, obs, old);
+        for vm in &sc.vms {
+            if !vm
+                .threads
+                .iter()
+                .any(|t| matches!(t.role, ThreadRole::Vcpu(_)))
+            {
+                self.watch.again(vm.pid);
+            }
+        }
+        self.scanner = Some(sc);
         Ok(())
     }
 
