@@ -103,7 +103,12 @@ fn host_names_a_starving_idle_loop_with_its_cpu_and_holder() {
     let _serial = serial();
     for attempt in 1..=TRIES {
         let holder = Hog::start("holdr", -20, Some("1"));
-        let child = Command::new(env!("CARGO_BIN_EXE_stealscope"))
+        let holder_pid = holder.pid();
+        // In a session of its own: in the test's autogroup, the holder's
+        // nice -20 load would leave the group, stealscope with it, almost
+        // no weight on the other CPU too (its 4 s capture took 22-30 s).
+        let child = Command::new("setsid")
+            .args(["-w", env!("CARGO_BIN_EXE_stealscope")])
             .args(["host", "--json", "--interval", "4s", "--exit-sample", "0"])
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -116,6 +121,9 @@ fn host_names_a_starving_idle_loop_with_its_cpu_and_holder() {
         let out = child.wait_with_output().unwrap();
         let (state, cpu, run1) = truth(s.pid());
         let ended = from.elapsed();
+        // Before the loop is killed: starving behind the holder, it would
+        // take minutes to run once and die.
+        drop(holder);
         assert_ok(&out);
         let r = json(&out);
         if state != 'R' || cpu != 1 || run1 != run0 {
@@ -134,7 +142,7 @@ fn host_names_a_starving_idle_loop_with_its_cpu_and_holder() {
         assert!(ours["cgroup"].is_string(), "{ours}");
         assert_eq!(
             ours["held_by"][0]["pid"].as_u64(),
-            Some(holder.pid().into()),
+            Some(holder_pid.into()),
             "{ours}"
         );
         // Seen from at most 2 s after it started starving to the end of
