@@ -56,8 +56,8 @@ pub enum PlaceCmd {
                             (override_conflicts = true in the config), when a planned CPU went offline or a cgroup vanished, \
                             or when the simulator predicts the plan worse than the layout now (unless --force). \
                             A failure mid-batch rolls the batch back; a VM that exits mid-batch is skipped. After the \
-                            batch a watchdog watches for --watch: a task runnable for over a second without getting \
-                            CPU undoes the batch (exit 2, the reason logged)."
+                            batch a watchdog watches for --watch: a task runnable for 4 s that gets under 2 % of a CPU \
+                            undoes the batch (exit 2, the reason logged)."
     )]
     Apply(ApplyArgs),
     /// Plan and apply every --interval (dry run unless --yes), logging each decision
@@ -112,16 +112,26 @@ pub struct Safety {
     #[arg(long)]
     pub force: bool,
     /// How long the watchdog watches for a starving task after each batch (0s: not at all)
-    #[arg(long, default_value = "3s", value_parser = parse_watch)]
+    #[arg(long, default_value = "6s", value_parser = parse_watch)]
     pub watch: Duration,
 }
 
-/// A duration as everywhere, or 0 (`0`, `0s`): no watching.
+/// A duration as everywhere, or 0 (`0`, `0s`): no watching. Shorter than
+/// the span a task is judged over, the watchdog could see nothing.
 fn parse_watch(s: &str) -> Result<Duration, String> {
     if s.trim_end_matches(['s', 'm']).trim() == "0" {
         return Ok(Duration::ZERO);
     }
-    crate::parse::parse_duration(s)
+    let d = crate::parse::parse_duration(s)?;
+    let least = stealscope_engine::place_watch::WINDOW + Duration::from_secs(1);
+    if d < least {
+        return Err(format!(
+            "{s}: the watchdog judges a task over {} s; watch {} s at least (or 0 for not at all)",
+            stealscope_engine::place_watch::WINDOW.as_secs(),
+            least.as_secs()
+        ));
+    }
+    Ok(d)
 }
 
 #[derive(Args, Debug)]
@@ -252,5 +262,18 @@ pub fn run(a: &PlaceArgs) -> Result<(), Error> {
                 stealscope_output::place::move_report(&r, !m.yes)
             }))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_shorter_than_the_window_is_refused_with_the_least() {
+        assert_eq!(parse_watch("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_watch("6s"), Ok(Duration::from_secs(6)));
+        let e = parse_watch("3s").unwrap_err();
+        assert!(e.starts_with("3s: ") && e.contains("5 s at least"), "{e}");
     }
 }

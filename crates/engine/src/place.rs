@@ -204,7 +204,7 @@ pub struct Undone {
 }
 
 /// Watches for `span` after `batch` was applied; a task starving then
-/// (runnable, not running, for over a second) undoes the batch. Tasks
+/// (runnable for 4 s with under 2 % of a CPU) undoes the batch. Tasks
 /// already starving over `rec`'s last window are not the batch's doing.
 pub fn guard(
     cfg: &Config,
