@@ -1,18 +1,10 @@
 use super::*;
-use stealscope_sched::{EpisodeHist, StealEpisode, StealTaskId, TaskSteal};
+use stealscope_sched::{StealEpisode, StealTaskId, TaskSteal};
 
 fn cpu(n: u32, busy: u64, idle: u64, episodes: &[u64]) -> CpuSteal {
-    let mut h = EpisodeHist::default();
-    for &ns in episodes {
-        h.record(ns);
-    }
     CpuSteal {
-        cpu: n,
-        busy_ns: busy,
-        idle_ns: idle,
-        episodes: h,
         hook_runs: 1,
-        ..CpuSteal::default()
+        ..CpuSteal::from_episodes(n, busy, idle, episodes)
     }
 }
 

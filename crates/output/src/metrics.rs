@@ -485,6 +485,12 @@ mod tests {
     use super::*;
     use stealscope_readers::stat::parse;
 
+    /// The sample lines of an exposition (no `#` lines): the same in the
+    /// text format and OpenMetrics.
+    pub(super) fn samples(t: &str) -> Vec<&str> {
+        t.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
     fn state() -> SharedState {
         let mut s = MetricsState {
             cpu: RunningCpuTimes::new(100.0),
@@ -568,13 +574,7 @@ mod tests {
         assert!(om.contains("# TYPE stealscope_cpu_seconds counter\n"));
         assert!(text.contains("# TYPE stealscope_cpu_seconds_total counter\n"));
         assert!(text.contains("# HELP stealscope_cpu_seconds_total Seconds each CPU"));
-        let series = |t: &str| -> Vec<String> {
-            t.lines()
-                .filter(|l| !l.starts_with('#'))
-                .map(str::to_string)
-                .collect()
-        };
-        assert_eq!(series(&om), series(&text));
+        assert_eq!(samples(&om), samples(&text));
         // 8 modes per CPU; 0.03 s of steal in 0.1 s = 0.3 lands in the
         // 0.45 bucket and above.
         assert_eq!(

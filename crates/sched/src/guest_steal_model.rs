@@ -64,6 +64,22 @@ pub struct CpuSteal {
 }
 
 impl CpuSteal {
+    /// A CPU's steal from its totals and the length of each episode (ns):
+    /// what a reading would hold, for the views' tests and fixtures.
+    pub fn from_episodes(cpu: u32, busy_ns: u64, idle_ns: u64, episodes: &[u64]) -> CpuSteal {
+        let mut h = EpisodeHist::default();
+        for &ns in episodes {
+            h.record(ns);
+        }
+        CpuSteal {
+            cpu,
+            busy_ns,
+            idle_ns,
+            episodes: h,
+            ..CpuSteal::default()
+        }
+    }
+
     pub fn total_ns(&self) -> u64 {
         self.busy_ns + self.idle_ns
     }

@@ -95,23 +95,16 @@ const _: () = assert!(TOP_VICTIMS == 10, "the help text says 10");
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::samples;
     use super::super::{Exporter, Format, MetricsState};
     use stealscope_model::running_exact_steal::{ExactReading, RunningExactSteal};
-    use stealscope_sched::{CpuSteal, EpisodeHist, GuestStealSample, StealTaskId, TaskSteal};
+    use stealscope_sched::{CpuSteal, GuestStealSample, StealTaskId, TaskSteal};
 
     fn cpu(n: u32, busy: u64, idle: u64, episodes: &[u64]) -> CpuSteal {
-        let mut h = EpisodeHist::default();
-        for &ns in episodes {
-            h.record(ns);
-        }
         CpuSteal {
-            cpu: n,
-            busy_ns: busy,
-            idle_ns: idle,
-            episodes: h,
             hook_runs: 3,
             steal_clock_ns: 1,
-            ..CpuSteal::default()
+            ..CpuSteal::from_episodes(n, busy, idle, episodes)
         }
     }
 
@@ -136,13 +129,7 @@ mod tests {
         let x = Exporter::new(std::sync::Arc::new(std::sync::Mutex::new(state)), "1");
         let om = x.encode(Format::OpenMetrics);
         let text = x.encode(Format::Text);
-        let series = |t: &str| -> Vec<String> {
-            t.lines()
-                .filter(|l| !l.starts_with('#'))
-                .map(str::to_string)
-                .collect()
-        };
-        assert_eq!(series(&om), series(&text));
+        assert_eq!(samples(&om), samples(&text));
         text
     }
 
