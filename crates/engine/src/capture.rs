@@ -20,6 +20,7 @@ use stealscope_model::host::starve::{OwnWait, STARVE_FILE};
 use stealscope_model::host::stored::READ_TIMES;
 use stealscope_model::observation::{collect, Observation, Side};
 use stealscope_readers::kmsg::RuleRecords;
+use stealscope_readers::own_threads;
 use stealscope_readers::perf::CounterCapture;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
 use stealscope_readers::{cpuid, MemFs, ReadError, Recorder, RootFs, Source};
@@ -125,8 +126,10 @@ impl IntervalCapture {
         let start = Instant::now();
         // The exit sample runs inside the interval, so it costs no extra time.
         let exit_len = host.exit_sample;
-        let exit_thread =
-            live_host.then(|| std::thread::spawn(move || live::exit_sample(exit_len)));
+        let exit_thread = live_host.then(|| {
+            own_threads::spawn("exit-sample", move || live::exit_sample(exit_len))
+                .expect("spawning a thread")
+        });
         if ask_live {
             live::add_side(&mut t0, &obs0.host.vms, host);
         }

@@ -9,6 +9,7 @@
 
 use std::thread::JoinHandle;
 use stealscope_model::exact_steal::{ExactSteal, StoredExactSteal, EXACT_STEAL_FILE};
+use stealscope_readers::own_threads;
 use stealscope_readers::MemFs;
 use stealscope_sched::{GuestSteal, GuestStealSample, StealOptions};
 
@@ -23,11 +24,12 @@ impl ExactStealHook {
     /// it is up.
     pub fn spawn() -> ExactStealHook {
         ExactStealHook {
-            loading: std::thread::spawn(|| {
+            loading: own_threads::spawn("steal-load", || {
                 let mut g = GuestSteal::start(StealOptions::default()).map_err(|e| e.reason)?;
                 let first = g.read().map_err(|e| e.to_string())?;
                 Ok((g, first))
-            }),
+            })
+            .expect("spawning a thread"),
         }
     }
 

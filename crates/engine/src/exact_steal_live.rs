@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::thread::JoinHandle;
 use stealscope_model::running_exact_steal::{ExactReading, NO_STEAL_CLOCK};
+use stealscope_readers::own_threads;
 use stealscope_readers::{process, RootFs};
 use stealscope_sched::{GuestSteal, StealOptions};
 
@@ -72,9 +73,12 @@ impl LiveExactSteal {
         } else if !is_guest(root) {
             gone(Some(NOT_A_GUEST.into()))
         } else {
-            State::Loading(std::thread::spawn(|| {
-                GuestSteal::start(StealOptions::default()).map_err(|e| e.reason)
-            }))
+            State::Loading(
+                own_threads::spawn("steal-load", || {
+                    GuestSteal::start(StealOptions::default()).map_err(|e| e.reason)
+                })
+                .expect("spawning a thread"),
+            )
         };
         LiveExactSteal {
             state,

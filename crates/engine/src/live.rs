@@ -9,6 +9,7 @@ use crate::stop::{Rate, Stop};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use stealscope_readers::own_threads;
 use stealscope_readers::{ReadError, Source};
 
 /// How long [`Live::stop`] waits for a rule run under way.
@@ -61,18 +62,16 @@ impl Live {
         let root = opened.sampler.root().to_path_buf();
         let sampler = {
             let (stop, rate) = (stop.clone(), rate.clone());
-            std::thread::Builder::new()
-                .name("sampler".into())
-                .spawn(move || {
-                    // Live subscribers report their errors themselves.
-                    let _ = opened.sampler.run(&rate, &mut sub, &*stop);
-                })?
+            own_threads::spawn("sampler", move || {
+                // Live subscribers report their errors themselves.
+                let _ = opened.sampler.run(&rate, &mut sub, &*stop);
+            })?
         };
         let rules = {
             let (stop, rate, series) = (stop.clone(), rate.clone(), opened.series);
-            std::thread::Builder::new()
-                .name("rules".into())
-                .spawn(move || rules::run(&root, findings_every, &rate, &series, &*findings, &stop))
+            own_threads::spawn("rules", move || {
+                rules::run(&root, findings_every, &rate, &series, &*findings, &stop)
+            })
         };
         let mut threads = vec![sampler];
         match rules {

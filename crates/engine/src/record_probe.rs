@@ -8,6 +8,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 use stealscope_probes::wakeup;
+use stealscope_readers::own_threads;
 use stealscope_readers::recording::ProbeRecord;
 
 /// Probe windows measured beside the recorder (in another thread).
@@ -68,7 +69,7 @@ impl WakeupWindows {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = channel();
         let own = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
+        let thread = own_threads::spawn("probe", move || {
             let opts = wakeup::WakeupOptions {
                 duration: PROBE_WINDOW,
                 interval: PROBE_INTERVAL,
@@ -84,7 +85,8 @@ impl WakeupWindows {
                     return;
                 }
             }
-        });
+        })
+        .expect("spawning a thread");
         WakeupWindows {
             stop,
             rx,

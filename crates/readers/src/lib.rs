@@ -28,6 +28,7 @@ pub mod maps;
 pub mod mempolicy;
 pub use perf::msr_dev;
 pub mod numa;
+pub mod own_threads;
 pub mod perf;
 pub mod pread;
 pub mod process;

@@ -219,10 +219,9 @@ impl TracefsRoute {
         });
         let cpus = reader.cpus.iter().map(|(c, _)| *c).collect();
         let (s, w) = (shared.clone(), wake.clone());
-        let handle = std::thread::Builder::new()
-            .name("sched-tracefs".into())
-            .spawn(move || reader.run(&s, &w))
-            .map_err(|e| format!("reader thread: {e}"))?;
+        let handle =
+            stealscope_readers::own_threads::spawn("sched-tracefs", move || reader.run(&s, &w))
+                .map_err(|e| format!("reader thread: {e}"))?;
         Ok(TracefsRoute {
             shared,
             wake,

@@ -22,6 +22,7 @@ use stealscope_model::host::starve::{
     StarveTracker, StoredHolder, StoredStarve, StoredWait, TaskScan, Wait, OPEN_WAIT_NS, STARVE_NS,
 };
 use stealscope_readers::clock::monotonic_ns;
+use stealscope_readers::own_threads;
 use stealscope_readers::process::{parse_cgroup, parse_schedstat, parse_task_stat};
 
 pub const FULL_EVERY: Duration = Duration::from_millis(500);
@@ -59,9 +60,7 @@ impl StarveWatch {
         let state = Arc::new(Mutex::new(State::default()));
         let thread = {
             let (root, stop, state) = (root.to_path_buf(), stop.clone(), state.clone());
-            std::thread::Builder::new()
-                .name("starve".into())
-                .spawn(move || run(&root, &stop, &state))?
+            own_threads::spawn("starve", move || run(&root, &stop, &state))?
         };
         Ok(StarveWatch {
             root: root.to_path_buf(),
@@ -275,12 +274,11 @@ fn cgroup(root: &Path, pid: u32, tid: u32) -> Option<String> {
 }
 
 /// The run and run-queue wait of this process's threads so far, ns
-/// (schedstat; a thread that ended is not counted).
+/// (schedstat of the live ones, and of those that ended as they ended).
 pub fn own_times(root: &Path) -> (u64, u64) {
     let pid = std::process::id();
     let dir = root.join(format!("proc/{pid}/task"));
-    let mut run = 0;
-    let mut wait = 0;
+    let (mut run, mut wait) = own_threads::ended();
     for tid in numeric_dirs(&dir) {
         let Some(text) = read_text(root, &format!("proc/{pid}/task/{tid}/schedstat")) else {
             continue;
