@@ -248,6 +248,7 @@ mod tests {
         classes.unexplained.count = 3;
         PreemptReport {
             probe: "preempt",
+            start_monotonic_ns: 0,
             duration_s: 5.0,
             threshold_us: 5.0,
             priority: 0,

@@ -214,6 +214,10 @@ pub struct PreemptOverall {
 #[derive(Debug, Clone, Serialize)]
 pub struct PreemptReport {
     pub probe: &'static str,
+    /// CLOCK_MONOTONIC when the first spinner started, ns: each gap's
+    /// `t_s` counts from it, so gaps join other recordings of the same
+    /// machine (the exact guest steal episodes are stamped on this clock).
+    pub start_monotonic_ns: u64,
     pub duration_s: f64,
     pub threshold_us: f64,
     pub priority: u8,
@@ -468,6 +472,7 @@ fn report(
     };
     PreemptReport {
         probe: "preempt",
+        start_monotonic_ns: m.outs.iter().map(|o| o.start).min().unwrap_or(0),
         duration_s: round(
             m.outs
                 .iter()

@@ -4,6 +4,10 @@
 //! benchmark's holder):
 //!
 //!   guest_steal [SECONDS] [INTERVAL_SECONDS] [THRESHOLD_NS]
+//!
+//! With `STEAL_EPISODES=FILE` every episode drained is also written to FILE
+//! as one JSON object per line (scripts/bench-steal-probe.sh joins them
+//! with `probe preempt`'s gaps).
 
 use stealscope_sched::{GuestSteal, GuestStealSample, StealOptions, StealVictim};
 
@@ -67,6 +71,36 @@ fn print_interval(d: &GuestStealSample, stat: &[(u32, u64)], stat0: &[(u32, u64)
     }
 }
 
+/// Every episode, once, as JSON lines (the sample's list is the recent
+/// ones: each read repeats what the last one already had).
+struct EpisodeFile {
+    out: std::io::BufWriter<std::fs::File>,
+    next_seq: u64,
+}
+
+impl EpisodeFile {
+    fn from_env() -> Option<EpisodeFile> {
+        let path = std::env::var_os("STEAL_EPISODES")?;
+        let file = std::fs::File::create(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", std::path::Path::new(&path).display()));
+        Some(EpisodeFile {
+            out: std::io::BufWriter::new(file),
+            next_seq: 0,
+        })
+    }
+
+    fn write(&mut self, s: &GuestStealSample) {
+        use std::io::Write;
+        let from = self.next_seq;
+        for e in s.episodes.iter().filter(|e| e.seq >= from) {
+            let line = serde_json::to_string(e).expect("an episode serializes");
+            writeln!(self.out, "{line}").expect("writing the episode file");
+            self.next_seq = e.seq + 1;
+        }
+        self.out.flush().expect("writing the episode file");
+    }
+}
+
 fn main() {
     let args: Vec<f64> = std::env::args()
         .skip(1)
@@ -91,9 +125,13 @@ fn main() {
     println!("started ({}, tick only: {})", g.rq_path(), g.tick_only());
     let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
     let (mut prev, mut stat0) = (g.read(), proc_stat_steal());
+    let mut log = EpisodeFile::from_env();
     while std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_secs_f64(every));
         let (now, stat) = (g.read(), proc_stat_steal());
+        if let (Some(log), Ok(s)) = (log.as_mut(), &now) {
+            log.write(s);
+        }
         match (&prev, &now) {
             (Ok(a), Ok(b)) => print_interval(&b.since(a), &stat, &stat0, unit),
             (_, Err(e)) | (Err(e), _) => eprintln!("{e}"),
