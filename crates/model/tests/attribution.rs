@@ -6,7 +6,7 @@ use stealscope_model::host::attribution::attribute;
 use stealscope_model::host::discovery::{ThreadRole, VmKind};
 use stealscope_model::host::observation::{HostObservation, ThreadObs, VcpuSource, VmObs};
 use stealscope_model::host::sched_store::StoredSched;
-use stealscope_sched::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
+use stealscope_who::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
 
 fn thread(tid: u32, role: ThreadRole) -> ThreadObs {
     ThreadObs {

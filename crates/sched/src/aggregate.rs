@@ -20,9 +20,9 @@
 //! - A switch ends c's interrupt time: no switch happens inside a handler,
 //!   so a lost exit cannot charge irq forever.
 
-use crate::model::{Culprit, ThreadWaits};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use stealscope_who::waits::{Culprit, ThreadWaits};
 
 pub use crate::event::{Comm, Event};
 

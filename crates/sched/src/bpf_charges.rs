@@ -11,9 +11,9 @@
 //! with every pair that ever met (issue 29: 10,000 vCPU threads that wait
 //! behind each other grew serve's heap by 0.25 MB/s for as long as it ran).
 
-use crate::model::Culprit;
 use aya::Pod;
 use std::collections::{BTreeMap, HashMap};
+use stealscope_who::waits::Culprit;
 
 /// Layouts shared with bpf/wait_by.bpf.c (same field order and sizes).
 #[repr(C)]

@@ -2,8 +2,8 @@
 //! layout (`struct steal_event` in bpf/guest_steal.bpf.c) and the bounded
 //! list of recent ones user space keeps.
 
-use crate::guest_steal_model::{StealEpisode, StealTaskId, StealVictim};
 use std::collections::VecDeque;
+use stealscope_who::guest_steal::{StealEpisode, StealTaskId, StealVictim};
 
 /// Bytes of one `struct steal_event`.
 pub const RECORD_LEN: usize = 56;

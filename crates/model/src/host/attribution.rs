@@ -14,7 +14,7 @@ use super::observation::{HostObservation, VmObs};
 use super::sched_store::StoredSched;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use stealscope_sched::{Culprit, SchedSample, ThreadWaits};
+use stealscope_who::{Culprit, SchedSample, ThreadWaits};
 
 /// One culprit of one vCPU's wait.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -515,7 +515,7 @@ mod tests {
 
     #[test]
     fn a_live_process_is_named_by_its_process_now() {
-        use stealscope_sched::{Route, SchedStats, ThreadWaits};
+        use stealscope_who::{Route, SchedStats, ThreadWaits};
         let c = |tid: u32, tgid: u32, comm: &str| Culprit {
             tid,
             tgid,

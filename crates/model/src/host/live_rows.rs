@@ -10,7 +10,7 @@ use super::discovery::ThreadRole;
 use super::vcpu_times::{vm_labels, ScannedVmId, ThreadSample};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use stealscope_readers::process::TaskSchedstat;
-use stealscope_sched::SchedSample;
+use stealscope_who::SchedSample;
 
 /// Where a vCPU thread runs: the CPU it last ran on and the CPUs it may run
 /// on (a cpulist, "0-3"), each None when unread.

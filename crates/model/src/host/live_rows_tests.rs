@@ -1,5 +1,5 @@
 use super::*;
-use stealscope_sched::{Culprit, Route, SchedStats, ThreadWaits};
+use stealscope_who::{Culprit, Route, SchedStats, ThreadWaits};
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;

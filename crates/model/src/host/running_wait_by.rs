@@ -15,7 +15,7 @@ use super::ThreadRole;
 use crate::sticky_top::StickyTop;
 use std::collections::{BTreeMap, HashMap};
 use stealscope_readers::recording::CulpritNs;
-use stealscope_sched::{EpisodeHist, SchedSample};
+use stealscope_who::{EpisodeHist, SchedSample};
 
 /// Culprits shown per VM before the rest go to `other`.
 pub const TOP_CULPRITS: usize = 5;
@@ -82,7 +82,7 @@ pub fn buckets_at(h: &EpisodeHist, bounds_s: &[f64]) -> Vec<(f64, u64)> {
         .map(|&b| (b, 0))
         .collect();
     for (i, c) in h.buckets() {
-        let upper_s = stealscope_sched::hist::upper(i) as f64 / 1e9;
+        let upper_s = stealscope_who::hist::upper(i) as f64 / 1e9;
         if let Some(b) = out.iter_mut().find(|b| b.0 >= upper_s) {
             b.1 += c;
         }
@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn series_add_up_to_the_vcpus_schedstat_wait_at_every_scan() {
         use stealscope_readers::process::TaskSchedstat;
-        use stealscope_sched::{Culprit, Route, SchedStats, ThreadWaits};
+        use stealscope_who::{Culprit, Route, SchedStats, ThreadWaits};
         let vms = [(10u32, "a".to_string())];
         let scan = |wait_ns: u64| {
             [ThreadSample {

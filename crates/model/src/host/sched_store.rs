@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use stealscope_sched::{Culprit, EpisodeHist, Route, SchedSample, SchedStats, ThreadWaits};
+use stealscope_who::{Culprit, EpisodeHist, Route, SchedSample, SchedStats, ThreadWaits};
 
 pub const SCHED_FILE: &str = "/stealscope/sched.json";
 

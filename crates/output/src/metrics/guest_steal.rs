@@ -97,7 +97,7 @@ const _: () = assert!(TOP_VICTIMS == 10, "the help text says 10");
 mod tests {
     use super::super::{Exporter, Format, MetricsState};
     use stealscope_model::running_exact_steal::{ExactReading, RunningExactSteal};
-    use stealscope_sched::{CpuSteal, EpisodeHist, GuestStealSample, StealTaskId, TaskSteal};
+    use stealscope_who::{CpuSteal, EpisodeHist, GuestStealSample, StealTaskId, TaskSteal};
 
     fn cpu(n: u32, busy: u64, idle: u64, episodes: &[u64]) -> CpuSteal {
         let mut h = EpisodeHist::default();

@@ -113,7 +113,7 @@ pub struct SchedSample {
     /// The comm of each culprit's process (/proc/TGID/comm) at the read:
     /// a host process is named by its process, not by the thread that ran
     /// (rustc's "coordinator"), and by its name now, after an exec. A
-    /// process that exited has none. Filled by [`crate::Collector::read`];
+    /// process that exited has none. Filled by the collector's `read`;
     /// not stored.
     #[serde(skip)]
     pub procs: BTreeMap<u32, String>,

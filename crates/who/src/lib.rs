@@ -1,0 +1,19 @@
+//! Who ran while a thread waited: the types every layer shares, so that
+//! the model, the output and the server read the scheduler-event
+//! collector's readings without depending on the BPF loader
+//! (`stealscope-sched`), which produces them.
+//!
+//! - [`waits`]: cumulative wait per watched thread, split by the threads
+//!   that ran while it waited (host side).
+//! - [`guest_steal`]: steal charged to the task a guest CPU had current.
+//! - [`hist`]: the wait-episode histogram both fill.
+
+pub mod guest_steal;
+pub mod hist;
+pub mod waits;
+
+pub use guest_steal::{
+    CpuSteal, GuestStealSample, StealEpisode, StealTaskId, StealVictim, TaskSteal,
+};
+pub use hist::EpisodeHist;
+pub use waits::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
