@@ -6,7 +6,7 @@ use stealscope_model::host::attribution::attribute;
 use stealscope_model::host::discovery::{ThreadRole, VmKind};
 use stealscope_model::host::observation::{HostObservation, ThreadObs, VcpuSource, VmObs};
 use stealscope_model::host::sched_store::StoredSched;
-use stealscope_who::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
+use stealscope_who::{Route, SchedSample, SchedStats, Thread, ThreadWaits};
 
 fn thread(tid: u32, role: ThreadRole) -> ThreadObs {
     ThreadObs {
@@ -45,8 +45,8 @@ fn vm(name: &str, pid: u32, vcpus: &[u32], others: &[u32]) -> VmObs {
     }
 }
 
-fn c(tid: u32, tgid: u32, comm: &str, kthread: bool) -> Culprit {
-    Culprit {
+fn c(tid: u32, tgid: u32, comm: &str, kthread: bool) -> Thread {
+    Thread {
         tid,
         tgid,
         comm: comm.into(),
@@ -54,7 +54,7 @@ fn c(tid: u32, tgid: u32, comm: &str, kthread: bool) -> Culprit {
     }
 }
 
-fn waits(tid: u32, by: &[(Culprit, u64)], idle: u64, episodes: &[u64]) -> ThreadWaits {
+fn waits(tid: u32, by: &[(Thread, u64)], idle: u64, episodes: &[u64]) -> ThreadWaits {
     let mut w = ThreadWaits {
         tid,
         idle_ns: idle,
@@ -101,7 +101,7 @@ fn wait_is_split_by_culprit_and_summed_per_host() {
     };
     let bash = c(300, 300, "bash", false);
     let kw = c(7, 7, "kworker/0:1", false);
-    let kw = Culprit {
+    let kw = Thread {
         kthread: true,
         ..kw
     };

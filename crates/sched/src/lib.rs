@@ -40,6 +40,6 @@ pub use guest_steal::{GuestSteal, StealOptions, StealUnavailable};
 // The readings' types live in stealscope-who so that readers of them need
 // not depend on the loader; re-exported for the collector's callers.
 pub use stealscope_who::{
-    hist, CpuSteal, Culprit, EpisodeHist, GuestStealSample, Route, SchedSample, SchedStats,
-    StealEpisode, StealTaskId, StealVictim, TaskSteal, ThreadWaits,
+    hist, CpuSteal, EpisodeHist, GuestStealSample, Route, SchedSample, SchedStats, StealEpisode,
+    StealTaskId, StealVictim, TaskSteal, Thread, ThreadWaits,
 };

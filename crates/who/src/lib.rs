@@ -16,4 +16,4 @@ pub use guest_steal::{
     CpuSteal, GuestStealSample, StealEpisode, StealTaskId, StealVictim, TaskSteal,
 };
 pub use hist::EpisodeHist;
-pub use waits::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
+pub use waits::{Route, SchedSample, SchedStats, Thread, ThreadWaits};

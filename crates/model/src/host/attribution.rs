@@ -14,7 +14,7 @@ use super::observation::{HostObservation, VmObs};
 use super::sched_store::StoredSched;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use stealscope_who::{Culprit, SchedSample, ThreadWaits};
+use stealscope_who::{SchedSample, Thread, ThreadWaits};
 
 /// One culprit of one vCPU's wait.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -161,7 +161,7 @@ impl ProcNames {
         n
     }
 
-    fn comm<'a>(&'a self, c: &'a Culprit) -> &'a str {
+    fn comm<'a>(&'a self, c: &'a Thread) -> &'a str {
         self.comms
             .get(&c.tgid)
             .map_or(c.comm.as_str(), String::as_str)
@@ -207,7 +207,7 @@ pub(crate) type VmOf<'a> = Option<(&'a str, u32, bool)>;
 /// Names a culprit: a thread of a VM (`vcpu` or `vmm`), else stealscope
 /// itself ([`OWN`]), else a kernel thread class, else a host process by
 /// its process's comm.
-pub(crate) fn classify_with(c: &Culprit, vm: VmOf, names: &ProcNames) -> Key {
+pub(crate) fn classify_with(c: &Thread, vm: VmOf, names: &ProcNames) -> Key {
     if let Some((name, pid, vcpu)) = vm {
         let kind = if vcpu { "vcpu" } else { "vmm" };
         return (kind, name.to_string(), Some(name.to_string()), Some(pid));
@@ -226,7 +226,7 @@ pub(crate) fn classify_with(c: &Culprit, vm: VmOf, names: &ProcNames) -> Key {
     )
 }
 
-fn classify(c: &Culprit, vms: &[&VmObs], names: &ProcNames) -> Key {
+fn classify(c: &Thread, vms: &[&VmObs], names: &ProcNames) -> Key {
     let vm = vms.iter().find(|v| v.pid == c.tgid).map(|vm| {
         let vcpu = vm.vcpus.iter().any(|(_, t)| t.tid == c.tid);
         (vm.name.as_str(), vm.pid, vcpu)
@@ -236,7 +236,7 @@ fn classify(c: &Culprit, vms: &[&VmObs], names: &ProcNames) -> Key {
 
 /// One vCPU's wait over an interval (`w`, already a difference of two
 /// readings) by culprit, interrupt, idle and untraced time included.
-pub(crate) fn charges(w: &ThreadWaits, name: impl Fn(&Culprit) -> Key) -> BTreeMap<Key, u64> {
+pub(crate) fn charges(w: &ThreadWaits, name: impl Fn(&Thread) -> Key) -> BTreeMap<Key, u64> {
     let mut by: BTreeMap<Key, u64> = BTreeMap::new();
     for (c, &ns) in &w.by_thread {
         *by.entry(name(c)).or_default() += ns;
@@ -362,7 +362,7 @@ impl HostSums {
         }
     }
 
-    fn add_threads(&mut self, w: &ThreadWaits, name: impl Fn(&Culprit) -> Key) {
+    fn add_threads(&mut self, w: &ThreadWaits, name: impl Fn(&Thread) -> Key) {
         for (c, &ns) in &w.by_thread {
             let k = name(c);
             if k.0 == "host-process" {
@@ -444,7 +444,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     // Culprits that exited during the interval are named from t0.
     let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();
     let names = ProcNames::of(&[t1, t0]);
-    let name = |c: &Culprit| classify(c, &vms, &names);
+    let name = |c: &Thread| classify(c, &vms, &names);
     let mut host = HostSums::default();
     let mut disagree: Vec<String> = Vec::new();
     for vm in &t1.vms {
@@ -516,7 +516,7 @@ mod tests {
     #[test]
     fn a_live_process_is_named_by_its_process_now() {
         use stealscope_who::{Route, SchedStats, ThreadWaits};
-        let c = |tid: u32, tgid: u32, comm: &str| Culprit {
+        let c = |tid: u32, tgid: u32, comm: &str| Thread {
             tid,
             tgid,
             comm: comm.into(),

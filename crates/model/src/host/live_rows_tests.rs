@@ -1,5 +1,5 @@
 use super::*;
-use stealscope_who::{Culprit, Route, SchedStats, ThreadWaits};
+use stealscope_who::{Route, SchedStats, Thread, ThreadWaits};
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -21,8 +21,8 @@ fn th(pid: u32, tid: u32, role: ThreadRole, run_ns: u64, wait_ns: u64) -> Thread
     }
 }
 
-fn culprit(tid: u32, tgid: u32, comm: &str) -> Culprit {
-    Culprit {
+fn culprit(tid: u32, tgid: u32, comm: &str) -> Thread {
+    Thread {
         tid,
         tgid,
         comm: comm.into(),
@@ -31,7 +31,7 @@ fn culprit(tid: u32, tgid: u32, comm: &str) -> Culprit {
 }
 
 /// One watched thread in a reading: tid, (culprit, ns) charges, idle ns.
-type Watched<'a> = (u32, &'a [(Culprit, u64)], u64);
+type Watched<'a> = (u32, &'a [(Thread, u64)], u64);
 
 /// A collector reading of watched threads.
 fn reading(threads: &[Watched]) -> SchedSample {

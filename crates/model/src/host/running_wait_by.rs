@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn series_add_up_to_the_vcpus_schedstat_wait_at_every_scan() {
         use stealscope_readers::process::TaskSchedstat;
-        use stealscope_who::{Culprit, Route, SchedStats, ThreadWaits};
+        use stealscope_who::{Route, SchedStats, Thread, ThreadWaits};
         let vms = [(10u32, "a".to_string())];
         let scan = |wait_ns: u64| {
             [ThreadSample {
@@ -359,7 +359,7 @@ mod tests {
                 },
             }]
         };
-        let c = |tgid: u32, comm: &str| Culprit {
+        let c = |tgid: u32, comm: &str| Thread {
             tid: tgid,
             tgid,
             comm: comm.into(),
