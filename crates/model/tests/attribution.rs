@@ -6,7 +6,7 @@ use stealscope_model::host::attribution::attribute;
 use stealscope_model::host::discovery::{ThreadRole, VmKind};
 use stealscope_model::host::observation::{HostObservation, ThreadObs, VcpuSource, VmObs};
 use stealscope_model::host::sched_store::StoredSched;
-use stealscope_who::{Route, SchedSample, SchedStats, Thread, ThreadWaits};
+use stealscope_who::{Kind, Route, SchedSample, SchedStats, Thread, ThreadWaits};
 
 fn thread(tid: u32, role: ThreadRole) -> ThreadObs {
     ThreadObs {
@@ -138,39 +138,47 @@ fn wait_is_split_by_culprit_and_summed_per_host() {
     assert_eq!(a.status.route, "bpf");
     assert_eq!(a.status.events, Some(100));
     let (by, ep) = &a.by_tid[&101];
-    let names: Vec<(&str, &str)> = by.iter().map(|w| (w.kind, w.name.as_str())).collect();
+    let names: Vec<(Kind, &str)> = by
+        .iter()
+        .map(|w| (w.culprit.kind, w.culprit.name.as_str()))
+        .collect();
     assert_eq!(
         names[..4],
         [
-            ("host-process", "bash"),
-            ("vcpu", "vmB"),
-            ("host-kthread", "kworker"),
-            ("vmm", "vmA")
+            (Kind::HostProcess, "bash"),
+            (Kind::Vcpu, "vmB"),
+            (Kind::HostKthread, "kworker"),
+            (Kind::Vmm, "vmA")
         ]
     );
-    assert_eq!(by[0].pid, Some(300));
+    assert_eq!(by[0].culprit.pid, Some(300));
     assert!((by[0].seconds - 0.6).abs() < 1e-9, "{}", by[0].seconds);
     let sum: f64 = by.iter().map(|w| w.seconds).sum();
     // irq time is the same at both ends: no irq row.
     assert!((sum - (0.89 + 9e-6)).abs() < 1e-9, "{sum}");
-    assert!(!by.iter().any(|w| w.kind == "irq"));
+    assert!(!by.iter().any(|w| w.culprit.kind == Kind::Irq));
     assert!((by.iter().map(|w| w.share).sum::<f64>() - 1.0).abs() < 1e-9);
-    assert!(by.iter().any(|w| w.kind == "unknown" && w.name == "idle"));
+    assert!(by
+        .iter()
+        .any(|w| w.culprit.kind == Kind::Unknown && w.culprit.name == "idle"));
     // Episodes of the interval only: the one at t0 is subtracted.
     assert_eq!(ep.count, 3);
     assert_eq!(ep.over_1ms, 2);
     assert_eq!(ep.over_10ms, 1);
     assert_eq!(ep.max_us, Some(20_000.0));
     let top = &a.culprits[0];
-    assert_eq!((top.kind, top.name.as_str()), ("host-process", "bash"));
+    assert_eq!(
+        (top.charge.culprit.kind, top.charge.culprit.name.as_str()),
+        (Kind::HostProcess, "bash")
+    );
     assert_eq!(top.victims, vec!["vmA".to_string()]);
     let vcpu_a = a
         .culprits
         .iter()
-        .find(|c| c.kind == "vcpu" && c.name == "vmA")
+        .find(|c| c.charge.culprit.kind == Kind::Vcpu && c.charge.culprit.name == "vmA")
         .unwrap();
     assert_eq!(vcpu_a.victims, vec!["vmA".to_string()]);
-    let total: f64 = a.culprits.iter().map(|c| c.share).sum();
+    let total: f64 = a.culprits.iter().map(|c| c.charge.share).sum();
     assert!((total - 1.0).abs() < 1e-9);
 }
 
