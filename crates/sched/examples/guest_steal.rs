@@ -5,7 +5,8 @@
 //!
 //!   guest_steal [SECONDS] [INTERVAL_SECONDS] [THRESHOLD_NS]
 
-use stealscope_sched::{GuestSteal, GuestStealSample, StealOptions, StealVictim};
+use stealscope_sched::{GuestSteal, StealOptions};
+use stealscope_who::{GuestStealSample, StealVictim};
 
 /// Steal of each CPU so far in /proc/stat, in its units (USER_HZ).
 fn proc_stat_steal() -> Vec<(u32, u64)> {

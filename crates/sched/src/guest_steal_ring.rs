@@ -9,7 +9,7 @@ use stealscope_who::guest_steal::{StealEpisode, StealTaskId, StealVictim};
 pub const RECORD_LEN: usize = 56;
 
 /// Episodes kept for views (`top`, the largest of an interval): older ones
-/// leave the list, and [`crate::GuestStealSample::episodes_unlisted`]
+/// leave the list, and [`stealscope_who::GuestStealSample::episodes_unlisted`]
 /// counts what an interval lost that way.
 pub const RECENT: usize = 4096;
 

@@ -37,9 +37,3 @@ pub use bpf_info::{enable_run_stats, ProgStats};
 pub use collector::{Collector, Preference, Unavailable};
 pub use error::{CollectError, Result};
 pub use guest_steal::{GuestSteal, StealOptions, StealUnavailable};
-// The readings' types live in stealscope-who so that readers of them need
-// not depend on the loader; re-exported for the collector's callers.
-pub use stealscope_who::{
-    hist, CpuSteal, EpisodeHist, GuestStealSample, Route, SchedSample, SchedStats, StealEpisode,
-    StealTaskId, StealVictim, TaskSteal, Thread, ThreadWaits,
-};
