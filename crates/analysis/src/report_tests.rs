@@ -60,11 +60,15 @@ fn culprits_are_processes_and_stealscope_is_its_own_cost() {
         kernel: None,
     });
     let who = &r.host.as_ref().unwrap().who;
-    let names: Vec<&str> = who.culprits.iter().map(|c| c.name.as_str()).collect();
+    let names: Vec<&str> = who
+        .culprits
+        .iter()
+        .map(|c| c.charge.culprit.name.as_str())
+        .collect();
     assert_eq!(names, ["rustc"], "{:?}", who.culprits);
     let rustc = &who.culprits[0];
-    assert_eq!(rustc.pid, Some(700));
-    assert!((rustc.seconds - 0.9).abs() < 1e-9, "{rustc:?}");
+    assert_eq!(rustc.charge.culprit.pid, Some(700));
+    assert!((rustc.charge.seconds - 0.9).abs() < 1e-9, "{rustc:?}");
     let threads: Vec<(&str, f64)> = rustc
         .threads
         .iter()
@@ -73,7 +77,10 @@ fn culprits_are_processes_and_stealscope_is_its_own_cost() {
     assert_eq!(threads, [("coordinator", 0.6), ("lto cgu.05", 0.3)]);
     // Host work: rustc's three threads (3.6 s of 5 s), not stealscope's.
     let hw = &who.host_work;
-    assert!(hw.top.iter().all(|w| w.name != "stealscope"), "{hw:?}");
+    assert!(
+        hw.top.iter().all(|w| w.culprit.name != "stealscope"),
+        "{hw:?}"
+    );
     assert!((hw.run_cpus - 3.6 / 5.0).abs() < 1e-9, "{hw:?}");
     let own = hw.own.as_ref().expect("its own cost");
     assert_eq!(own.pid, 950);

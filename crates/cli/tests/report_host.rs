@@ -196,8 +196,8 @@ fn recorded_culprits_reach_the_report() {
     for s in &scans {
         for (vm, rows) in &s.vms {
             if vm == "rwV" {
-                for (_, name, ns) in rows {
-                    *by.entry(name.clone()).or_default() += *ns as f64 / 1e9;
+                for (c, ns) in rows {
+                    *by.entry(c.name.clone()).or_default() += *ns as f64 / 1e9;
                 }
             }
         }

@@ -11,7 +11,8 @@ use std::thread::JoinHandle;
 use stealscope_model::exact_steal::{ExactSteal, StoredExactSteal, EXACT_STEAL_FILE};
 use stealscope_readers::own_threads;
 use stealscope_readers::MemFs;
-use stealscope_sched::{GuestSteal, GuestStealSample, StealOptions};
+use stealscope_sched::{GuestSteal, StealOptions};
+use stealscope_who::GuestStealSample;
 
 type Loaded = Result<(GuestSteal, GuestStealSample), String>;
 

@@ -163,15 +163,15 @@ impl LiveExactSteal {
 
     /// Process names of the sample's victims: read once per pid, and
     /// forgotten when it no longer appears in the collector's map.
-    fn name(&mut self, s: &stealscope_sched::GuestStealSample) -> BTreeMap<u32, String> {
+    fn name(&mut self, s: &stealscope_who::GuestStealSample) -> BTreeMap<u32, String> {
         let proc = RootFs::new("/");
         let pids: std::collections::BTreeSet<u32> = s
             .tasks
             .iter()
             .map(|t| t.task.tgid)
             .chain(s.episodes.iter().filter_map(|e| match &e.victim {
-                stealscope_sched::StealVictim::Task(t) => Some(t.tgid),
-                stealscope_sched::StealVictim::Idle => None,
+                stealscope_who::StealVictim::Task(t) => Some(t.tgid),
+                stealscope_who::StealVictim::Idle => None,
             }))
             .collect();
         self.names.retain(|pid, _| pids.contains(pid));

@@ -35,7 +35,7 @@ use stealscope_readers::recording::{
     CounterInfo, CulpritScan, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry,
 };
 use stealscope_readers::{cpuid, interrupts, MemFs, ReadError, Source};
-use stealscope_sched::SchedSample;
+use stealscope_who::SchedSample;
 
 /// Batches are written this often: what SIGKILL can lose at most.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);

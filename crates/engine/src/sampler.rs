@@ -29,7 +29,7 @@ use stealscope_readers::snapshot::RawSample;
 use stealscope_readers::stat::{self, ProcStat};
 use stealscope_readers::tsc_clock::TscClock;
 use stealscope_readers::{ReadError, RootFs, Source};
-use stealscope_sched::SchedSample;
+use stealscope_who::SchedSample;
 
 #[derive(Debug, Clone)]
 pub struct SamplerOptions {

@@ -12,7 +12,8 @@ use crate::host::HostTracker;
 use std::time::Duration;
 use stealscope_model::host::discovery::ThreadRole;
 use stealscope_model::host::sched_store::StoredSched;
-use stealscope_sched::{Collector, Preference, SchedSample};
+use stealscope_sched::{Collector, Preference};
+use stealscope_who::SchedSample;
 
 /// A live view (serve, top) differences only consecutive readings, a host
 /// scan apart (1 s), so its collector drops a culprit that charged a

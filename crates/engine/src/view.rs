@@ -21,7 +21,7 @@ use stealscope_model::recent::RecentWindows;
 use stealscope_model::running_exact_steal::RunningExactSteal;
 use stealscope_readers::process::{task_cpu, task_status};
 use stealscope_readers::{cpulist, ReadError, RootFs};
-use stealscope_sched::SchedSample;
+use stealscope_who::SchedSample;
 
 /// Windows kept: wider than the sparkline of any usual terminal, and a
 /// second of bars even at 1000 Hz; about 90 bytes per CPU each.

@@ -16,6 +16,7 @@ use crate::error::FleetError;
 use crate::model::{Culprit, Fleet, Host, HostKey, NodeMem, Unseen, Vm};
 use crate::prom::{Prom, Series};
 use std::collections::{BTreeMap, BTreeSet};
+use stealscope_who::Kind;
 
 /// What to read.
 #[derive(Debug, Clone)]
@@ -322,7 +323,8 @@ fn culprits_of(wait_by: &[(String, String, String, f64)]) -> Vec<Culprit> {
     }
     let mut by: BTreeMap<&str, f64> = BTreeMap::new();
     for (victim, kind, culprit, w) in wait_by {
-        if (kind == "vcpu" || kind == "vmm") && culprit != victim {
+        let of_vm = Kind::parse(kind).is_some_and(Kind::is_vm);
+        if of_vm && culprit != victim {
             *by.entry(culprit.as_str()).or_default() += w;
         }
     }

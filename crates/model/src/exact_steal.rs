@@ -1,12 +1,12 @@
 //! Exact guest steal over an interval (issue 30), as a snapshot side keeps
 //! it: the guest steal collector's reading at the end less its first one
-//! (stealscope_sched::GuestStealSample::since), cut to what the reports
+//! (stealscope_who::GuestStealSample::since), cut to what the reports
 //! show, or why the collector did not run. The live part (loading and
 //! reading the collector) is the engine's; the model only reads this back,
 //! so a saved snapshot reports what the live run printed.
 
 use serde::{Deserialize, Serialize};
-use stealscope_sched::{GuestStealSample, StealVictim};
+use stealscope_who::{GuestStealSample, StealVictim};
 
 /// t1 only: a [`StoredExactSteal`].
 pub const EXACT_STEAL_FILE: &str = "/stealscope/exact-steal.json";
@@ -102,7 +102,7 @@ impl ExactSteal {
                 p99_ns: c.episodes.quantile(0.99),
             })
             .collect();
-        let task = |t: &stealscope_sched::StealTaskId, busy_ns: u64, episodes: u64| TaskExact {
+        let task = |t: &stealscope_who::StealTaskId, busy_ns: u64, episodes: u64| TaskExact {
             pid: t.tgid,
             tid: t.tid,
             comm: t.comm.clone(),

@@ -9,7 +9,7 @@
 use crate::exact_steal::{EpisodeExact, TaskExact};
 use crate::sticky_top::StickyTop;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use stealscope_sched::{CpuSteal, GuestStealSample, StealVictim};
+use stealscope_who::{CpuSteal, GuestStealSample, StealVictim};
 
 /// Processes whose busy steal is shown on its own; the rest are `other`.
 pub const TOP_VICTIMS: usize = 10;
@@ -133,7 +133,7 @@ impl Default for RunningExactSteal {
 
 /// A task as the views name it: by its process (`processes`), its own
 /// comm beside when it differs.
-fn victim(t: &stealscope_sched::StealTaskId, processes: &BTreeMap<u32, String>) -> TaskExact {
+fn victim(t: &stealscope_who::StealTaskId, processes: &BTreeMap<u32, String>) -> TaskExact {
     let process = processes.get(&t.tgid).filter(|p| **p != t.comm);
     TaskExact {
         pid: t.tgid,

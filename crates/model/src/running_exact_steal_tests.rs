@@ -1,5 +1,5 @@
 use super::*;
-use stealscope_sched::{StealEpisode, StealTaskId, TaskSteal};
+use stealscope_who::{StealEpisode, StealTaskId, TaskSteal};
 
 fn cpu(n: u32, busy: u64, idle: u64, episodes: &[u64]) -> CpuSteal {
     CpuSteal {

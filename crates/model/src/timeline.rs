@@ -7,6 +7,7 @@
 
 use crate::irq_rates::CpuIrqRates;
 use serde::Serialize;
+use stealscope_who::Charge;
 
 /// Interrupts per CPU over one window (rates per second, highest source
 /// first), from two /proc/interrupts readings ([`crate::irq_rates::rates`]).
@@ -50,12 +51,13 @@ pub struct ProbeWindow {
 }
 
 /// One VM's vCPU wait by culprit over the host scan that ended at `t_s`:
-/// its largest culprits and `other`, (kind, name, seconds), most first.
+/// its largest culprits and `other`, most first (shares: of the VM's wait
+/// in the scan).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CulpritWindow {
     pub t_s: f64,
     pub vm: String,
-    pub culprits: Vec<(String, String, f64)>,
+    pub culprits: Vec<Charge>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

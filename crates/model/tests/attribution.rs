@@ -6,7 +6,7 @@ use stealscope_model::host::attribution::attribute;
 use stealscope_model::host::discovery::{ThreadRole, VmKind};
 use stealscope_model::host::observation::{HostObservation, ThreadObs, VcpuSource, VmObs};
 use stealscope_model::host::sched_store::StoredSched;
-use stealscope_sched::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};
+use stealscope_who::{Kind, Route, SchedSample, SchedStats, Thread, ThreadWaits};
 
 fn thread(tid: u32, role: ThreadRole) -> ThreadObs {
     ThreadObs {
@@ -45,8 +45,8 @@ fn vm(name: &str, pid: u32, vcpus: &[u32], others: &[u32]) -> VmObs {
     }
 }
 
-fn c(tid: u32, tgid: u32, comm: &str, kthread: bool) -> Culprit {
-    Culprit {
+fn c(tid: u32, tgid: u32, comm: &str, kthread: bool) -> Thread {
+    Thread {
         tid,
         tgid,
         comm: comm.into(),
@@ -54,7 +54,7 @@ fn c(tid: u32, tgid: u32, comm: &str, kthread: bool) -> Culprit {
     }
 }
 
-fn waits(tid: u32, by: &[(Culprit, u64)], idle: u64, episodes: &[u64]) -> ThreadWaits {
+fn waits(tid: u32, by: &[(Thread, u64)], idle: u64, episodes: &[u64]) -> ThreadWaits {
     let mut w = ThreadWaits {
         tid,
         idle_ns: idle,
@@ -101,7 +101,7 @@ fn wait_is_split_by_culprit_and_summed_per_host() {
     };
     let bash = c(300, 300, "bash", false);
     let kw = c(7, 7, "kworker/0:1", false);
-    let kw = Culprit {
+    let kw = Thread {
         kthread: true,
         ..kw
     };
@@ -138,39 +138,47 @@ fn wait_is_split_by_culprit_and_summed_per_host() {
     assert_eq!(a.status.route, "bpf");
     assert_eq!(a.status.events, Some(100));
     let (by, ep) = &a.by_tid[&101];
-    let names: Vec<(&str, &str)> = by.iter().map(|w| (w.kind, w.name.as_str())).collect();
+    let names: Vec<(Kind, &str)> = by
+        .iter()
+        .map(|w| (w.culprit.kind, w.culprit.name.as_str()))
+        .collect();
     assert_eq!(
         names[..4],
         [
-            ("host-process", "bash"),
-            ("vcpu", "vmB"),
-            ("host-kthread", "kworker"),
-            ("vmm", "vmA")
+            (Kind::HostProcess, "bash"),
+            (Kind::Vcpu, "vmB"),
+            (Kind::HostKthread, "kworker"),
+            (Kind::Vmm, "vmA")
         ]
     );
-    assert_eq!(by[0].pid, Some(300));
+    assert_eq!(by[0].culprit.pid, Some(300));
     assert!((by[0].seconds - 0.6).abs() < 1e-9, "{}", by[0].seconds);
     let sum: f64 = by.iter().map(|w| w.seconds).sum();
     // irq time is the same at both ends: no irq row.
     assert!((sum - (0.89 + 9e-6)).abs() < 1e-9, "{sum}");
-    assert!(!by.iter().any(|w| w.kind == "irq"));
+    assert!(!by.iter().any(|w| w.culprit.kind == Kind::Irq));
     assert!((by.iter().map(|w| w.share).sum::<f64>() - 1.0).abs() < 1e-9);
-    assert!(by.iter().any(|w| w.kind == "unknown" && w.name == "idle"));
+    assert!(by
+        .iter()
+        .any(|w| w.culprit.kind == Kind::Unknown && w.culprit.name == "idle"));
     // Episodes of the interval only: the one at t0 is subtracted.
     assert_eq!(ep.count, 3);
     assert_eq!(ep.over_1ms, 2);
     assert_eq!(ep.over_10ms, 1);
     assert_eq!(ep.max_us, Some(20_000.0));
     let top = &a.culprits[0];
-    assert_eq!((top.kind, top.name.as_str()), ("host-process", "bash"));
+    assert_eq!(
+        (top.charge.culprit.kind, top.charge.culprit.name.as_str()),
+        (Kind::HostProcess, "bash")
+    );
     assert_eq!(top.victims, vec!["vmA".to_string()]);
     let vcpu_a = a
         .culprits
         .iter()
-        .find(|c| c.kind == "vcpu" && c.name == "vmA")
+        .find(|c| c.charge.culprit.kind == Kind::Vcpu && c.charge.culprit.name == "vmA")
         .unwrap();
     assert_eq!(vcpu_a.victims, vec!["vmA".to_string()]);
-    let total: f64 = a.culprits.iter().map(|c| c.share).sum();
+    let total: f64 = a.culprits.iter().map(|c| c.charge.share).sum();
     assert!((total - 1.0).abs() < 1e-9);
 }
 

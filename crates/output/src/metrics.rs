@@ -324,8 +324,8 @@ fn encode_findings(s: &MetricsState, version: &str, enc: &mut DescriptorEncoder)
         s.noisy.iter().map(|n| {
             (
                 vec![
-                    ("culprit_kind", n.kind.clone()),
-                    ("culprit", n.name.clone()),
+                    ("culprit_kind", n.culprit.kind.to_string()),
+                    ("culprit", n.culprit.name.clone()),
                     ("victims", n.victims.clone()),
                     ("severity", n.severity.as_str().to_string()),
                 ],
@@ -351,12 +351,12 @@ fn encode_wait_by(s: &MetricsState, enc: &mut DescriptorEncoder) -> fmt::Result 
         "stealscope_vm_wait_by_seconds",
         "Run-queue wait of each VM's vCPUs by what ran on their CPU meanwhile (scheduler events): its 5 largest culprits so far, the rest as culprit=\"other\".",
         s.wait_by.vms.iter().flat_map(|(vm, v)| {
-            v.series().into_iter().map(move |(kind, name, secs_)| {
+            v.series().into_iter().map(move |(c, secs_)| {
                 (
                     vec![
                         ("vm", vm.clone()),
-                        ("culprit_kind", kind.to_string()),
-                        ("culprit", name),
+                        ("culprit_kind", c.kind.to_string()),
+                        ("culprit", c.name),
                     ],
                     ConstCounter::new(secs(secs_)),
                 )
@@ -484,6 +484,7 @@ fn to_classic(om: &str) -> String {
 mod tests {
     use super::*;
     use stealscope_readers::stat::parse;
+    use stealscope_who::{Culprit, Kind};
 
     /// The sample lines of an exposition (no `#` lines): the same in the
     /// text format and OpenMetrics.
@@ -513,14 +514,16 @@ mod tests {
         });
         s.findings.push(("steal.bursty".into(), Severity::Warning));
         s.noisy.push(crate::metrics_noisy::NoisyNeighbor {
-            kind: "host-process".into(),
-            name: "burn".into(),
+            culprit: Culprit::new(Kind::HostProcess, "burn"),
             victims: "web \"1\",db".into(),
             severity: Severity::Warning,
             share: 0.4,
         });
-        s.wait_by
-            .add("web \"1\"", ("host-process", "burn".into()), 1_500_000_000);
+        s.wait_by.add(
+            "web \"1\"",
+            Culprit::new(Kind::HostProcess, "burn"),
+            1_500_000_000,
+        );
         s.wait_by
             .vms
             .get_mut("web \"1\"")

@@ -7,6 +7,7 @@
 //! label names at most [`MAX_VICTIMS`] VMs (then "+N more").
 
 use stealscope_analysis::{Finding, Severity};
+use stealscope_who::{Culprit, Kind};
 
 /// Culprits exported per rule run (the largest shares).
 pub const MAX_SERIES: usize = 5;
@@ -16,9 +17,9 @@ pub const MAX_VICTIMS: usize = 3;
 /// One noisy neighbour as exported.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NoisyNeighbor {
-    pub kind: String,
-    /// Its name without the pid (the pid would make a series per restart).
-    pub name: String,
+    /// Kind and name, without the pid (the pid would make a series per
+    /// restart).
+    pub culprit: Culprit,
     /// "db,web" or "a,b,c,+2 more", in the finding's order.
     pub victims: String,
     pub severity: Severity,
@@ -51,8 +52,7 @@ pub fn of(findings: &[Finding]) -> Vec<NoisyNeighbor> {
                 _ => Vec::new(),
             };
             Some(NoisyNeighbor {
-                kind: str_of("kind")?,
-                name: str_of("name")?,
+                culprit: Culprit::new(Kind::parse(&str_of("kind")?)?, str_of("name")?),
                 victims: victims_label(&victims),
                 severity: f.severity,
                 share: f.evidence.get("share_of_vcpu_wait")?.as_f64()?,
@@ -90,9 +90,9 @@ mod tests {
         f.push(Finding::new("host.steal.busy", Severity::Critical, "x"));
         let n = of(&f);
         assert_eq!(n.len(), MAX_SERIES);
-        assert_eq!(n[0].name, "backup");
+        assert_eq!(n[0].culprit.name, "backup");
         assert_eq!(n[0].victims, "a,b,c,+2 more");
         assert_eq!(n[1].victims, "web,db");
-        assert!(n.iter().all(|x| x.kind == "host-process"));
+        assert!(n.iter().all(|x| x.culprit.kind == Kind::HostProcess));
     }
 }

@@ -7,16 +7,7 @@ use crate::bins::TimeBins;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stealscope_model::timeline::CulpritWindow;
-
-/// One culprit of a VM over the whole recording.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Culprit {
-    pub kind: String,
-    pub name: String,
-    pub seconds: f64,
-    /// Of this VM's vCPU wait over the recording.
-    pub share: f64,
-}
+use stealscope_who::{Charge, Culprit, Kind};
 
 /// One time bin of a VM: its vCPU wait in the bin, by culprit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -35,8 +26,9 @@ pub struct VmOverTime {
     pub vm: String,
     /// All of this VM's vCPU wait the recording attributes, seconds.
     pub wait_s: f64,
-    /// Its largest culprits, most first (at most `top` of them).
-    pub culprits: Vec<Culprit>,
+    /// Its largest culprits, most first (at most `top` of them); shares:
+    /// of this VM's vCPU wait over the recording.
+    pub culprits: Vec<Charge>,
     /// Everything else, seconds (the scans' own `other` included).
     pub other_s: f64,
     pub bins: Vec<Bin>,
@@ -78,11 +70,11 @@ pub fn summarize(
     min_share: f64,
     max_bins: usize,
 ) -> Vec<VmOverTime> {
-    let mut totals: BTreeMap<&str, BTreeMap<(&str, &str), f64>> = BTreeMap::new();
+    let mut totals: BTreeMap<&str, BTreeMap<&Culprit, f64>> = BTreeMap::new();
     for c in w {
         let m = totals.entry(&c.vm).or_default();
-        for (kind, name, s) in &c.culprits {
-            *m.entry((kind, name)).or_default() += s;
+        for r in &c.culprits {
+            *m.entry(&r.culprit).or_default() += r.seconds;
         }
     }
     let sp = spans(w);
@@ -91,15 +83,14 @@ pub fn summarize(
         .into_iter()
         .map(|(vm, m)| {
             let wait_s: f64 = m.values().sum();
-            let mut ranked: Vec<((&str, &str), f64)> = m.into_iter().collect();
+            let mut ranked: Vec<(&Culprit, f64)> = m.into_iter().collect();
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let culprits: Vec<Culprit> = ranked
+            let culprits: Vec<Charge> = ranked
                 .iter()
-                .filter(|((kind, _), s)| *kind != "other" && *s >= min_share * wait_s)
+                .filter(|(c, s)| c.kind != Kind::Other && *s >= min_share * wait_s)
                 .take(top)
-                .map(|((kind, name), s)| Culprit {
-                    kind: kind.to_string(),
-                    name: name.to_string(),
+                .map(|(c, s)| Charge {
+                    culprit: (*c).clone(),
                     seconds: *s,
                     share: s / wait_s.max(1e-12),
                 })
@@ -120,18 +111,18 @@ pub fn summarize(
 fn vm_bins(
     sp: &[(f64, f64, &CulpritWindow)],
     vm: &str,
-    culprits: &[Culprit],
+    culprits: &[Charge],
     b: &TimeBins,
 ) -> Vec<Bin> {
     let mut cells = vec![vec![0.0f64; culprits.len() + 1]; b.n];
     for (start, dur, c) in sp.iter().filter(|s| s.2.vm == vm) {
-        for (kind, name, s) in &c.culprits {
+        for r in &c.culprits {
             let col = culprits
                 .iter()
-                .position(|k| &k.kind == kind && &k.name == name)
+                .position(|k| k.culprit == r.culprit)
                 .unwrap_or(culprits.len());
             for (i, share) in b.spread(*start, *dur) {
-                cells[i][col] += s * share;
+                cells[i][col] += r.seconds * share;
             }
         }
     }
@@ -151,13 +142,17 @@ fn vm_bins(
 mod tests {
     use super::*;
 
-    fn win(t_s: f64, vm: &str, rows: &[(&str, &str, f64)]) -> CulpritWindow {
+    fn win(t_s: f64, vm: &str, rows: &[(Kind, &str, f64)]) -> CulpritWindow {
         CulpritWindow {
             t_s,
             vm: vm.into(),
             culprits: rows
                 .iter()
-                .map(|(k, n, s)| (k.to_string(), n.to_string(), *s))
+                .map(|(k, n, s)| Charge {
+                    culprit: Culprit::new(*k, *n),
+                    seconds: *s,
+                    share: 0.0,
+                })
                 .collect(),
         }
     }
@@ -173,9 +168,9 @@ mod tests {
                 t as f64,
                 "a",
                 &[
-                    ("host-process", who, 0.9),
-                    ("host-kthread", "kworker", 0.05),
-                    ("other", "other", 0.01),
+                    (Kind::HostProcess, who, 0.9),
+                    (Kind::HostKthread, "kworker", 0.05),
+                    (Kind::Other, "other", 0.01),
                 ],
             ));
         }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use stealscope_readers::mempolicy::Confinement;
 use stealscope_readers::process::CgroupMembership;
+use stealscope_who::Kind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Topology {
@@ -172,9 +173,9 @@ pub struct WaitEvidence {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CulpritEvidence {
-    /// As in `host --json`'s `wait_by`: vcpu, vmm, host-kthread,
-    /// host-process, irq, unknown.
-    pub kind: String,
+    /// As in `host --json`'s `wait_by`. Kind, name and pid rather than a
+    /// whole [`stealscope_who::Culprit`]: stored plans write `"pid": null`.
+    pub kind: Kind,
     pub name: String,
     pub pid: Option<u32>,
     /// Of the VM's vCPU wait (0..1).
@@ -209,12 +210,12 @@ impl WaitEvidence {
 impl CulpritEvidence {
     fn describe(&self) -> String {
         let pid = self.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-        match self.kind.as_str() {
-            "vcpu" => format!("VM {}'s vCPUs", self.name),
-            "vmm" => format!("VM {}'s emulator threads", self.name),
-            "host-kthread" => format!("kernel threads `{}`", self.name),
-            "host-process" => format!("host process `{}`{pid}", self.name),
-            "irq" => "interrupts".to_string(),
+        match self.kind {
+            Kind::Vcpu => format!("VM {}'s vCPUs", self.name),
+            Kind::Vmm => format!("VM {}'s emulator threads", self.name),
+            Kind::HostKthread => format!("kernel threads `{}`", self.name),
+            Kind::HostProcess => format!("host process `{}`{pid}", self.name),
+            Kind::Irq => "interrupts".to_string(),
             _ => format!("{} ({})", self.name, self.kind),
         }
     }

@@ -9,13 +9,14 @@ use crate::input::{
     WaitEvidence,
 };
 use std::collections::BTreeMap;
-use stealscope_model::host::attribution::{attribute, Attribution, OWN};
+use stealscope_model::host::attribution::{attribute, Attribution};
 use stealscope_model::host::discovery::weight_group_path;
 use stealscope_model::host::observation::ThreadObs;
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::HostObservation;
 use stealscope_readers::cgroupfs::{CgroupMounts, CpuWeight};
 use stealscope_readers::{cpu_topology, kernel, process, ReadError, Source};
+use stealscope_who::{Culprit, Kind};
 
 /// Where the cpu controller is mounted (v1 preferred: where it is mounted,
 /// v2 cannot have it).
@@ -202,7 +203,7 @@ fn evidence(att: &Attribution, v: &VmObs, wall_s: f64) -> Option<WaitEvidence> {
     if !att.status.available() || wall_s <= 0.0 {
         return None;
     }
-    let mut by: BTreeMap<(&str, &str, Option<u32>), f64> = BTreeMap::new();
+    let mut by: BTreeMap<(Kind, &str, Option<u32>), f64> = BTreeMap::new();
     let mut seen = 0;
     for (_, t) in &v.vcpus {
         let Some((rows, _)) = att.by_tid.get(&t.tid) else {
@@ -210,8 +211,9 @@ fn evidence(att: &Attribution, v: &VmObs, wall_s: f64) -> Option<WaitEvidence> {
         };
         seen += 1;
         // stealscope's own threads are its cost, not a culprit to plan around.
-        for r in rows.iter().filter(|r| r.kind != OWN) {
-            *by.entry((r.kind, r.name.as_str(), r.pid)).or_default() += r.seconds;
+        for r in rows.iter().filter(|r| r.culprit.kind != Kind::Own) {
+            let c: &Culprit = &r.culprit;
+            *by.entry((c.kind, c.name.as_str(), c.pid)).or_default() += r.seconds;
         }
     }
     if seen == 0 {
@@ -221,7 +223,7 @@ fn evidence(att: &Attribution, v: &VmObs, wall_s: f64) -> Option<WaitEvidence> {
     let mut culprits: Vec<CulpritEvidence> = by
         .into_iter()
         .map(|((kind, name, pid), s)| CulpritEvidence {
-            kind: kind.to_string(),
+            kind,
             name: name.to_string(),
             pid,
             share: if total > 0.0 { s / total } else { 0.0 },

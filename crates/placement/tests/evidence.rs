@@ -3,10 +3,11 @@
 
 use stealscope_placement::synthetic::{host, vm};
 use stealscope_placement::{plan, Config, CulpritEvidence, History, WaitEvidence};
+use stealscope_who::Kind;
 
-fn culprit(kind: &str, name: &str, pid: Option<u32>, share: f64) -> CulpritEvidence {
+fn culprit(kind: Kind, name: &str, pid: Option<u32>, share: f64) -> CulpritEvidence {
     CulpritEvidence {
-        kind: kind.into(),
+        kind,
         name: name.into(),
         pid,
         share,
@@ -22,8 +23,8 @@ fn reasons_cite_the_culprits_and_nothing_else_changes() {
     h.vms[0].wait = Some(WaitEvidence {
         wait_share: 0.48,
         culprits: vec![
-            culprit("host-process", "burn", Some(812), 0.97),
-            culprit("host-kthread", "kworker", None, 0.02),
+            culprit(Kind::HostProcess, "burn", Some(812), 0.97),
+            culprit(Kind::HostKthread, "kworker", None, 0.02),
         ],
     });
     let with = plan(&h, &cfg, &History::default(), 0.0);
@@ -41,19 +42,19 @@ fn reasons_cite_the_culprits_and_nothing_else_changes() {
 fn small_waits_and_scattered_culprits_are_not_cited() {
     let low = WaitEvidence {
         wait_share: 0.02,
-        culprits: vec![culprit("vcpu", "vmB", Some(7), 1.0)],
+        culprits: vec![culprit(Kind::Vcpu, "vmB", Some(7), 1.0)],
     };
     assert_eq!(low.reason(), None);
     let scattered = WaitEvidence {
         wait_share: 0.3,
-        culprits: vec![culprit("irq", "irq", None, 0.05)],
+        culprits: vec![culprit(Kind::Irq, "irq", None, 0.05)],
     };
     assert_eq!(scattered.reason(), None);
     let two = WaitEvidence {
         wait_share: 0.3,
         culprits: vec![
-            culprit("vcpu", "vmB", Some(7), 0.6),
-            culprit("host-kthread", "kworker", None, 0.3),
+            culprit(Kind::Vcpu, "vmB", Some(7), 0.6),
+            culprit(Kind::HostKthread, "kworker", None, 0.3),
         ],
     };
     assert_eq!(

@@ -9,7 +9,8 @@
 //! as one JSON object per line (scripts/bench-steal-probe.sh joins them
 //! with `probe preempt`'s gaps).
 
-use stealscope_sched::{GuestSteal, GuestStealSample, StealOptions, StealVictim};
+use stealscope_sched::{GuestSteal, StealOptions};
+use stealscope_who::{GuestStealSample, StealVictim};
 
 /// Steal of each CPU so far in /proc/stat, in its units (USER_HZ).
 fn proc_stat_steal() -> Vec<(u32, u64)> {

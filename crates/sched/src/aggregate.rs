@@ -20,9 +20,9 @@
 //! - A switch ends c's interrupt time: no switch happens inside a handler,
 //!   so a lost exit cannot charge irq forever.
 
-use crate::model::{Culprit, ThreadWaits};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use stealscope_who::waits::{Thread, ThreadWaits};
 
 pub use crate::event::{Comm, Event};
 
@@ -163,7 +163,7 @@ pub struct Aggregator {
     cpus: Vec<Cpu>,
     threads: HashMap<u32, Watched>,
     ident: Box<dyn Identify>,
-    culprits: HashMap<(u32, Comm), Culprit>,
+    culprits: HashMap<(u32, Comm), Thread>,
     /// Latest time applied; earlier timestamps are taken as this one.
     now: u64,
     events: u64,
@@ -650,11 +650,11 @@ enum Target {
 }
 
 fn culprit(
-    cache: &mut HashMap<(u32, Comm), Culprit>,
+    cache: &mut HashMap<(u32, Comm), Thread>,
     ident: &mut dyn Identify,
     tid: u32,
     comm: Comm,
-) -> Culprit {
+) -> Thread {
     if let Some(c) = cache.get(&(tid, comm)) {
         return c.clone();
     }
@@ -662,7 +662,7 @@ fn culprit(
         cache.clear();
     }
     let (tgid, kthread) = ident.identify(tid);
-    let c = Culprit {
+    let c = Thread {
         tid,
         tgid,
         comm: comm.as_string(),

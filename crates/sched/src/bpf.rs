@@ -8,14 +8,14 @@ use crate::bpf_charges::{Charge, ChargeKey, ChargeTotals};
 pub use crate::bpf_info::ProgStats;
 use crate::bpf_ksym::RqPath;
 use crate::error::{CollectError, Result};
-use crate::hist::{EpisodeHist, BUCKETS};
-use crate::model::{Route, SchedSample, SchedStats, ThreadWaits};
 use crate::route::RouteImpl;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
 use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_readers::clock::monotonic_ns;
+use stealscope_who::hist::{EpisodeHist, BUCKETS};
+use stealscope_who::waits::{Route, SchedSample, SchedStats, ThreadWaits};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/wait_by.bpf.o");
 

@@ -11,9 +11,9 @@
 //! with every pair that ever met (issue 29: 10,000 vCPU threads that wait
 //! behind each other grew serve's heap by 0.25 MB/s for as long as it ran).
 
-use crate::model::Culprit;
 use aya::Pod;
 use std::collections::{BTreeMap, HashMap};
+use stealscope_who::waits::Thread;
 
 /// Layouts shared with bpf/wait_by.bpf.c (same field order and sizes).
 #[repr(C)]
@@ -60,7 +60,7 @@ struct Total {
 pub(crate) struct ChargeTotals {
     /// Each map entry's value at the previous read.
     seen: HashMap<ChargeKey, u64>,
-    totals: BTreeMap<u32, BTreeMap<Culprit, Total>>,
+    totals: BTreeMap<u32, BTreeMap<Thread, Total>>,
     /// A culprit quiet this long leaves a victim's totals (None: never).
     pub retire_after: Option<u64>,
 }
@@ -86,7 +86,7 @@ impl ChargeTotals {
                 _ => c.ns,
             };
             seen.insert(*k, c.ns);
-            let culprit = Culprit {
+            let culprit = Thread {
                 tid: k.tid,
                 tgid: c.tgid,
                 comm: comm(&k.comm),
@@ -125,7 +125,7 @@ impl ChargeTotals {
     }
 
     /// A victim's cumulative charges by culprit.
-    pub(crate) fn of(&self, victim: u32) -> BTreeMap<Culprit, u64> {
+    pub(crate) fn of(&self, victim: u32) -> BTreeMap<Thread, u64> {
         self.totals
             .get(&victim)
             .map(|by| by.iter().map(|(c, t)| (c.clone(), t.ns)).collect())

@@ -94,7 +94,7 @@ fn idle_charges_leave_the_map_and_stay_in_the_totals() {
     // The victim has exited: nothing charges it any more.
     let _ = r.read().unwrap();
     let c = r.read().unwrap();
-    let hog_ns = |s: &crate::SchedSample| -> u64 {
+    let hog_ns = |s: &stealscope_who::SchedSample| -> u64 {
         s.threads[&victim]
             .by_thread
             .iter()

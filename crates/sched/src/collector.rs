@@ -3,8 +3,8 @@
 
 use crate::bpf_info::ProgStats;
 use crate::error::Result;
-use crate::model::{Route, SchedSample};
 use crate::route::RouteImpl;
+use stealscope_who::waits::{Route, SchedSample};
 
 /// Which route to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

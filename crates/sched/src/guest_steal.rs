@@ -11,13 +11,13 @@ use crate::bpf::{bpf_err, chain, explain, program};
 use crate::bpf_info::ProgStats;
 use crate::bpf_ksym::RqPath;
 use crate::error::Result;
-use crate::guest_steal_model::{CpuSteal, GuestStealSample, StealTaskId, TaskSteal};
 use crate::guest_steal_ring::{EpisodeLog, RECENT};
-use crate::hist::{EpisodeHist, BUCKETS};
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader, Pod};
 use stealscope_readers::clock::monotonic_ns;
+use stealscope_who::guest_steal::{CpuSteal, GuestStealSample, StealTaskId, TaskSteal};
+use stealscope_who::hist::{EpisodeHist, BUCKETS};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/guest_steal.bpf.o");
 
@@ -292,7 +292,7 @@ impl GuestSteal {
             .filter(|(k, _)| seen.insert((k.tid, k.tstart)))
             .map(|(k, t)| task_steal(&k, &t))
             .collect();
-        crate::guest_steal_model::sort_tasks(&mut v);
+        stealscope_who::guest_steal::sort_tasks(&mut v);
         Ok(v)
     }
 

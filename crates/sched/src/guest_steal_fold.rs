@@ -5,8 +5,8 @@
 //! (steal before the collector started is not in its totals), and a
 //! reading that did not advance charges nothing.
 
-use crate::guest_steal_model::{sort_tasks, CpuSteal, StealVictim, TaskSteal};
 use std::collections::HashMap;
+use stealscope_who::guest_steal::{sort_tasks, CpuSteal, StealVictim, TaskSteal};
 
 /// One CPU's readings folded into its totals and its tasks'.
 #[derive(Debug, Clone)]

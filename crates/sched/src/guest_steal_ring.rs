@@ -2,14 +2,14 @@
 //! layout (`struct steal_event` in bpf/guest_steal.bpf.c) and the bounded
 //! list of recent ones user space keeps.
 
-use crate::guest_steal_model::{StealEpisode, StealTaskId, StealVictim};
 use std::collections::VecDeque;
+use stealscope_who::guest_steal::{StealEpisode, StealTaskId, StealVictim};
 
 /// Bytes of one `struct steal_event`.
 pub const RECORD_LEN: usize = 56;
 
 /// Episodes kept for views (`top`, the largest of an interval): older ones
-/// leave the list, and [`crate::GuestStealSample::episodes_unlisted`]
+/// leave the list, and [`stealscope_who::GuestStealSample::episodes_unlisted`]
 /// counts what an interval lost that way.
 pub const RECENT: usize = 4096;
 

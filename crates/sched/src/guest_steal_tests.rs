@@ -3,11 +3,11 @@
 
 use super::{cpu_steal, one_line, steal_fields_missing, task_steal, RawCpu, RawTask, RawTaskKey};
 use crate::guest_steal_fold::StealFold;
-use crate::guest_steal_model::{
+use crate::guest_steal_ring::{decode, EpisodeLog, RECORD_LEN};
+use stealscope_who::guest_steal::{
     CpuSteal, GuestStealSample, StealEpisode, StealTaskId, StealVictim, TaskSteal,
 };
-use crate::guest_steal_ring::{decode, EpisodeLog, RECORD_LEN};
-use crate::hist::bucket;
+use stealscope_who::hist::bucket;
 
 fn task(tid: u32, comm: &str) -> StealVictim {
     StealVictim::Task(StealTaskId {
@@ -255,5 +255,5 @@ fn kernel_counters_become_the_model_the_fold_would_give() {
 }
 
 fn bucket_upper(ns: u64) -> u64 {
-    crate::hist::upper(bucket(ns))
+    stealscope_who::hist::upper(bucket(ns))
 }

@@ -2,7 +2,7 @@
 //! vCPU threads of the VMs on a host), its run-queue wait split by **who ran
 //! on its CPU while it waited**, plus a histogram of its wait episodes.
 //!
-//! Two routes feed the same typed counters ([`model`]):
+//! Two routes feed the same typed counters (`stealscope_who::waits`):
 //! - `bpf`: a CO-RE eBPF program on the scheduler tracepoints that aggregates
 //!   in the kernel; user space reads its maps once per interval.
 //! - `tracefs`: a private tracefs instance streaming the same events in
@@ -26,11 +26,8 @@ pub mod event;
 pub mod evformat;
 pub mod guest_steal;
 pub mod guest_steal_fold;
-pub mod guest_steal_model;
 pub mod guest_steal_ring;
-pub mod hist;
 pub mod merge;
-pub mod model;
 pub mod ringbuf;
 mod route;
 pub mod tracefs_raw;
@@ -40,8 +37,3 @@ pub use bpf_info::{enable_run_stats, ProgStats};
 pub use collector::{Collector, Preference, Unavailable};
 pub use error::{CollectError, Result};
 pub use guest_steal::{GuestSteal, StealOptions, StealUnavailable};
-pub use guest_steal_model::{
-    CpuSteal, GuestStealSample, StealEpisode, StealTaskId, StealVictim, TaskSteal,
-};
-pub use hist::EpisodeHist;
-pub use model::{Culprit, Route, SchedSample, SchedStats, ThreadWaits};

@@ -4,7 +4,7 @@
 
 use crate::bpf_info::ProgStats;
 use crate::error::Result;
-use crate::model::{Route, SchedSample};
+use stealscope_who::waits::{Route, SchedSample};
 
 /// One route's running state.
 pub(crate) trait RouteImpl: Send {

@@ -29,7 +29,6 @@ use crate::aggregate::{Aggregator, Event};
 use crate::error::{CollectError, Result};
 use crate::evformat::{Decoder, EventFormat};
 use crate::merge::Merger;
-use crate::model::{Route, SchedSample, SchedStats};
 use crate::ringbuf::{Missed, PageFormat};
 use crate::route::RouteImpl;
 use crate::tracefs_text::read_text;
@@ -44,6 +43,7 @@ use std::time::Duration;
 use stealscope_readers::clock::monotonic_ns;
 use stealscope_readers::tracefs::Instance;
 use stealscope_readers::{process, RootFs};
+use stealscope_who::waits::{Route, SchedSample, SchedStats};
 
 /// Prefix of the instance name (`<prefix><pid>-<n>`).
 pub const INSTANCE_PREFIX: &str = "stealscope-sched-";

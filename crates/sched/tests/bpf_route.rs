@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use stealscope_sched::{Collector, Preference, SchedSample, ThreadWaits};
+use stealscope_sched::{Collector, Preference};
+use stealscope_who::{SchedSample, ThreadWaits};
 
 mod common;
 

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stealscope_sched::{GuestSteal, GuestStealSample, StealOptions, StealVictim};
+use stealscope_sched::{GuestSteal, StealOptions};
+use stealscope_who::{GuestStealSample, StealVictim};
 
 /// One live test at a time: each pins busy threads, and the known-victim
 /// test needs its CPU to itself (cargo runs a binary's tests in parallel).

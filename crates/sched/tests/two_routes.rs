@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use stealscope_sched::{Collector, Preference, SchedSample, SchedStats};
+use stealscope_sched::{Collector, Preference};
+use stealscope_who::{SchedSample, SchedStats};
 
 mod common;
 

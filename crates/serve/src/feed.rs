@@ -15,7 +15,7 @@ use stealscope_model::host::vcpu_times;
 use stealscope_model::running_exact_steal::ExactReading;
 use stealscope_output::metrics::SchedStatus;
 use stealscope_readers::ReadError;
-use stealscope_sched::SchedSample;
+use stealscope_who::SchedSample;
 
 pub(crate) struct Feed {
     pub shared: Arc<Shared>,

@@ -25,6 +25,7 @@ use super::host_groups::group_of;
 use super::host_who::Who;
 use std::collections::HashMap;
 use stealscope_model::MachineModel;
+use stealscope_who::Kind;
 
 /// Whose thread a demand is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -114,9 +115,9 @@ fn host_entities(m: &MachineModel, root: &mut Vec<Entity>) {
     let autogroups_on = m.t1.host.autogroups_on();
     let w = &m.host.host_work;
     for i in &w.top {
-        let owner = match (i.kind, i.pid) {
-            ("host-process", Some(pid)) => Owner::Process(pid),
-            _ => Owner::Kthreads(i.name.clone()),
+        let owner = match (i.culprit.kind, i.culprit.pid) {
+            (Kind::HostProcess, Some(pid)) => Owner::Process(pid),
+            _ => Owner::Kthreads(i.culprit.name.clone()),
         };
         let threads: Vec<(Owner, f64)> = units(i.run_cpus + i.wait_cpus)
             .map(|d| (owner.clone(), d))
@@ -169,11 +170,11 @@ impl Expected {
     /// A culprit's expected CPU; None for what has no thread here
     /// (interrupts, `unknown`, a VM or process not in the interval).
     pub fn of_culprit(&self, w: &Who) -> Option<f64> {
-        let owner = match (w.kind, w.vm.as_ref(), w.pid) {
-            ("vcpu", Some(vm), _) => Owner::Vcpus(vm.clone()),
-            ("vmm", Some(vm), _) => Owner::Vmm(vm.clone()),
-            ("host-process", _, Some(pid)) => Owner::Process(pid),
-            ("host-kthread", _, _) => Owner::Kthreads(w.name.clone()),
+        let owner = match (w.culprit.kind, w.culprit.vm.as_ref(), w.culprit.pid) {
+            (Kind::Vcpu, Some(vm), _) => Owner::Vcpus(vm.clone()),
+            (Kind::Vmm, Some(vm), _) => Owner::Vmm(vm.clone()),
+            (Kind::HostProcess, _, Some(pid)) => Owner::Process(pid),
+            (Kind::HostKthread, _, _) => Owner::Kthreads(w.culprit.name.clone()),
             _ => return None,
         };
         self.cpus.get(&owner).copied()

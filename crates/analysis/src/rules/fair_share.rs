@@ -11,6 +11,7 @@
 //! split into whole-CPU units: its thread count is not kept).
 
 use stealscope_model::MachineModel;
+use stealscope_who::Kind;
 
 use super::host_who::Who;
 
@@ -107,9 +108,14 @@ impl Fair {
     /// judge by (`unknown`: idle or untraced time). Interrupts are entitled
     /// to none: they preempt every thread.
     pub fn of_culprit(&self, m: &MachineModel, w: &Who) -> Option<(f64, f64)> {
-        let vm = || m.host.vms.iter().find(|v| Some(&v.name) == w.vm.as_ref());
-        match w.kind {
-            "vcpu" => {
+        let vm = || {
+            m.host
+                .vms
+                .iter()
+                .find(|v| Some(&v.name) == w.culprit.vm.as_ref())
+        };
+        match w.culprit.kind {
+            Kind::Vcpu => {
                 let v = vm()?;
                 let fair = v
                     .vcpus
@@ -119,23 +125,22 @@ impl Fair {
                 let ran = v.vcpus.iter().map(|c| c.util_pct / 100.0).sum();
                 Some((fair, ran))
             }
-            "vmm" => {
+            Kind::Vmm => {
                 let v = vm()?;
                 let run: Vec<f64> = v.others.iter().filter_map(|o| o.util_pct).collect();
                 let fair = run.iter().map(|u| self.cpu(thread_demand(*u, 0.0))).sum();
                 Some((fair, run.iter().sum::<f64>() / 100.0))
             }
-            "host-process" | "host-kthread" => {
-                let i = m
-                    .host
-                    .host_work
-                    .top
-                    .iter()
-                    .find(|i| i.kind == w.kind && i.name == w.name && i.pid == w.pid)?;
+            Kind::HostProcess | Kind::HostKthread => {
+                let i = m.host.host_work.top.iter().find(|i| {
+                    i.culprit.kind == w.culprit.kind
+                        && i.culprit.name == w.culprit.name
+                        && i.culprit.pid == w.culprit.pid
+                })?;
                 let fair = units(i.run_cpus + i.wait_cpus).map(|d| self.cpu(d)).sum();
                 Some((fair, i.run_cpus))
             }
-            "irq" => Some((0.0, 0.0)),
+            Kind::Irq => Some((0.0, 0.0)),
             _ => None,
         }
     }

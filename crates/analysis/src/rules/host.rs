@@ -3,6 +3,7 @@
 
 use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use stealscope_model::MachineModel;
+use stealscope_who::Kind;
 
 /// Mean vCPU wait (% of wall) at which host steal is worth a finding; the
 /// same level as the guest-side threshold, since it is the same quantity.
@@ -77,8 +78,10 @@ pub fn numa_balancing(m: &MachineModel, out: &mut Vec<Finding>) {
         m.host
             .culprits
             .iter()
-            .filter(|c| c.kind == "host-kthread" && c.name == "migration")
-            .map(|c| c.share)
+            .filter(|c| {
+                c.charge.culprit.kind == Kind::HostKthread && c.charge.culprit.name == "migration"
+            })
+            .map(|c| c.charge.share)
             .sum::<f64>()
     });
     let migration_cpus = m
@@ -86,7 +89,7 @@ pub fn numa_balancing(m: &MachineModel, out: &mut Vec<Finding>) {
         .host_work
         .top
         .iter()
-        .find(|w| w.kind == "host-kthread" && w.name == "migration")
+        .find(|w| w.culprit.kind == Kind::HostKthread && w.culprit.name == "migration")
         .map_or(0.0, |w| w.run_cpus);
     let cited = match migration_share {
         Some(s) => format!("; migration threads caused {:.1}% of vCPU wait", 100.0 * s),

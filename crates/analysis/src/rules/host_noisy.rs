@@ -28,6 +28,7 @@ use crate::finding::{round, Finding, Severity};
 use crate::hysteresis::{holding, SUBJECT};
 use crate::verdict::VERDICT_FIX;
 use stealscope_model::MachineModel;
+use stealscope_who::Kind;
 
 /// A culprit causing at least this share of all vCPU wait (of VMs other
 /// than its own) harms its neighbours: a quarter is more than any one of
@@ -56,8 +57,8 @@ pub const FAIR_CLEAR: f64 = 1.05;
 /// threads') group weight is the `host.cgroup-weight-unfair` finding's
 /// matter, which names the VM that loses by it (per-VM autogroups give a
 /// 1-vCPU VM beside a 2-vCPU one 1.5x its fair CPU by structure alone).
-fn by_structure(kind: &str) -> bool {
-    matches!(kind, "host-process" | "host-kthread")
+fn by_structure(kind: Kind) -> bool {
+    kind.is_host()
 }
 
 /// What it ran is at least this many times the larger of its expected and
@@ -149,15 +150,15 @@ fn against(x: f64, base: f64, (excess, clear): (f64, f64)) -> Level {
 /// How far a culprit is over its fair CPU, and why: by the host's group
 /// structure first (stable run after run), then by what it ran beyond
 /// that structure.
-fn over_fair(s: Option<Standing>, kind: &str) -> (Level, Over) {
+fn over_fair(s: Option<Standing>, kind: Kind) -> (Level, Over) {
     let Some(s) = s else {
-        return if kind == "irq" {
+        return if kind == Kind::Irq {
             (Level::Fires, Over::Irq)
         } else {
             (Level::Clear, Over::Ran)
         };
     };
-    let run = if kind == "vcpu" {
+    let run = if kind == Kind::Vcpu {
         (RAN_EXCESS_VM, RAN_CLEAR_VM)
     } else {
         (RAN_EXCESS, RAN_CLEAR)
@@ -178,7 +179,7 @@ fn over_fair(s: Option<Standing>, kind: &str) -> (Level, Over) {
 
 /// A culprit's standing, None for what has no share to judge by.
 fn standing(m: &MachineModel, fair: &Fair, expected: &Expected, w: &Who) -> Option<Standing> {
-    if w.kind == "irq" {
+    if w.culprit.kind == Kind::Irq {
         return None;
     }
     let (f, ran) = fair.of_culprit(m, w)?;
@@ -201,11 +202,11 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
     }
     let (fair, expected) = (Fair::of(m), Expected::of(m));
     for w in culprits(m) {
-        if w.kind == "unknown" {
+        if w.culprit.kind == Kind::Unknown {
             continue;
         }
         let st = standing(m, &fair, &expected, &w);
-        let (over, basis) = over_fair(st, w.kind);
+        let (over, basis) = over_fair(st, w.culprit.kind);
         let mut lvl = by_share(w.neighbor_share, over, basis);
         if lvl == Level::Fires && mean < HOST_STEAL_WARN_PCT {
             lvl = Level::Holds;
@@ -213,7 +214,7 @@ pub fn noisy_neighbor(m: &MachineModel, out: &mut Vec<Finding>) {
         let victims: Vec<String> = w
             .victims
             .iter()
-            .filter(|v| w.vm.as_ref() != Some(*v))
+            .filter(|v| w.culprit.vm.as_ref() != Some(*v))
             .cloned()
             .collect();
         if lvl == Level::Clear || victims.is_empty() {
@@ -297,7 +298,7 @@ fn finding(
     .evidence("threshold_fair_excess", FAIR_EXCESS)
     .evidence(
         "threshold_ran_excess",
-        if w.kind == "vcpu" {
+        if w.culprit.kind == Kind::Vcpu {
             RAN_EXCESS_VM
         } else {
             RAN_EXCESS
@@ -324,12 +325,12 @@ fn finding(
 /// The verdict's fix: what the culprit took against its fair share, then
 /// the first thing to do.
 fn verdict_fix(m: &MachineModel, w: &Who, st: Option<(Standing, Over)>) -> Option<String> {
-    let (s, over) = st.filter(|_| w.kind != "irq")?;
-    let what = match (w.kind, w.pid) {
-        ("host-process", Some(pid)) => format!("host process `{}` (pid {pid})", w.name),
-        ("host-kthread", _) => format!("kernel threads `{}`", w.name),
-        ("vcpu", _) => format!("VM {}'s vCPUs", w.name),
-        ("vmm", _) => format!("VM {}'s emulator threads", w.name),
+    let (s, over) = st.filter(|_| w.culprit.kind != Kind::Irq)?;
+    let what = match (w.culprit.kind, w.culprit.pid) {
+        (Kind::HostProcess, Some(pid)) => format!("host process `{}` (pid {pid})", w.culprit.name),
+        (Kind::HostKthread, _) => format!("kernel threads `{}`", w.culprit.name),
+        (Kind::Vcpu, _) => format!("VM {}'s vCPUs", w.culprit.name),
+        (Kind::Vmm, _) => format!("VM {}'s emulator threads", w.culprit.name),
         _ => return None,
     };
     let first = fix(m, w);
@@ -338,7 +339,7 @@ fn verdict_fix(m: &MachineModel, w: &Who, st: Option<(Standing, Over)>) -> Optio
         .next()
         .unwrap_or(&first)
         .trim_end_matches('.');
-    let (is, take) = if w.kind == "host-process" {
+    let (is, take) = if w.culprit.kind == Kind::HostProcess {
         ("is", "takes")
     } else {
         ("are", "take")
@@ -354,23 +355,23 @@ fn verdict_fix(m: &MachineModel, w: &Who, st: Option<(Standing, Over)>) -> Optio
 }
 
 fn fix(m: &MachineModel, w: &Who) -> String {
-    match (w.kind, w.name.as_str()) {
-        ("host-process", _) => format!(
+    match (w.culprit.kind, w.culprit.name.as_str()) {
+        (Kind::HostProcess, _) => format!(
             "Give {} CPUs of its own away from the vCPUs (`taskset -apc CPUS {pid}` or a cpuset), lower its weight \
              ({}), or move it to another host.",
             w.label(),
-            lower_weight(m, w.pid),
-            pid = w.pid.map(|p| p.to_string()).unwrap_or_else(|| "PID".into())
+            lower_weight(m, w.culprit.pid),
+            pid = w.culprit.pid.map(|p| p.to_string()).unwrap_or_else(|| "PID".into())
         ),
-        ("vcpu", _) => format!(
+        (Kind::Vcpu, _) => format!(
             "Give VM {} CPUs of its own (pin it apart from its victims), a lower weight for its group, or move it to \
              another host; `stealscope place` plans and applies this reversibly.",
-            w.name
+            w.culprit.name
         ),
-        ("vmm", _) => format!(
+        (Kind::Vmm, _) => format!(
             "Keep VM {}'s emulator and I/O threads on housekeeping CPUs away from the vCPUs (`stealscope place` \
              reserves them), and look at why they are busy (I/O, live migration).",
-            w.name
+            w.culprit.name
         ),
         (_, "ksoftirqd" | "irq-thread" | "irq") => "Move interrupt affinity (/proc/irq/*/smp_affinity_list) and \
              RPS/XPS away from the vCPUs' CPUs, or keep those CPUs for housekeeping.".into(),

@@ -9,6 +9,7 @@ use super::weight_fix::{lower_weight, lower_weight_short};
 use crate::finding::{evidence, round, Evidence, Finding, Severity};
 use crate::verdict::VERDICT_FIX;
 use stealscope_model::MachineModel;
+use stealscope_who::Kind;
 
 /// The VMs' runnable vCPUs fit on the CPUs within this factor: the steal
 /// then comes from other work, not from oversubscription by VMs.
@@ -108,10 +109,10 @@ fn named_work(m: &MachineModel) -> Option<Named> {
     if demand(w) < OTHER_WORK_CPUS {
         return None;
     }
-    let what = match (w.kind, w.pid) {
-        ("host-process", Some(pid)) => format!("host process `{}` (pid {pid})", w.name),
-        ("host-kthread", _) => format!("kernel threads `{}`", w.name),
-        _ => format!("`{}`", w.name),
+    let what = match (w.culprit.kind, w.culprit.pid) {
+        (Kind::HostProcess, Some(pid)) => format!("host process `{}` (pid {pid})", w.culprit.name),
+        (Kind::HostKthread, _) => format!("kernel threads `{}`", w.culprit.name),
+        _ => format!("`{}`", w.culprit.name),
     };
     let pinned = match w.cpus_allowed.as_deref() {
         Some(c) if !c.is_empty() && c.len() < m.interval.cpus.len() => {
@@ -127,7 +128,10 @@ fn named_work(m: &MachineModel) -> Option<Named> {
     };
     Some(Named {
         text: format!("{what} takes {:.2} CPU{wanted}{pinned}", w.run_cpus),
-        pid: w.pid.filter(|_| w.kind == "host-process"),
+        pid: w
+            .culprit
+            .pid
+            .filter(|_| w.culprit.kind == Kind::HostProcess),
     })
 }
 
@@ -192,7 +196,7 @@ fn idle_finding(m: &MachineModel, sev: Severity, mean: f64, work: &str, by: &str
 fn fits_finding(m: &MachineModel, sev: Severity, mean: f64, l: &Load, who: &[Who]) -> Finding {
     let top = who
         .iter()
-        .find(|w| w.kind != "vcpu")
+        .find(|w| w.culprit.kind != Kind::Vcpu)
         .map(Who::label)
         .unwrap_or_else(|| "other host work".into());
     let f = Finding::new(

@@ -4,16 +4,14 @@
 
 use stealscope_model::host::attribution::CulpritShare;
 use stealscope_model::MachineModel;
+use stealscope_who::{Culprit, Kind};
 
 use crate::finding::{evidence, round, Evidence};
 
 /// A culprit as the rules see it: attributed or estimated.
 #[derive(Debug, Clone)]
 pub struct Who {
-    pub kind: &'static str,
-    pub name: String,
-    pub vm: Option<String>,
-    pub pid: Option<u32>,
+    pub culprit: Culprit,
     /// Share of all vCPU wait on the host.
     pub share: f64,
     /// Share of the wait of VMs other than its own (a VM's own vCPUs and
@@ -29,20 +27,22 @@ pub struct Who {
 impl Who {
     /// "bash (pid 123)", "VM vmB's vCPUs", "kernel threads kworker".
     pub fn label(&self) -> String {
-        match self.kind {
-            "vcpu" => format!("VM {}'s vCPUs", self.name),
-            "vmm" => format!("VM {}'s emulator threads", self.name),
-            "host-kthread" => format!("kernel threads {}", self.name),
-            "host-process" => match self.pid {
-                Some(p) => format!("{} (pid {p})", self.name),
-                None => self.name.clone(),
+        let c = &self.culprit;
+        match c.kind {
+            Kind::Vcpu => format!("VM {}'s vCPUs", c.name),
+            Kind::Vmm => format!("VM {}'s emulator threads", c.name),
+            Kind::HostKthread => format!("kernel threads {}", c.name),
+            Kind::HostProcess => match c.pid {
+                Some(p) => format!("{} (pid {p})", c.name),
+                None => c.name.clone(),
             },
-            _ => self.name.clone(),
+            _ => c.name.clone(),
         }
     }
 
     pub fn json(&self) -> Evidence {
-        evidence!({"kind": self.kind, "name": self.name, "vm": self.vm, "pid": self.pid,
+        let c = &self.culprit;
+        evidence!({"kind": c.kind.as_str(), "name": c.name, "vm": c.vm, "pid": c.pid,
                "share": round(self.share, 3), "victims": self.victims,
                "run_cpus": self.run_cpus.map(|r| round(r, 2)),
                "displaced_share": round(self.displaced_share, 3)})
@@ -62,25 +62,28 @@ pub fn basis(m: &MachineModel) -> String {
     }
 }
 
+/// The same culprit, its VM aside (a per-vCPU row and a host row name a
+/// culprit alike).
+fn same_culprit(a: &Culprit, b: &Culprit) -> bool {
+    a.kind == b.kind && a.name == b.name && a.pid == b.pid
+}
+
 fn from_culprit(c: &CulpritShare, m: &MachineModel) -> Who {
     // Wait of VMs other than the culprit's own, from the per-vCPU rows.
-    let all: f64 = m.host.culprits.iter().map(|c| c.seconds).sum();
+    let all: f64 = m.host.culprits.iter().map(|c| c.charge.seconds).sum();
     let foreign: f64 = m
         .host
         .vms
         .iter()
-        .filter(|v| c.vm.as_deref() != Some(v.name.as_str()))
+        .filter(|v| c.charge.culprit.vm.as_deref() != Some(v.name.as_str()))
         .flat_map(|v| &v.vcpus)
         .flat_map(|v| &v.wait_by)
-        .filter(|w| w.kind == c.kind && w.name == c.name && w.pid == c.pid)
+        .filter(|w| same_culprit(&w.culprit, &c.charge.culprit))
         .map(|w| w.seconds)
         .sum();
     Who {
-        kind: c.kind,
-        name: c.name.clone(),
-        vm: c.vm.clone(),
-        pid: c.pid,
-        share: c.share,
+        culprit: c.charge.culprit.clone(),
+        share: c.charge.share,
         neighbor_share: if all > 0.0 { foreign / all } else { 0.0 },
         victims: c.victims.clone(),
         run_cpus: None,
@@ -125,10 +128,7 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
         .top
         .iter()
         .map(|w| Who {
-            kind: w.kind,
-            name: w.name.clone(),
-            vm: None,
-            pid: w.pid,
+            culprit: w.culprit.clone(),
             share: 0.0,
             neighbor_share: 0.0,
             victims: Vec::new(),
@@ -140,10 +140,11 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
         let run: f64 = v.others.iter().filter_map(|o| o.util_pct).sum::<f64>() / 100.0;
         if run >= stealscope_model::host::host_work::LIST_MIN_CPUS {
             runners.push(Who {
-                kind: "vmm",
-                name: v.name.clone(),
-                vm: Some(v.name.clone()),
-                pid: Some(v.pid),
+                culprit: Culprit {
+                    vm: Some(v.name.clone()),
+                    pid: Some(v.pid),
+                    ..Culprit::new(Kind::Vmm, v.name.clone())
+                },
                 share: 0.0,
                 neighbor_share: 0.0,
                 victims: Vec::new(),
@@ -157,7 +158,7 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
         + m.host.host_work.run_cpus
         + runners
             .iter()
-            .filter(|r| r.kind == "vmm")
+            .filter(|r| r.culprit.kind == Kind::Vmm)
             .filter_map(|r| r.run_cpus)
             .sum::<f64>();
     for r in &mut runners {
@@ -168,7 +169,7 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
             let others = (total_run - vrun).max(1e-9);
             let x = wait * (run / others).min(1.0);
             s += x;
-            if r.vm.as_deref() != Some(*vm) {
+            if r.culprit.vm.as_deref() != Some(*vm) {
                 foreign += x;
             }
             match by_vm.iter_mut().find(|b| b.0 == *vm) {
@@ -202,7 +203,7 @@ fn displaced(m: &MachineModel, who: &mut Vec<Who>) {
     let runnable = super::host_steal::vcpu_demand(m);
     let work = &m.host.host_work.top;
     let work_run: f64 = work.iter().map(|w| w.run_cpus).sum();
-    let all: f64 = m.host.culprits.iter().map(|c| c.seconds).sum();
+    let all: f64 = m.host.culprits.iter().map(|c| c.charge.seconds).sum();
     if runnable > cpus * VCPUS_FIT_FACTOR || work_run < OTHER_WORK_CPUS || all <= 0.0 {
         return;
     }
@@ -211,7 +212,7 @@ fn displaced(m: &MachineModel, who: &mut Vec<Who>) {
             .vcpus
             .iter()
             .flat_map(|v| &v.wait_by)
-            .filter(|w| w.kind == "vcpu" && w.name == vm.name)
+            .filter(|w| w.culprit.kind == Kind::Vcpu && w.culprit.name == vm.name)
             .map(|w| w.seconds)
             .sum();
         if own <= 0.0 {
@@ -219,7 +220,7 @@ fn displaced(m: &MachineModel, who: &mut Vec<Who>) {
         }
         if let Some(w) = who
             .iter_mut()
-            .find(|w| w.kind == "vcpu" && w.name == vm.name)
+            .find(|w| w.culprit.kind == Kind::Vcpu && w.culprit.name == vm.name)
         {
             w.share = (w.share - own / all).max(0.0);
         }
@@ -227,15 +228,12 @@ fn displaced(m: &MachineModel, who: &mut Vec<Who>) {
             let x = own / all * h.run_cpus / work_run;
             let i = match who
                 .iter()
-                .position(|w| w.kind == h.kind && w.name == h.name && w.pid == h.pid)
+                .position(|w| same_culprit(&w.culprit, &h.culprit))
             {
                 Some(i) => i,
                 None => {
                     who.push(Who {
-                        kind: h.kind,
-                        name: h.name.clone(),
-                        vm: None,
-                        pid: h.pid,
+                        culprit: h.culprit.clone(),
                         share: 0.0,
                         neighbor_share: 0.0,
                         victims: Vec::new(),

@@ -131,7 +131,7 @@ pub fn add_affinity(
     };
     let work = stealscope_model::host::host_work::host_work(&start, end, wall_s);
     let mut out: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
-    for pid in work.top.iter().filter_map(|w| w.pid) {
+    for pid in work.top.iter().filter_map(|w| w.culprit.pid) {
         let path = format!("/proc/{pid}/status");
         let Ok(text) = std::fs::read_to_string(root.join(&path[1..])) else {
             continue; // it ended since

@@ -21,7 +21,8 @@ use stealscope_model::host::discovery::vmm_comm;
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::sched_store::{StoredSched, SCHED_FILE};
 use stealscope_readers::{process, MemFs, RootFs};
-use stealscope_sched::{Collector, Preference, SchedSample};
+use stealscope_sched::{Collector, Preference};
+use stealscope_who::SchedSample;
 
 pub struct SchedHook {
     collector: Option<Collector>,

@@ -14,21 +14,7 @@ use super::observation::{HostObservation, VmObs};
 use super::sched_store::StoredSched;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use stealscope_sched::{Culprit, SchedSample, ThreadWaits};
-
-/// One culprit of one vCPU's wait.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WaitBy {
-    pub kind: &'static str,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vm: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    pub seconds: f64,
-    /// Of this vCPU's attributed wait.
-    pub share: f64,
-}
+use stealscope_who::{Charge, Culprit, Kind, SchedSample, Thread, ThreadWaits};
 
 /// The vCPU's wait episodes over the interval (enqueue to switch-in).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -84,18 +70,12 @@ impl AttributionStatus {
     }
 }
 
-/// One culprit over all vCPUs of the host.
+/// One culprit over all vCPUs of the host: its charge (share: of all vCPU
+/// wait on the host) and who it made wait.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CulpritShare {
-    pub kind: &'static str,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub vm: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    pub seconds: f64,
-    /// Of all vCPU wait on the host.
-    pub share: f64,
+    #[serde(flatten)]
+    pub charge: Charge,
     /// VMs whose vCPUs waited for it, most wait first.
     pub victims: Vec<String>,
     /// A host process's threads that held the CPUs (it is named by its
@@ -112,10 +92,8 @@ pub struct ThreadShare {
     pub seconds: f64,
 }
 
-/// Kind of the wait charged to stealscope's own threads: left out of the
-/// culprits and shown once, as the tool's own cost.
-pub const OWN: &str = "self";
-/// ...named so.
+/// Name of the culprit of kind [`Kind::Own`] (stealscope's own threads:
+/// left out of the culprits and shown once, as the tool's own cost).
 pub const OWN_NAME: &str = "stealscope";
 
 /// What names a host-process culprit: its process's comm (threads such as
@@ -161,7 +139,7 @@ impl ProcNames {
         n
     }
 
-    fn comm<'a>(&'a self, c: &'a Culprit) -> &'a str {
+    fn comm<'a>(&'a self, c: &'a Thread) -> &'a str {
         self.comms
             .get(&c.tgid)
             .map_or(c.comm.as_str(), String::as_str)
@@ -172,7 +150,8 @@ impl ProcNames {
 #[derive(Debug, Clone, Default)]
 pub struct Attribution {
     pub status: AttributionStatus,
-    pub by_tid: BTreeMap<u32, (Vec<WaitBy>, WaitEpisodes)>,
+    /// Each vCPU's charges (shares: of its attributed wait).
+    pub by_tid: BTreeMap<u32, (Vec<Charge>, WaitEpisodes)>,
     /// Every culprit but stealscope itself, most first.
     pub culprits: Vec<CulpritShare>,
     /// vCPU wait charged to stealscope's own threads, seconds.
@@ -197,36 +176,36 @@ pub fn kthread_class(comm: &str) -> String {
     }
 }
 
-/// What a culprit thread is, as (kind, name, vm, pid).
-pub type Key = (&'static str, String, Option<String>, Option<u32>);
-
 /// A culprit's VM as naming needs it: name, pid, and whether the culprit
 /// thread is one of its vCPUs.
 pub(crate) type VmOf<'a> = Option<(&'a str, u32, bool)>;
 
 /// Names a culprit: a thread of a VM (`vcpu` or `vmm`), else stealscope
-/// itself ([`OWN`]), else a kernel thread class, else a host process by
-/// its process's comm.
-pub(crate) fn classify_with(c: &Culprit, vm: VmOf, names: &ProcNames) -> Key {
+/// itself ([`Kind::Own`]), else a kernel thread class, else a host process
+/// by its process's comm.
+pub(crate) fn classify_with(c: &Thread, vm: VmOf, names: &ProcNames) -> Culprit {
     if let Some((name, pid, vcpu)) = vm {
-        let kind = if vcpu { "vcpu" } else { "vmm" };
-        return (kind, name.to_string(), Some(name.to_string()), Some(pid));
+        let kind = if vcpu { Kind::Vcpu } else { Kind::Vmm };
+        return Culprit {
+            vm: Some(name.to_string()),
+            pid: Some(pid),
+            ..Culprit::new(kind, name)
+        };
     }
-    if names.own == Some(c.tgid) {
-        return (OWN, OWN_NAME.to_string(), None, Some(c.tgid));
+    let (kind, name, pid) = if names.own == Some(c.tgid) {
+        (Kind::Own, OWN_NAME.to_string(), Some(c.tgid))
+    } else if c.kthread {
+        (Kind::HostKthread, kthread_class(&c.comm), None)
+    } else {
+        (Kind::HostProcess, names.comm(c).to_string(), Some(c.tgid))
+    };
+    Culprit {
+        pid,
+        ..Culprit::new(kind, name)
     }
-    if c.kthread {
-        return ("host-kthread", kthread_class(&c.comm), None, None);
-    }
-    (
-        "host-process",
-        names.comm(c).to_string(),
-        None,
-        Some(c.tgid),
-    )
 }
 
-fn classify(c: &Culprit, vms: &[&VmObs], names: &ProcNames) -> Key {
+fn classify(c: &Thread, vms: &[&VmObs], names: &ProcNames) -> Culprit {
     let vm = vms.iter().find(|v| v.pid == c.tgid).map(|vm| {
         let vcpu = vm.vcpus.iter().any(|(_, t)| t.tid == c.tid);
         (vm.name.as_str(), vm.pid, vcpu)
@@ -236,18 +215,18 @@ fn classify(c: &Culprit, vms: &[&VmObs], names: &ProcNames) -> Key {
 
 /// One vCPU's wait over an interval (`w`, already a difference of two
 /// readings) by culprit, interrupt, idle and untraced time included.
-pub(crate) fn charges(w: &ThreadWaits, name: impl Fn(&Culprit) -> Key) -> BTreeMap<Key, u64> {
-    let mut by: BTreeMap<Key, u64> = BTreeMap::new();
+pub(crate) fn charges(
+    w: &ThreadWaits,
+    name: impl Fn(&Thread) -> Culprit,
+) -> BTreeMap<Culprit, u64> {
+    let mut by: BTreeMap<Culprit, u64> = BTreeMap::new();
     for (c, &ns) in &w.by_thread {
         *by.entry(name(c)).or_default() += ns;
     }
     let extra = [
-        (("irq", "irq".to_string(), None, None), w.irq_ns),
-        (("unknown", "idle".to_string(), None, None), w.idle_ns),
-        (
-            ("unknown", "untraced".to_string(), None, None),
-            w.unknown_ns,
-        ),
+        (Culprit::irq(), w.irq_ns),
+        (Culprit::idle(), w.idle_ns),
+        (Culprit::untraced(), w.unknown_ns),
     ];
     for (k, ns) in extra {
         if ns > 0 {
@@ -258,18 +237,11 @@ pub(crate) fn charges(w: &ThreadWaits, name: impl Fn(&Culprit) -> Key) -> BTreeM
 }
 
 /// Charges as rows, most seconds first, each with its share of the total.
-pub(crate) fn wait_by_rows(by: &BTreeMap<Key, u64>) -> Vec<WaitBy> {
-    let total = by.values().sum::<u64>().max(1) as f64;
-    let mut rows: Vec<WaitBy> = by
+pub(crate) fn wait_by_rows(by: &BTreeMap<Culprit, u64>) -> Vec<Charge> {
+    let total = by.values().sum::<u64>();
+    let mut rows: Vec<Charge> = by
         .iter()
-        .map(|(k, &ns)| WaitBy {
-            kind: k.0,
-            name: k.1.clone(),
-            vm: k.2.clone(),
-            pid: k.3,
-            seconds: ns as f64 / 1e9,
-            share: ns as f64 / total,
-        })
+        .map(|(k, &ns)| Charge::of(k.clone(), ns, total))
         .collect();
     rows.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
     rows
@@ -349,12 +321,12 @@ fn status(s0: &SchedSample, s1: &SchedSample, t1: &HostObservation) -> Attributi
 /// victim VM, and (host processes) ns by thread comm.
 #[derive(Default)]
 struct HostSums {
-    by: BTreeMap<Key, (u64, BTreeMap<String, u64>)>,
-    threads: BTreeMap<Key, BTreeMap<String, u64>>,
+    by: BTreeMap<Culprit, (u64, BTreeMap<String, u64>)>,
+    threads: BTreeMap<Culprit, BTreeMap<String, u64>>,
 }
 
 impl HostSums {
-    fn add(&mut self, vm: &str, by: &BTreeMap<Key, u64>) {
+    fn add(&mut self, vm: &str, by: &BTreeMap<Culprit, u64>) {
         for (k, &ns) in by {
             let e = self.by.entry(k.clone()).or_default();
             e.0 += ns;
@@ -362,10 +334,10 @@ impl HostSums {
         }
     }
 
-    fn add_threads(&mut self, w: &ThreadWaits, name: impl Fn(&Culprit) -> Key) {
+    fn add_threads(&mut self, w: &ThreadWaits, name: impl Fn(&Thread) -> Culprit) {
         for (c, &ns) in &w.by_thread {
             let k = name(c);
-            if k.0 == "host-process" {
+            if k.kind == Kind::HostProcess {
                 *self
                     .threads
                     .entry(k)
@@ -379,12 +351,12 @@ impl HostSums {
     /// Culprits but stealscope itself, most first, and the wait charged
     /// to stealscope.
     fn culprits(self) -> (Vec<CulpritShare>, f64) {
-        let all = self.by.values().map(|v| v.0).sum::<u64>().max(1) as f64;
+        let all = self.by.values().map(|v| v.0).sum::<u64>();
         let mut threads = self.threads;
         let mut own = 0;
         let mut out = Vec::new();
         for (k, (ns, victims)) in self.by {
-            if k.0 == OWN {
+            if k.kind == Kind::Own {
                 own += ns;
                 continue;
             }
@@ -401,17 +373,12 @@ impl HostSums {
                 .collect();
             t.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
             out.push(CulpritShare {
-                kind: k.0,
-                name: k.1,
-                vm: k.2,
-                pid: k.3,
-                seconds: ns as f64 / 1e9,
-                share: ns as f64 / all,
+                charge: Charge::of(k, ns, all),
                 victims: v.into_iter().map(|x| x.0).collect(),
                 threads: t,
             });
         }
-        out.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        out.sort_by(|a, b| b.charge.seconds.total_cmp(&a.charge.seconds));
         (out, own as f64 / 1e9)
     }
 }
@@ -444,7 +411,7 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
     // Culprits that exited during the interval are named from t0.
     let vms: Vec<&VmObs> = t1.vms.iter().chain(t0.vms.iter()).collect();
     let names = ProcNames::of(&[t1, t0]);
-    let name = |c: &Culprit| classify(c, &vms, &names);
+    let name = |c: &Thread| classify(c, &vms, &names);
     let mut host = HostSums::default();
     let mut disagree: Vec<String> = Vec::new();
     for vm in &t1.vms {
@@ -515,8 +482,8 @@ mod tests {
 
     #[test]
     fn a_live_process_is_named_by_its_process_now() {
-        use stealscope_sched::{Route, SchedStats, ThreadWaits};
-        let c = |tid: u32, tgid: u32, comm: &str| Culprit {
+        use stealscope_who::{Route, SchedStats, ThreadWaits};
+        let c = |tid: u32, tgid: u32, comm: &str| Thread {
             tid,
             tgid,
             comm: comm.into(),

@@ -4,7 +4,7 @@
 //! only moving VMs away helps) and idle steal (CPUs sat idle while vCPUs
 //! waited: scheduler, cgroup or placement; fixable in software).
 
-use super::attribution::{attribute, AttributionStatus, CulpritShare, WaitBy, WaitEpisodes};
+use super::attribution::{attribute, AttributionStatus, CulpritShare, WaitEpisodes};
 use super::discovery::VmKind;
 use super::host_work::{host_work, HostWork};
 use super::kvm::{deltas, KvmDelta};
@@ -13,6 +13,7 @@ use crate::cputime::IntervalDelta;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use stealscope_readers::kvm_exits::{ExitCounts, ExitSample};
+use stealscope_who::Charge;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct VcpuSteal {
@@ -25,7 +26,7 @@ pub struct VcpuSteal {
     pub cpus_allowed: Option<Vec<u32>>,
     /// Who ran while it waited (attribution; empty without a collector).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub wait_by: Vec<WaitBy>,
+    pub wait_by: Vec<Charge>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_episodes: Option<WaitEpisodes>,
 }

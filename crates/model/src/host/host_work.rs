@@ -8,6 +8,7 @@ use super::attribution::kthread_class;
 use super::observation::HostObservation;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use stealscope_who::{Culprit, Kind};
 
 /// Work at least this share of one CPU is listed by name.
 pub const LIST_MIN_CPUS: f64 = 0.01;
@@ -16,11 +17,9 @@ pub const LIST_MAX: usize = 10;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WorkItem {
-    /// "host-process" or "host-kthread" (kernel threads by class).
-    pub kind: &'static str,
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
+    /// A host process, or kernel threads by class.
+    #[serde(flatten)]
+    pub culprit: Culprit,
     /// Run time over the interval, in CPUs (1.0 = one whole CPU).
     pub run_cpus: f64,
     /// Run-queue wait over the interval, in CPUs.
@@ -81,7 +80,7 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
         return w;
     }
     // (run, wait) in CPUs, each process over its own span.
-    let mut items: BTreeMap<(&'static str, String, Option<u32>), (f64, f64)> = BTreeMap::new();
+    let mut items: BTreeMap<Culprit, (f64, f64)> = BTreeMap::new();
     let own = t1.own_pid.or(t0.own_pid);
     let mut own_run = 0.0;
     for p in &t1.procs {
@@ -104,9 +103,12 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
             continue;
         }
         let key = if p.kthread == Some(true) {
-            ("host-kthread", kthread_class(&p.comm), None)
+            Culprit::new(Kind::HostKthread, kthread_class(&p.comm))
         } else {
-            ("host-process", p.comm.clone(), Some(p.pid))
+            Culprit {
+                pid: Some(p.pid),
+                ..Culprit::new(Kind::HostProcess, p.comm.clone())
+            }
         };
         let e = items.entry(key).or_default();
         e.0 += run;
@@ -121,13 +123,11 @@ pub fn host_work(t0: &HostObservation, t1: &HostObservation, wall_s: f64) -> Hos
     w.wait_cpus = items.values().map(|v| v.1).sum();
     let mut top: Vec<WorkItem> = items
         .into_iter()
-        .map(|((kind, name, pid), (run, wait))| WorkItem {
-            kind,
-            name,
-            pid,
+        .map(|(culprit, (run, wait))| WorkItem {
+            cpus_allowed: culprit.pid.and_then(|p| t1.affinity.get(&p).cloned()),
+            culprit,
             run_cpus: run,
             wait_cpus: wait,
-            cpus_allowed: pid.and_then(|p| t1.affinity.get(&p).cloned()),
         })
         .filter(|i| i.run_cpus >= LIST_MIN_CPUS)
         .collect();
@@ -196,11 +196,18 @@ mod tests {
             "{w:?}"
         );
         assert!((w.wait_cpus - 0.5).abs() < 1e-9);
-        assert_eq!(w.top[0].name, "stress");
-        assert_eq!(w.top[0].pid, Some(10));
+        assert_eq!(w.top[0].culprit.name, "stress");
+        assert_eq!(w.top[0].culprit.pid, Some(10));
         assert!((w.top[0].run_cpus - 1.25).abs() < 1e-9);
-        let kw = w.top.iter().find(|i| i.kind == "host-kthread").unwrap();
-        assert_eq!((kw.name.as_str(), kw.pid), ("kworker", None));
+        let kw = w
+            .top
+            .iter()
+            .find(|i| i.culprit.kind == Kind::HostKthread)
+            .unwrap();
+        assert_eq!(
+            (kw.culprit.name.as_str(), kw.culprit.pid),
+            ("kworker", None)
+        );
         assert!((kw.run_cpus - 0.1).abs() < 1e-9);
         assert_eq!(w.top.len(), 3);
     }
@@ -227,7 +234,7 @@ mod tests {
         t0.read_ns.insert(10, 1_000_000_000);
         t1.read_ns.insert(10, 3_500_000_000);
         let w = host_work(&t0, &t1, 2.0);
-        let cpus = |n: &str| w.top.iter().find(|i| i.name == n).unwrap().run_cpus;
+        let cpus = |n: &str| w.top.iter().find(|i| i.culprit.name == n).unwrap().run_cpus;
         assert!((cpus("loop") - 1.0).abs() < 1e-9, "{w:?}");
         // Not stamped on both sides: the interval's length.
         assert!((cpus("other") - 0.5).abs() < 1e-9, "{w:?}");

@@ -5,12 +5,12 @@
 //! the scheduler-event collector taken with the scans
 //! ([`vcpu_wait_by`]). Pure: the caller reads the system.
 
-use super::attribution::{charges, classify_with, wait_by_rows, Key, ProcNames, WaitBy};
+use super::attribution::{charges, classify_with, wait_by_rows, ProcNames};
 use super::discovery::ThreadRole;
 use super::vcpu_times::{vm_labels, ScannedVmId, ThreadSample};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use stealscope_readers::process::TaskSchedstat;
-use stealscope_sched::SchedSample;
+use stealscope_who::{Charge, Culprit, SchedSample};
 
 /// Where a vCPU thread runs: the CPU it last ran on and the CPUs it may run
 /// on (a cpulist, "0-3"), each None when unread.
@@ -33,7 +33,7 @@ pub struct VcpuLive {
     pub history: VecDeque<Option<f64>>,
     /// Who ran while it waited, most first; None without two collector
     /// readings of this thread.
-    pub culprits: Option<Vec<WaitBy>>,
+    pub culprits: Option<Vec<Charge>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,7 +49,7 @@ pub struct VmLive {
     pub vcpus: Vec<VcpuLive>,
     pub history: VecDeque<Option<f64>>,
     /// Its vCPUs' wait by culprit, shares of all of it.
-    pub culprits: Option<Vec<WaitBy>>,
+    pub culprits: Option<Vec<Charge>>,
 }
 
 /// Each watched thread's wait between two collector readings, ns by
@@ -61,7 +61,7 @@ pub fn vcpu_wait_by<V: ScannedVmId>(
     now: &SchedSample,
     vms: &[V],
     threads: &[ThreadSample],
-) -> BTreeMap<u32, BTreeMap<Key, u64>> {
+) -> BTreeMap<u32, BTreeMap<Culprit, u64>> {
     // Looked up once per culprit charge: sets, not scans of the lists
     // (10,000 vCPU threads made it 10^8 compares a scan).
     let vm_by_pid: HashMap<u32, &V> = vms.iter().map(|v| (v.pid(), v)).collect();
@@ -248,10 +248,10 @@ fn take_histories(
 /// A VM's wait by culprit: its vCPUs' summed (None when no vCPU of it
 /// has a reading).
 fn vm_wait_by(
-    blame: &BTreeMap<u32, BTreeMap<Key, u64>>,
+    blame: &BTreeMap<u32, BTreeMap<Culprit, u64>>,
     vcpus: &[VcpuLive],
-) -> Option<Vec<WaitBy>> {
-    let mut sum: BTreeMap<Key, u64> = BTreeMap::new();
+) -> Option<Vec<Charge>> {
+    let mut sum: BTreeMap<Culprit, u64> = BTreeMap::new();
     let mut any = false;
     for by in vcpus.iter().filter_map(|c| blame.get(&c.tid)) {
         any = true;

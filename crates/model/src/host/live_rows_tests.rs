@@ -1,5 +1,5 @@
 use super::*;
-use stealscope_sched::{Culprit, Route, SchedStats, ThreadWaits};
+use stealscope_who::{Kind, Route, SchedStats, Thread, ThreadWaits};
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -21,8 +21,8 @@ fn th(pid: u32, tid: u32, role: ThreadRole, run_ns: u64, wait_ns: u64) -> Thread
     }
 }
 
-fn culprit(tid: u32, tgid: u32, comm: &str) -> Culprit {
-    Culprit {
+fn culprit(tid: u32, tgid: u32, comm: &str) -> Thread {
+    Thread {
         tid,
         tgid,
         comm: comm.into(),
@@ -31,7 +31,7 @@ fn culprit(tid: u32, tgid: u32, comm: &str) -> Culprit {
 }
 
 /// One watched thread in a reading: tid, (culprit, ns) charges, idle ns.
-type Watched<'a> = (u32, &'a [(Culprit, u64)], u64);
+type Watched<'a> = (u32, &'a [(Thread, u64)], u64);
 
 /// A collector reading of watched threads.
 fn reading(threads: &[Watched]) -> SchedSample {
@@ -144,17 +144,24 @@ fn culprits_per_vcpu_and_per_vm_named_by_the_scan() {
     let a = &h.rows()[0];
     let c = a.culprits.as_ref().unwrap();
     assert_eq!(
-        (c[0].kind, c[0].name.as_str(), c[0].pid),
-        ("host-process", "hog", Some(99))
+        (
+            c[0].culprit.kind,
+            c[0].culprit.name.as_str(),
+            c[0].culprit.pid
+        ),
+        (Kind::HostProcess, "hog", Some(99))
     );
     assert!((c[0].share - 0.75).abs() < 1e-9);
-    assert_eq!((c[1].kind, c[1].name.as_str()), ("vcpu", "b"));
+    assert_eq!(
+        (c[1].culprit.kind, c[1].culprit.name.as_str()),
+        (Kind::Vcpu, "b")
+    );
     assert!((c[1].seconds - 0.1).abs() < 1e-9);
     assert_eq!(a.vcpus[0].culprits.as_ref().unwrap().len(), 2);
     let b = &h.rows()[1];
     let c = b.culprits.as_ref().unwrap();
     assert_eq!(
-        (c[0].kind, c[0].name.as_str(), c[0].share),
-        ("vmm", "b", 1.0)
+        (c[0].culprit.kind, c[0].culprit.name.as_str(), c[0].share),
+        (Kind::Vmm, "b", 1.0)
     );
 }

@@ -7,15 +7,13 @@
 //! `other` series ([`crate::sticky_top`]). So a VM has at most
 //! `TOP_CULPRITS + 1` series, and each only ever grows.
 
-use super::attribution::{Key, OWN};
 use super::live_rows::vcpu_wait_by;
 use super::vcpu_times::vm_labels;
 use super::vcpu_times::{ScannedVmId, ThreadSample};
 use super::ThreadRole;
 use crate::sticky_top::StickyTop;
 use std::collections::{BTreeMap, HashMap};
-use stealscope_readers::recording::CulpritNs;
-use stealscope_sched::{EpisodeHist, SchedSample};
+use stealscope_who::{Culprit, EpisodeHist, Kind, SchedSample};
 
 /// Culprits shown per VM before the rest go to `other`.
 pub const TOP_CULPRITS: usize = 5;
@@ -28,14 +26,12 @@ pub const EPISODE_BOUNDS_S: [f64; 12] = [
     10e-6, 50e-6, 100e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 100e-3, 1.0,
 ];
 
-/// A culprit as a series shows it: kind and name (the pid is left out to
-/// bound cardinality; the `host` report has it).
-pub type CulpritLabel = (&'static str, String);
-
 /// One VM's running counters.
 #[derive(Debug, Clone)]
 pub struct VmWaitBy {
-    culprits: StickyTop<CulpritLabel>,
+    /// By [`Culprit::label`]: kind and name (the pid is left out to bound
+    /// cardinality; the `host` report has it).
+    culprits: StickyTop<Culprit>,
     /// Every wait episode of its vCPUs.
     pub episodes: EpisodeHist,
 }
@@ -48,15 +44,15 @@ impl VmWaitBy {
         }
     }
 
-    /// (kind, name, seconds): the shown culprits, then ("other", "other").
-    pub fn series(&self) -> Vec<(&'static str, String, f64)> {
-        let mut out: Vec<(&'static str, String, f64)> = self
+    /// (label, seconds): the shown culprits, then [`Culprit::other`].
+    pub fn series(&self) -> Vec<(Culprit, f64)> {
+        let mut out: Vec<(Culprit, f64)> = self
             .culprits
             .shown()
             .into_iter()
-            .map(|(l, ns)| (l.0, l.1.clone(), ns as f64 / 1e9))
+            .map(|(l, ns)| (l.clone(), ns as f64 / 1e9))
             .collect();
-        out.push(("other", "other".into(), self.culprits.other() as f64 / 1e9));
+        out.push((Culprit::other(), self.culprits.other() as f64 / 1e9));
         out
     }
 
@@ -82,7 +78,7 @@ pub fn buckets_at(h: &EpisodeHist, bounds_s: &[f64]) -> Vec<(f64, u64)> {
         .map(|&b| (b, 0))
         .collect();
     for (i, c) in h.buckets() {
-        let upper_s = stealscope_sched::hist::upper(i) as f64 / 1e9;
+        let upper_s = stealscope_who::hist::upper(i) as f64 / 1e9;
         if let Some(b) = out.iter_mut().find(|b| b.0 >= upper_s) {
             b.1 += c;
         }
@@ -98,7 +94,7 @@ fn labelled_wait_by<'a, V: ScannedVmId>(
     vms: &[V],
     threads: &[ThreadSample],
     labels: &'a BTreeMap<u32, String>,
-) -> Vec<(&'a String, u32, BTreeMap<Key, u64>)> {
+) -> Vec<(&'a String, u32, BTreeMap<Culprit, u64>)> {
     let pid_of: HashMap<u32, u32> = threads.iter().map(|t| (t.tid, t.pid)).collect();
     vcpu_wait_by(before, now, vms, threads)
         .into_iter()
@@ -134,11 +130,10 @@ impl Default for RunningWaitBy {
 /// at 10,000 watched threads 0.1-0.6 s in a debug build, seconds on a
 /// loaded host (issue 29's soak), which moved the sum of unscaled charges
 /// off the schedstat wait of the same scrape by several percent either way.
-fn to_schedstat(by: BTreeMap<Key, u64>, wait_ns: u64) -> Vec<(Key, u64)> {
+fn to_schedstat(by: BTreeMap<Culprit, u64>, wait_ns: u64) -> Vec<(Culprit, u64)> {
     let charged: u64 = by.values().sum();
     if charged == 0 {
-        let untraced = ("unknown", "untraced".to_string(), None, None);
-        return [(untraced, wait_ns)]
+        return [(Culprit::untraced(), wait_ns)]
             .into_iter()
             .filter(|x| x.1 > 0)
             .collect();
@@ -157,8 +152,8 @@ fn to_schedstat(by: BTreeMap<Key, u64>, wait_ns: u64) -> Vec<(Key, u64)> {
 }
 
 impl RunningWaitBy {
-    /// Charges `ns` of `vm`'s wait to a culprit.
-    pub fn add(&mut self, vm: &str, label: CulpritLabel, ns: u64) {
+    /// Charges `ns` of `vm`'s wait to a culprit ([`Culprit::label`]).
+    pub fn add(&mut self, vm: &str, label: Culprit, ns: u64) {
         let top = self.top;
         self.vms
             .entry(vm.to_string())
@@ -201,9 +196,9 @@ impl RunningWaitBy {
             for (key, ns) in to_schedstat(by, w1.saturating_sub(w0)) {
                 // stealscope's own threads are its cost, not a culprit
                 // series: counted in `other`, so the sums still hold.
-                match key {
-                    (OWN, ..) => entry.culprits.add_other(ns),
-                    (kind, name, _, _) => entry.culprits.add((kind, name), ns),
+                match key.kind {
+                    Kind::Own => entry.culprits.add_other(ns),
+                    _ => entry.culprits.add(key.label(), ns),
                 }
             }
             if let (Some(a), Some(b)) = (before.threads.get(&tid), now.threads.get(&tid)) {
@@ -224,7 +219,7 @@ fn vcpu_waits(threads: &[ThreadSample]) -> HashMap<u32, u64> {
 }
 
 /// Each VM's vCPU wait between two readings by culprit, for one host
-/// scan of a recording: (VM label, [(kind, name, ns)]) with its `top`
+/// scan of a recording: (VM label, [(culprit label, ns)]) with its `top`
 /// largest culprits, most first, then `other` when the rest waited.
 pub fn scan_culprits<V: ScannedVmId>(
     before: &SchedSample,
@@ -232,30 +227,28 @@ pub fn scan_culprits<V: ScannedVmId>(
     vms: &[V],
     threads: &[ThreadSample],
     top: usize,
-) -> Vec<(String, Vec<CulpritNs>)> {
+) -> Vec<(String, Vec<(Culprit, u64)>)> {
     let labels = vm_labels(vms);
-    let mut per_vm: BTreeMap<String, BTreeMap<CulpritLabel, u64>> = BTreeMap::new();
+    let mut per_vm: BTreeMap<String, BTreeMap<Culprit, u64>> = BTreeMap::new();
     for (vm, _, by) in labelled_wait_by(before, now, vms, threads, &labels) {
         let e = per_vm.entry(vm.clone()).or_default();
-        for ((kind, name, _, _), ns) in by {
-            *e.entry((kind, name)).or_default() += ns;
+        for (c, ns) in by {
+            *e.entry(c.label()).or_default() += ns;
         }
     }
     per_vm
         .into_iter()
         .map(|(vm, by)| {
-            let mut rows: Vec<CulpritNs> = by
-                .into_iter()
-                .map(|((k, n), ns)| (k.to_string(), n, ns))
-                .collect();
-            rows.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.1.cmp(&b.1)));
+            let mut rows: Vec<(Culprit, u64)> = by.into_iter().collect();
+            rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name.cmp(&b.0.name)));
             // stealscope's own threads count in `other`, never as a culprit.
-            let own: u64 = rows.iter().filter(|r| r.0 == OWN).map(|r| r.2).sum();
-            rows.retain(|r| r.0 != OWN);
-            let rest: u64 = own + rows.iter().skip(top).map(|r| r.2).sum::<u64>();
+            let is_own = |r: &(Culprit, u64)| r.0.kind == Kind::Own;
+            let own: u64 = rows.iter().filter(|r| is_own(r)).map(|r| r.1).sum();
+            rows.retain(|r| !is_own(r));
+            let rest: u64 = own + rows.iter().skip(top).map(|r| r.1).sum::<u64>();
             rows.truncate(top);
             if rest > 0 {
-                rows.push(("other".into(), "other".into(), rest));
+                rows.push((Culprit::other(), rest));
             }
             (vm, rows)
         })
@@ -266,25 +259,25 @@ pub fn scan_culprits<V: ScannedVmId>(
 mod tests {
     use super::*;
 
-    fn l(name: &str) -> CulpritLabel {
-        ("host-process", name.to_string())
+    fn l(name: &str) -> Culprit {
+        Culprit::new(Kind::HostProcess, name)
     }
 
     #[test]
     fn series_stay_bounded_and_never_decrease() {
         let mut v = VmWaitBy::new(3);
-        let mut last: BTreeMap<(&str, String), f64> = BTreeMap::new();
+        let mut last: BTreeMap<Culprit, f64> = BTreeMap::new();
         // A rotating cast of 12 culprits with growing, uneven waits.
         for round in 0..200u64 {
             let who = format!("p{}", (round * 7) % 12);
             v.culprits.add(l(&who), 1_000 + (round % 5) * 3_000_000);
             let s = v.series();
             assert!(s.len() <= 4, "{s:?}");
-            for (kind, name, secs) in s {
-                let prev = last.insert((kind, name.clone()), secs).unwrap_or(0.0);
-                assert!(secs >= prev, "{name} went from {prev} to {secs}");
+            for (c, secs) in s {
+                let prev = last.insert(c.clone(), secs).unwrap_or(0.0);
+                assert!(secs >= prev, "{} went from {prev} to {secs}", c.name);
             }
-            let sum: f64 = v.series().iter().map(|x| x.2).sum();
+            let sum: f64 = v.series().iter().map(|x| x.1).sum();
             assert!((sum - v.total_s()).abs() < 1e-9);
         }
     }
@@ -295,11 +288,14 @@ mod tests {
         v.culprits.add(l("a"), 10);
         v.culprits.add(l("b"), 20);
         v.culprits.add(l("burn"), 5);
-        assert!(v.series().iter().any(|x| x.1 == "a"), "5 < 10: not yet");
+        assert!(
+            v.series().iter().any(|x| x.0.name == "a"),
+            "5 < 10: not yet"
+        );
         v.culprits.add(l("burn"), 1_000);
-        let names: Vec<String> = v.series().into_iter().map(|x| x.1).collect();
+        let names: Vec<String> = v.series().into_iter().map(|x| x.0.name).collect();
         assert_eq!(names, ["b", "burn", "other"]);
-        assert_eq!(v.series()[2].2, 10e-9, "a's 10 ns went to other");
+        assert_eq!(v.series()[2].1, 10e-9, "a's 10 ns went to other");
     }
 
     #[test]
@@ -318,23 +314,22 @@ mod tests {
         assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), h.count);
     }
 
-    fn key(name: &str) -> Key {
-        ("host-process", name.to_string(), None, None)
+    fn key(name: &str) -> Culprit {
+        Culprit::new(Kind::HostProcess, name)
     }
 
     #[test]
     fn a_span_is_the_kernels_wait_named_in_the_collectors_proportions() {
-        let by: BTreeMap<Key, u64> = [(key("a"), 300), (key("b"), 100)].into();
+        let by: BTreeMap<Culprit, u64> = [(key("a"), 300), (key("b"), 100)].into();
         assert_eq!(
             to_schedstat(by, 800),
             [(key("a"), 600), (key("b"), 200)],
             "scaled"
         );
-        let thirds: BTreeMap<Key, u64> = [(key("a"), 1), (key("b"), 1), (key("c"), 1)].into();
+        let thirds: BTreeMap<Culprit, u64> = [(key("a"), 1), (key("b"), 1), (key("c"), 1)].into();
         let parts = to_schedstat(thirds, 10);
         assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), 10, "{parts:?}");
-        let untraced = ("unknown", "untraced".to_string(), None, None);
-        assert_eq!(to_schedstat(BTreeMap::new(), 5), [(untraced, 5)]);
+        assert_eq!(to_schedstat(BTreeMap::new(), 5), [(Culprit::untraced(), 5)]);
         assert!(to_schedstat(BTreeMap::new(), 0).is_empty());
     }
 
@@ -345,7 +340,7 @@ mod tests {
     #[test]
     fn series_add_up_to_the_vcpus_schedstat_wait_at_every_scan() {
         use stealscope_readers::process::TaskSchedstat;
-        use stealscope_sched::{Culprit, Route, SchedStats, ThreadWaits};
+        use stealscope_who::{Route, SchedStats, Thread, ThreadWaits};
         let vms = [(10u32, "a".to_string())];
         let scan = |wait_ns: u64| {
             [ThreadSample {
@@ -359,7 +354,7 @@ mod tests {
                 },
             }]
         };
-        let c = |tgid: u32, comm: &str| Culprit {
+        let c = |tgid: u32, comm: &str| Thread {
             tid: tgid,
             tgid,
             comm: comm.into(),
@@ -384,16 +379,16 @@ mod tests {
         w.baseline(&scan(1_000));
         // The kernel counted 900 ns over the scans, the collector 750 + 250.
         w.push(&reading(0, 0), &reading(750, 250), &vms, &scan(1_900));
-        let total = |w: &RunningWaitBy| w.vms["a"].series().iter().map(|x| x.2).sum::<f64>();
+        let total = |w: &RunningWaitBy| w.vms["a"].series().iter().map(|x| x.1).sum::<f64>();
         assert!(
             (total(&w) - 900e-9).abs() < 1e-15,
             "{:?}",
             w.vms["a"].series()
         );
         let series = w.vms["a"].series();
-        assert_eq!(series[0].1, "hog");
-        assert!((series[0].2 - 675e-9).abs() < 1e-15);
-        assert!((series[1].2 - 225e-9).abs() < 1e-15, "own in other");
+        assert_eq!(series[0].0.name, "hog");
+        assert!((series[0].1 - 675e-9).abs() < 1e-15);
+        assert!((series[1].1 - 225e-9).abs() < 1e-15, "own in other");
         w.push(&reading(750, 250), &reading(1_750, 250), &vms, &scan(2_500));
         assert!((total(&w) - 1_500e-9).abs() < 1e-15);
     }

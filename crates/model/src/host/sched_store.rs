@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use stealscope_sched::{Culprit, EpisodeHist, Route, SchedSample, SchedStats, ThreadWaits};
+use stealscope_who::{EpisodeHist, Route, SchedSample, SchedStats, Thread, ThreadWaits};
 
 pub const SCHED_FILE: &str = "/stealscope/sched.json";
 
@@ -55,7 +55,9 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredThread {
     pub tid: u32,
-    pub by: Vec<StoredCulprit>,
+    /// Charged to each thread that ran, as rows `{tid,tgid,comm,kthread,ns}`.
+    #[serde(with = "thread_rows")]
+    pub by: BTreeMap<Thread, u64>,
     pub irq_ns: u64,
     pub idle_ns: u64,
     pub unknown_ns: u64,
@@ -67,13 +69,35 @@ pub struct StoredThread {
     pub schedstat: Option<[u64; 3]>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredCulprit {
-    pub tid: u32,
-    pub tgid: u32,
-    pub comm: String,
-    pub kthread: bool,
-    pub ns: u64,
+/// `by` as the file has always held it: a list of rows, each a thread's
+/// identity with its ns beside it (a JSON object cannot key by a struct).
+mod thread_rows {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+    use stealscope_who::Thread;
+
+    #[derive(Serialize)]
+    struct RowRef<'a> {
+        #[serde(flatten)]
+        thread: &'a Thread,
+        ns: u64,
+    }
+
+    #[derive(Deserialize)]
+    struct Row {
+        #[serde(flatten)]
+        thread: Thread,
+        ns: u64,
+    }
+
+    pub fn serialize<S: Serializer>(by: &BTreeMap<Thread, u64>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(by.iter().map(|(thread, &ns)| RowRef { thread, ns }))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<Thread, u64>, D::Error> {
+        let rows = Vec::<Row>::deserialize(d)?;
+        Ok(rows.into_iter().map(|r| (r.thread, r.ns)).collect())
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -129,17 +153,7 @@ impl From<&SchedSample> for StoredSched {
                 .values()
                 .map(|t| StoredThread {
                     tid: t.tid,
-                    by: t
-                        .by_thread
-                        .iter()
-                        .map(|(c, &ns)| StoredCulprit {
-                            tid: c.tid,
-                            tgid: c.tgid,
-                            comm: c.comm.clone(),
-                            kthread: c.kthread,
-                            ns,
-                        })
-                        .collect(),
+                    by: t.by_thread.clone(),
                     irq_ns: t.irq_ns,
                     idle_ns: t.idle_ns,
                     unknown_ns: t.unknown_ns,
@@ -164,25 +178,11 @@ impl StoredSample {
             .threads
             .iter()
             .map(|t| {
-                let by_thread: BTreeMap<Culprit, u64> =
-                    t.by.iter()
-                        .map(|c| {
-                            (
-                                Culprit {
-                                    tid: c.tid,
-                                    tgid: c.tgid,
-                                    comm: c.comm.clone(),
-                                    kthread: c.kthread,
-                                },
-                                c.ns,
-                            )
-                        })
-                        .collect();
                 (
                     t.tid,
                     ThreadWaits {
                         tid: t.tid,
-                        by_thread,
+                        by_thread: t.by.clone(),
                         irq_ns: t.irq_ns,
                         idle_ns: t.idle_ns,
                         unknown_ns: t.unknown_ns,
@@ -221,7 +221,7 @@ mod tests {
             ..Default::default()
         };
         t.by_thread.insert(
-            Culprit {
+            Thread {
                 tid: 9,
                 tgid: 9,
                 comm: "a b)".into(),

@@ -17,6 +17,7 @@ use stealscope_readers::recording::{
 };
 use stealscope_readers::snapshot::{self, Hardware, Meta, RawSample, Snapshot};
 use stealscope_readers::{stat, MemFs, ReadError};
+use stealscope_who::Charge;
 
 #[derive(Debug, Clone)]
 pub struct Recording {
@@ -503,13 +504,16 @@ fn probe_window(p: ProbeRecord, span: Span) -> ProbeWindow {
 /// One culprit scan as a window per VM, times in seconds.
 fn culprit_windows(c: CulpritScan, span: Span) -> impl Iterator<Item = CulpritWindow> {
     let t_s = span.rel(c.t_ns);
-    c.vms.into_iter().map(move |(vm, rows)| CulpritWindow {
-        t_s,
-        vm,
-        culprits: rows
-            .into_iter()
-            .map(|(kind, name, ns)| (kind, name, ns as f64 / 1e9))
-            .collect(),
+    c.vms.into_iter().map(move |(vm, rows)| {
+        let total: u64 = rows.iter().map(|r| r.1).sum();
+        CulpritWindow {
+            t_s,
+            vm,
+            culprits: rows
+                .into_iter()
+                .map(|(c, ns)| Charge::of(c, ns, total))
+                .collect(),
+        }
     })
 }
 

@@ -470,7 +470,11 @@ proptest::proptest! {
             culprits: culprits.into_iter().map(|(t_s, vm, who, secs)| CulpritWindow {
                 t_s,
                 vm: format!("vm{vm}"),
-                culprits: vec![("host-process".into(), format!("p{who}"), secs)],
+                culprits: vec![stealscope_who::Charge {
+                    culprit: stealscope_who::Culprit::new(stealscope_who::Kind::HostProcess, format!("p{who}")),
+                    seconds: secs,
+                    share: 1.0,
+                }],
             }).collect(),
             notes: vec![],
         };

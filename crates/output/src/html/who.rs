@@ -7,17 +7,19 @@ use maud::{html, Markup};
 use stealscope_analysis::report::HostSection;
 use stealscope_findings::units::fixed;
 use stealscope_model::host::attribution::CulpritShare;
+use stealscope_who::Kind;
 
 pub const ID: &str = "who-stole";
 const TITLE: &str = "Who stole it: vCPU wait by culprit";
 const COLUMNS: usize = 6;
 
 fn label(c: &CulpritShare) -> String {
+    let c = &c.charge.culprit;
     match (c.kind, c.pid) {
-        ("vcpu", _) => format!("{} vCPUs", c.name),
-        ("vmm", _) => format!("{} VMM threads", c.name),
-        ("host-process", Some(p)) => format!("{} (pid {p})", c.name),
-        ("host-kthread", _) => format!("{} (kernel)", c.name),
+        (Kind::Vcpu, _) => format!("{} vCPUs", c.name),
+        (Kind::Vmm, _) => format!("{} VMM threads", c.name),
+        (Kind::HostProcess, Some(p)) => format!("{} (pid {p})", c.name),
+        (Kind::HostKthread, _) => format!("{} (kernel)", c.name),
         _ => c.name.clone(),
     }
 }
@@ -45,7 +47,7 @@ pub fn render(host: Option<&HostSection>, over_time: bool) -> Markup {
             .filter(|v| v.name == vm)
             .flat_map(|v| &v.vcpus)
             .flat_map(|v| &v.wait_by)
-            .filter(|w| w.kind == c.kind && w.name == c.name && w.pid == c.pid)
+            .filter(|w| w.culprit == c.charge.culprit)
             .map(|w| w.seconds)
             .sum()
     };
@@ -71,7 +73,7 @@ pub fn render(host: Option<&HostSection>, over_time: bool) -> Markup {
                 }
                 tr {
                     th { "share of all" }
-                    @for c in &cols { th { (fixed(100.0 * c.share, 0)) "%" } }
+                    @for c in &cols { th { (fixed(100.0 * c.charge.share, 0)) "%" } }
                     th { "" }
                 }
             }

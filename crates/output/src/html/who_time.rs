@@ -8,6 +8,7 @@ use crate::who_time::{self, spans};
 use maud::{html, Markup};
 use std::collections::BTreeMap;
 use stealscope_model::timeline::CulpritWindow;
+use stealscope_who::{Culprit, Kind};
 
 pub const ID: &str = "who-stole-over-time";
 const TITLE: &str = "Who stole it over time: vCPU wait by culprit";
@@ -21,14 +22,15 @@ const REST: &str = "#bbbbbb";
 /// Culprits listed per VM in the table before `other`.
 const TABLE_ROWS: usize = 5;
 
-type Key = (String, String, String); // vm, kind, name
+type Key = (String, Culprit); // vm, culprit
 
-fn label(kind: &str, name: &str) -> String {
-    match kind {
-        "vcpu" => format!("VM {name}'s vCPUs"),
-        "vmm" => format!("VM {name}'s VMM threads"),
-        "host-kthread" => format!("{name} (kernel)"),
-        "host-process" => format!("{name} (host process)"),
+fn label(c: &Culprit) -> String {
+    let name = &c.name;
+    match c.kind {
+        Kind::Vcpu => format!("VM {name}'s vCPUs"),
+        Kind::Vmm => format!("VM {name}'s VMM threads"),
+        Kind::HostKthread => format!("{name} (kernel)"),
+        Kind::HostProcess => format!("{name} (host process)"),
         _ => name.to_string(),
     }
 }
@@ -84,17 +86,15 @@ pub fn render(w: &[CulpritWindow]) -> Markup {
 fn stacked_keys(w: &[CulpritWindow]) -> Vec<Key> {
     let mut totals: BTreeMap<Key, f64> = BTreeMap::new();
     for c in w {
-        for (kind, name, s) in &c.culprits {
-            *totals
-                .entry((c.vm.clone(), kind.clone(), name.clone()))
-                .or_default() += s;
+        for r in &c.culprits {
+            *totals.entry((c.vm.clone(), r.culprit.clone())).or_default() += r.seconds;
         }
     }
     let mut ranked: Vec<(Key, f64)> = totals.into_iter().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
     ranked
         .into_iter()
-        .filter(|(k, _)| k.1 != "other")
+        .filter(|(k, _)| k.1.kind != Kind::Other)
         .take(STACKED)
         .map(|(k, _)| k)
         .collect()
@@ -110,8 +110,8 @@ fn culprit_table(w: &[CulpritWindow]) -> Markup {
                 @for (i, c) in v.culprits.iter().enumerate() {
                     tr {
                         td { @if i == 0 { (v.vm) } }
-                        td { (c.name) }
-                        td { (c.kind) }
+                        td { (c.culprit.name) }
+                        td { (c.culprit.kind) }
                         td { (stealscope_findings::units::fixed(c.seconds, 2)) }
                         td { (format!("{:.0}%", 100.0 * c.share)) }
                     }
@@ -139,13 +139,13 @@ fn wait_rates(
     // Seconds of wait per bin and band.
     let mut cells = vec![vec![0.0f64; stacked.len() + 1]; bins.n];
     for (start, dur, c) in sp {
-        for (kind, name, s) in &c.culprits {
+        for r in &c.culprits {
             let band = stacked
                 .iter()
-                .position(|k| k.0 == c.vm && &k.1 == kind && &k.2 == name)
+                .position(|k| k.0 == c.vm && k.1 == r.culprit)
                 .unwrap_or(stacked.len());
             for (i, share) in bins.spread(*start, *dur) {
-                cells[i][band] += s * share;
+                cells[i][band] += r.seconds * share;
             }
         }
     }
@@ -178,7 +178,7 @@ impl Plot<'_> {
 
     fn name(&self, b: usize) -> String {
         self.stacked.get(b).map_or("the rest".to_string(), |k| {
-            format!("{} ← {}", k.0, label(&k.1, &k.2))
+            format!("{} ← {}", k.0, label(&k.1))
         })
     }
 

@@ -98,7 +98,7 @@ mod tests {
     use super::super::tests::samples;
     use super::super::{Exporter, Format, MetricsState};
     use stealscope_model::running_exact_steal::{ExactReading, RunningExactSteal};
-    use stealscope_sched::{CpuSteal, GuestStealSample, StealTaskId, TaskSteal};
+    use stealscope_who::{CpuSteal, GuestStealSample, StealTaskId, TaskSteal};
 
     fn cpu(n: u32, busy: u64, idle: u64, episodes: &[u64]) -> CpuSteal {
         CpuSteal {

@@ -7,24 +7,26 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use stealscope_analysis::report::{OpenWait, WhoStole};
 use stealscope_findings::units::fixed;
-use stealscope_model::host::attribution::{AttributionStatus, CulpritShare, WaitBy, OWN};
+use stealscope_model::host::attribution::{AttributionStatus, CulpritShare};
 use stealscope_model::host::host_work::OwnCost;
 use stealscope_model::host::VmSteal;
+use stealscope_who::{Culprit, Kind};
 
 /// Culprit columns in the table (then "other").
 const COLUMNS: usize = 4;
 const NAME_W: usize = 15;
 const COL_W: usize = 11;
 
-pub(crate) fn label(kind: &str, name: &str, pid: Option<u32>) -> String {
-    match kind {
-        "vcpu" => format!("{name} vCPU"),
-        "vmm" => format!("{name} VMM"),
-        "host-process" => match pid {
+pub(crate) fn label(c: &Culprit) -> String {
+    let name = &c.name;
+    match c.kind {
+        Kind::Vcpu => format!("{name} vCPU"),
+        Kind::Vmm => format!("{name} VMM"),
+        Kind::HostProcess => match c.pid {
             Some(p) => format!("{name}[{p}]"),
             None => name.to_string(),
         },
-        "irq" => "irq".into(),
+        Kind::Irq => "irq".into(),
         _ => name.to_string(),
     }
 }
@@ -68,12 +70,9 @@ fn vm_rows(vm: &VmSteal) -> Vec<(String, f64)> {
         .vcpus
         .iter()
         .flat_map(|c| &c.wait_by)
-        .filter(|w| w.kind != OWN)
+        .filter(|w| w.culprit.kind != Kind::Own)
     {
-        let WaitBy {
-            kind, name, pid, ..
-        } = w;
-        *m.entry(label(kind, name, *pid)).or_default() += w.seconds;
+        *m.entry(label(&w.culprit)).or_default() += w.seconds;
     }
     let mut v: Vec<(String, f64)> = m.into_iter().collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -131,7 +130,7 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
         .top
         .iter()
         .take(4)
-        .map(|w| format!("{} {}", label(w.kind, &w.name, w.pid), fixed(w.run_cpus, 2)))
+        .map(|w| format!("{} {}", label(&w.culprit), fixed(w.run_cpus, 2)))
         .collect();
     // Items wrap whole: four long comms with pids ran past 80 columns.
     let lead = format!(
@@ -169,7 +168,7 @@ pub(crate) fn who_stole(who: &WhoStole, vms: &[VmSteal], st: &Style) -> String {
         .culprits
         .iter()
         .take(COLUMNS)
-        .map(|c| label(c.kind, &c.name, c.pid))
+        .map(|c| label(&c.charge.culprit))
         .collect();
     let _ = write!(out, "\n  {:<NAME_W$}", "victim \\ by (s)");
     for c in &cols {
@@ -267,7 +266,7 @@ fn threads(out: &mut String, st: &Style, culprits: &[CulpritShare]) {
             .iter()
             .map(|t| format!("{} {} s", t.comm, fixed(t.seconds, 2)))
             .collect();
-        let lead = format!("  {} threads: ", label(c.kind, &c.name, c.pid));
+        let lead = format!("  {} threads: ", label(&c.charge.culprit));
         st.items(out, &lead, &items, ", ");
     }
 }
@@ -312,12 +311,14 @@ mod tests {
         use stealscope_model::host::attribution::ThreadShare;
         use stealscope_model::host::host_work::HostWork;
         let rustc = CulpritShare {
-            kind: "host-process",
-            name: "rustc".into(),
-            vm: None,
-            pid: Some(700),
-            seconds: 0.9,
-            share: 0.9,
+            charge: stealscope_who::Charge {
+                culprit: Culprit {
+                    pid: Some(700),
+                    ..Culprit::new(Kind::HostProcess, "rustc")
+                },
+                seconds: 0.9,
+                share: 0.9,
+            },
             victims: vec!["web".into()],
             threads: vec![
                 ThreadShare {

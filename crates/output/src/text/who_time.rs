@@ -67,7 +67,7 @@ pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime], attribut
         let mut whole: Vec<String> = v
             .culprits
             .iter()
-            .map(|c| format!("{} {:.0}%", label(&c.kind, &c.name, None), 100.0 * c.share))
+            .map(|c| format!("{} {:.0}%", label(&c.culprit), 100.0 * c.share))
             .collect();
         if v.other_s > 0.0 {
             whole.push(format!(
@@ -88,11 +88,7 @@ pub(crate) fn section(out: &mut String, st: &Style, vms: &[VmOverTime], attribut
         st.items(out, &head, &whole, ", ");
         let _ = write!(out, "  {:>8} {:>6}", "from", "vCPUs");
         for c in &v.culprits {
-            let _ = write!(
-                out,
-                " {:>COL_W$}",
-                cut(&label(&c.kind, &c.name, None), COL_W)
-            );
+            let _ = write!(out, " {:>COL_W$}", cut(&label(&c.culprit), COL_W));
         }
         let _ = writeln!(out, " {:>COL_W$}", "other");
         for b in &v.bins {
@@ -121,6 +117,7 @@ mod tests {
     use crate::text::TextOpts;
     use crate::who_time::summarize;
     use stealscope_model::timeline::CulpritWindow;
+    use stealscope_who::{Charge, Culprit, Kind};
 
     /// A busy VM keeps its table of bins; an idle one (its vCPUs hardly
     /// waited in any bin) is one line, not 12 rows of zeros.
@@ -132,7 +129,11 @@ mod tests {
                 w.push(CulpritWindow {
                     t_s: t as f64,
                     vm: vm.into(),
-                    culprits: vec![("host-process".into(), "backup".into(), s)],
+                    culprits: vec![Charge {
+                        culprit: Culprit::new(Kind::HostProcess, "backup"),
+                        seconds: s,
+                        share: 1.0,
+                    }],
                 });
             }
         }

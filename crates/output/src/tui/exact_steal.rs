@@ -127,7 +127,7 @@ mod tests {
     use super::super::testing::screen;
     use super::*;
     use stealscope_model::running_exact_steal::ExactReading;
-    use stealscope_sched::{CpuSteal, GuestStealSample, StealEpisode, StealTaskId, StealVictim};
+    use stealscope_who::{CpuSteal, GuestStealSample, StealEpisode, StealTaskId, StealVictim};
 
     fn running() -> RunningExactSteal {
         let mut e = RunningExactSteal::default();

@@ -219,16 +219,16 @@ pub(crate) mod testing {
     }
 
     pub fn wait_by(
-        kind: &'static str,
+        kind: stealscope_who::Kind,
         name: &str,
         pid: Option<u32>,
         share: f64,
-    ) -> stealscope_model::host::attribution::WaitBy {
-        stealscope_model::host::attribution::WaitBy {
-            kind,
-            name: name.into(),
-            vm: None,
-            pid,
+    ) -> stealscope_who::Charge {
+        stealscope_who::Charge {
+            culprit: stealscope_who::Culprit {
+                pid,
+                ..stealscope_who::Culprit::new(kind, name)
+            },
             seconds: share,
             share,
         }
@@ -276,6 +276,7 @@ mod tests {
     use super::testing::*;
     use super::*;
     use stealscope_analysis::Severity;
+    use stealscope_who::Kind;
 
     #[test]
     fn every_size_renders_without_panic() {
@@ -328,7 +329,7 @@ mod tests {
         let w = windows(&[(0, 9, 0), (1, 9, 0)], 40);
         let mut a = vm("vmA", 2, Some(40.0), Some(55.0));
         a.history = (0..40).map(|i| Some(f64::from(i % 5) * 10.0)).collect();
-        a.culprits = Some(vec![wait_by("host-process", "hog", Some(7), 0.9)]);
+        a.culprits = Some(vec![wait_by(Kind::HostProcess, "hog", Some(7), 0.9)]);
         let mut b = vm("vmB", 1, Some(2.0), Some(30.0));
         b.history = a.history.clone();
         let vms = [a, b];

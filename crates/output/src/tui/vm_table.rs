@@ -12,8 +12,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 use std::cmp::Ordering;
-use stealscope_model::host::attribution::WaitBy;
 use stealscope_model::host::{VcpuLive, VmLive};
+use stealscope_who::{Charge, Kind};
 
 /// Below this wait (% of wall time) a row names no culprits ("-").
 pub const NEGLIGIBLE_WAIT_PCT: f64 = 0.5;
@@ -73,39 +73,41 @@ pub fn sorted(vms: &[VmLive], by: VmSort) -> Vec<&VmLive> {
 }
 
 /// A culprit as kind and name ("process hog[42]", "vCPU web").
-pub fn culprit_label(w: &WaitBy) -> String {
-    match (w.kind, w.pid) {
-        ("vcpu", _) => format!("vCPU {}", w.name),
-        ("vmm", _) => format!("VMM {}", w.name),
-        ("host-kthread", _) => format!("kthread {}", w.name),
-        ("host-process", Some(p)) => format!("process {}[{p}]", w.name),
-        ("host-process", None) => format!("process {}", w.name),
-        ("unknown", _) if w.name == "idle" => "idle (wake-up)".into(),
-        _ => w.name.clone(),
+pub fn culprit_label(w: &Charge) -> String {
+    let c = &w.culprit;
+    match (c.kind, c.pid) {
+        (Kind::Vcpu, _) => format!("vCPU {}", c.name),
+        (Kind::Vmm, _) => format!("VMM {}", c.name),
+        (Kind::HostKthread, _) => format!("kthread {}", c.name),
+        (Kind::HostProcess, Some(p)) => format!("process {}[{p}]", c.name),
+        (Kind::HostProcess, None) => format!("process {}", c.name),
+        (Kind::Unknown, _) if c.name == "idle" => "idle (wake-up)".into(),
+        _ => c.name.clone(),
     }
 }
 
 /// A culprit by name alone, for narrow columns ("hog", "vCPU web").
-fn short_label(w: &WaitBy) -> String {
-    match w.kind {
-        "host-process" | "host-kthread" => w.name.clone(),
-        _ => culprit_label(w),
+fn short_label(w: &Charge) -> String {
+    if w.culprit.kind.is_host() {
+        w.culprit.name.clone()
+    } else {
+        culprit_label(w)
     }
 }
 
 /// The culprits that fit `width`, most first, each with its share of the
 /// wait; shares under 1% are left out. Names alone when the full labels
 /// would leave out the second culprit. "n/a" without a collector reading.
-pub fn culprits_text(c: Option<&[WaitBy]>, width: usize) -> String {
+pub fn culprits_text(c: Option<&[Charge]>, width: usize) -> String {
     let Some(c) = c else {
         return stealscope_findings::units::NA.into();
     };
     // stealscope's own threads are its cost, not a culprit.
-    let shown: Vec<&WaitBy> = c
+    let shown: Vec<&Charge> = c
         .iter()
-        .filter(|w| w.share >= 0.01 && w.kind != stealscope_model::host::attribution::OWN)
+        .filter(|w| w.share >= 0.01 && w.culprit.kind != Kind::Own)
         .collect();
-    let fit = |label: &dyn Fn(&WaitBy) -> String| -> (String, usize) {
+    let fit = |label: &dyn Fn(&Charge) -> String| -> (String, usize) {
         // Culprits that read the same (two processes of one name) as one.
         let mut merged: Vec<(String, f64)> = Vec::new();
         for w in &shown {

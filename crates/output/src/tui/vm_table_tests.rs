@@ -28,15 +28,15 @@ fn rows_follow_the_sort_order() {
 fn vm_and_vcpu_rows_with_placement_and_culprits() {
     let mut web = vm("web", 2, Some(12.5), Some(40.0));
     web.culprits = Some(vec![
-        wait_by("host-process", "hog", Some(42), 0.8),
-        wait_by("vcpu", "db", None, 0.195),
-        wait_by("irq", "irq", None, 0.005),
+        wait_by(Kind::HostProcess, "hog", Some(42), 0.8),
+        wait_by(Kind::Vcpu, "db", None, 0.195),
+        wait_by(Kind::Irq, "irq", None, 0.005),
     ]);
-    web.vcpus[1].culprits = Some(vec![wait_by("host-kthread", "kworker", None, 1.0)]);
+    web.vcpus[1].culprits = Some(vec![wait_by(Kind::HostKthread, "kworker", None, 1.0)]);
     let mut db = vm("db", 1, Some(1.0), None);
     // A vCPU that hardly waited names nobody.
     db.vcpus[0].wait_pct = Some(0.2);
-    db.vcpus[0].culprits = Some(vec![wait_by("vmm", "db", None, 1.0)]);
+    db.vcpus[0].culprits = Some(vec![wait_by(Kind::Vmm, "db", None, 1.0)]);
     let vms = [web, db];
     let rows = screen(80, 7, |f| {
         render(f, f.area(), &vms, VmSort::Wait, "culprits: tracefs route")
@@ -93,9 +93,9 @@ fn short_tables_keep_every_vm_and_drop_vcpu_rows() {
 #[test]
 fn culprit_text_fits_its_width() {
     let c = vec![
-        wait_by("host-process", "hog", Some(42), 0.6),
-        wait_by("vmm", "web", None, 0.3),
-        wait_by("unknown", "idle", None, 0.1),
+        wait_by(Kind::HostProcess, "hog", Some(42), 0.6),
+        wait_by(Kind::Vmm, "web", None, 0.3),
+        wait_by(Kind::Unknown, "idle", None, 0.1),
     ];
     assert_eq!(
         culprits_text(Some(&c), 80),
@@ -108,9 +108,9 @@ fn culprit_text_fits_its_width() {
     assert_eq!(culprits_text(Some(&[]), 8), "-");
     // Two processes of one name read as one when names stand alone.
     let two = vec![
-        wait_by("host-process", "rustc", Some(1), 0.3),
-        wait_by("vmm", "web", None, 0.4),
-        wait_by("host-process", "rustc", Some(2), 0.2),
+        wait_by(Kind::HostProcess, "rustc", Some(1), 0.3),
+        wait_by(Kind::Vmm, "web", None, 0.4),
+        wait_by(Kind::HostProcess, "rustc", Some(2), 0.2),
     ];
     assert_eq!(culprits_text(Some(&two), 24), "rustc 50%, VMM web 40%");
     assert_eq!(culprits_text(None, 8), "n/a");

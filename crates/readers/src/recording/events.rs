@@ -3,6 +3,7 @@
 
 use super::codec::{err, pack, put_str, put_u64, unpack, DResult, Dec};
 use super::format::{CulpritScan, ProbeRecord};
+use stealscope_who::{Culprit, Kind};
 
 pub fn encode_probes(windows: &[ProbeRecord]) -> Vec<u8> {
     let mut b = Vec::new();
@@ -84,9 +85,9 @@ pub fn encode_culprits(scans: &[CulpritScan]) -> Vec<u8> {
         for (vm, rows) in &s.vms {
             put_str(&mut b, vm);
             put_u64(&mut b, rows.len() as u64);
-            for (kind, name, ns) in rows {
-                put_str(&mut b, kind);
-                put_str(&mut b, name);
+            for (c, ns) in rows {
+                put_str(&mut b, c.kind.as_str());
+                put_str(&mut b, &c.name);
                 put_u64(&mut b, *ns);
             }
         }
@@ -108,7 +109,9 @@ pub fn decode_culprits(payload: &[u8]) -> DResult<Vec<CulpritScan>> {
             let nr = d.count(3, "culprit")?;
             let mut rows = Vec::with_capacity(nr);
             for _ in 0..nr {
-                rows.push((d.str()?.to_string(), d.str()?.to_string(), d.u64()?));
+                // A kind a newer writer added reads as unknown, its name kept.
+                let kind = Kind::parse(d.str()?).unwrap_or(Kind::Unknown);
+                rows.push((Culprit::new(kind, d.str()?), d.u64()?));
             }
             vms.push((vm, rows));
         }
@@ -130,8 +133,8 @@ mod tests {
                 vms: vec![(
                     "web".into(),
                     vec![
-                        ("host-process".into(), "burn".into(), 900),
-                        ("other".into(), "other".into(), 7),
+                        (Culprit::new(Kind::HostProcess, "burn"), 900),
+                        (Culprit::other(), 7),
                     ],
                 )],
             },

@@ -8,6 +8,7 @@ use crate::perf::{Counter, CounterSample, Missing};
 use crate::stat::ProcStat;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use stealscope_who::Culprit;
 
 /// First bytes of every recording. As PNG's: a high byte (caught by 7-bit
 /// transfers), a name, CR LF and LF (caught by newline conversion), ^Z.
@@ -220,16 +221,14 @@ pub struct VcpuSample {
     pub threads: Vec<(VcpuEntry, ThreadTimes)>,
 }
 
-/// One culprit of a VM's vCPU wait: (kind, name, ns).
-pub type CulpritNs = (String, String, u64);
-
 /// Who stole each VM's vCPU time between two host scans (scheduler
 /// events): per VM its largest culprits and `other`, ns of vCPU wait.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CulpritScan {
     pub t_ns: u64,
-    /// (VM name, [(kind, name, ns)]), most wait first.
-    pub vms: Vec<(String, Vec<CulpritNs>)>,
+    /// (VM name, [(culprit, ns)]), most wait first. A culprit is stored
+    /// by kind and name only (a series label: no VM, no pid).
+    pub vms: Vec<(String, Vec<(Culprit, u64)>)>,
 }
 
 /// What a reader hands out, one per frame (table frames are folded into

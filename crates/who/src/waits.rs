@@ -3,7 +3,7 @@
 //! an interval (like every other counter in stealscope).
 
 use crate::hist::EpisodeHist;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Which route produced a sample.
@@ -26,8 +26,8 @@ impl Route {
 /// A thread that was current on a CPU while a watched thread waited there.
 /// Raw identity only: the model decides whether it is a vCPU, a VMM thread,
 /// a kernel thread class or a host process.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct Culprit {
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Thread {
     /// Thread id (the kernel's pid).
     pub tid: u32,
     /// Thread group id (the process's pid); equals `tid` for kernel threads.
@@ -43,7 +43,7 @@ pub struct Culprit {
 pub struct ThreadWaits {
     pub tid: u32,
     /// Charged to each thread that ran while this one waited.
-    pub by_thread: BTreeMap<Culprit, u64>,
+    pub by_thread: BTreeMap<Thread, u64>,
     /// Hard and soft interrupt time on the CPU while this one waited.
     pub irq_ns: u64,
     /// The CPU ran its idle task while this one was queued (wake-up latency).
@@ -113,7 +113,7 @@ pub struct SchedSample {
     /// The comm of each culprit's process (/proc/TGID/comm) at the read:
     /// a host process is named by its process, not by the thread that ran
     /// (rustc's "coordinator"), and by its name now, after an exec. A
-    /// process that exited has none. Filled by [`crate::Collector::read`];
+    /// process that exited has none. Filled by the collector's `read`;
     /// not stored.
     #[serde(skip)]
     pub procs: BTreeMap<u32, String>,

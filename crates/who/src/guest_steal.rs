@@ -120,7 +120,7 @@ pub struct GuestStealSample {
     /// Tasks with busy steal, most first (the kernel map keeps 8,192).
     pub tasks: Vec<TaskSteal>,
     /// The most recent episodes over the threshold, oldest first (at most
-    /// [`crate::guest_steal_ring::RECENT`]).
+    /// the guest steal collector's `RECENT`).
     pub episodes: Vec<StealEpisode>,
     /// Episodes over the threshold drained so far (the next one's seq).
     pub episodes_seen: u64,
@@ -224,6 +224,6 @@ impl GuestStealSample {
 }
 
 /// Most busy steal first; ties by tid (a stable order for output).
-pub(crate) fn sort_tasks(tasks: &mut [TaskSteal]) {
+pub fn sort_tasks(tasks: &mut [TaskSteal]) {
     tasks.sort_by(|a, b| b.busy_ns.cmp(&a.busy_ns).then(a.task.cmp(&b.task)));
 }
