@@ -58,6 +58,30 @@ pub struct CulpritWindow {
     pub culprits: Vec<(String, String, f64)>,
 }
 
+/// One exact guest steal episode at or over the recording's threshold
+/// (issue 30), timed from the time line's origin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StealMark {
+    pub t_s: f64,
+    pub cpu: u32,
+    pub ns: u64,
+    /// The thread that had the CPU; None: idle steal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victim: Option<crate::exact_steal::TaskExact>,
+}
+
+/// How a recording measured steal (`None` in [`Timeline::steal`]: not a
+/// recording).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "route", rename_all = "kebab-case")]
+pub enum StealRoute {
+    /// The guest steal collector; episodes at or over `threshold_ns` are
+    /// listed in [`Timeline::steal_episodes`].
+    Exact { threshold_ns: u64, stat_hz: f64 },
+    /// /proc/stat polled at `stat_hz`, and why not the collector.
+    ProcStat { stat_hz: f64, reason: String },
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Timeline {
     pub irq: Vec<IrqWindow>,
@@ -67,6 +91,12 @@ pub struct Timeline {
     /// with the scheduler-event collector; empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub culprits: Vec<CulpritWindow>,
+    /// How the recording measured steal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steal: Option<StealRoute>,
+    /// Exact steal episodes in time order (exact route only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steal_episodes: Vec<StealMark>,
     /// What the source said about itself (e.g. "recording cut off after
     /// 1234 records; read up to the last complete one").
     pub notes: Vec<String>,
@@ -74,6 +104,9 @@ pub struct Timeline {
 
 impl Timeline {
     pub fn is_empty(&self) -> bool {
-        self.irq.is_empty() && self.vcpu.is_empty() && self.probes.is_empty()
+        self.irq.is_empty()
+            && self.vcpu.is_empty()
+            && self.probes.is_empty()
+            && self.steal_episodes.is_empty()
     }
 }

@@ -472,6 +472,8 @@ proptest::proptest! {
                 vm: format!("vm{vm}"),
                 culprits: vec![("host-process".into(), format!("p{who}"), secs)],
             }).collect(),
+            steal: None,
+            steal_episodes: vec![],
             notes: vec![],
         };
         let html = page(&l, &t);
