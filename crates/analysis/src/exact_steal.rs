@@ -218,6 +218,7 @@ mod tests {
             ],
             largest: vec![],
             unlisted: 0,
+            readings_ns: None,
         };
         let ExactStealSection::Measured(m) = section(Some(&StoredExactSteal::Measured(e))).unwrap()
         else {

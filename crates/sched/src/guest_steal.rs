@@ -11,7 +11,7 @@ use crate::bpf::{bpf_err, chain, explain, program};
 use crate::bpf_info::ProgStats;
 use crate::bpf_ksym::RqPath;
 use crate::error::Result;
-use crate::guest_steal_model::{CpuSteal, GuestStealSample, StealTaskId, TaskSteal};
+use crate::guest_steal_model::{CpuSteal, GuestStealSample, StealEpisode, StealTaskId, TaskSteal};
 use crate::guest_steal_ring::{EpisodeLog, RECENT};
 use crate::hist::{EpisodeHist, BUCKETS};
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
@@ -239,9 +239,18 @@ impl GuestSteal {
     /// reads rarely calls this on its own schedule (the ring holds 4,096
     /// episodes; what does not fit is counted in `ring_lost`).
     pub fn drain(&mut self) -> usize {
+        self.drain_into(None)
+    }
+
+    /// [`GuestSteal::drain`], each episode also copied to `out` (a caller
+    /// that keeps every one, as `record` does).
+    pub fn drain_into(&mut self, mut out: Option<&mut Vec<StealEpisode>>) -> usize {
         let mut n = 0;
         while let Some(item) = self.ring.next() {
-            self.log.push(&item);
+            let e = self.log.push(&item);
+            if let (Some(out), Some(e)) = (out.as_deref_mut(), e) {
+                out.push(e.clone());
+            }
             n += 1;
         }
         n
@@ -249,11 +258,19 @@ impl GuestSteal {
 
     /// Cumulative counters since the start, and the recent episodes.
     pub fn read(&mut self) -> Result<GuestStealSample> {
+        self.read_into(None)
+    }
+
+    /// [`GuestSteal::read`], the episodes it drains also copied to `out`.
+    /// The sample's time is taken before the counters are read: an
+    /// episode seen before it is in them, one seen after is not.
+    pub fn read_into(&mut self, out: Option<&mut Vec<StealEpisode>>) -> Result<GuestStealSample> {
+        let t = monotonic_ns();
         let cpus = self.read_cpus()?;
         let tasks = self.read_tasks()?;
-        self.drain();
+        self.drain_into(out);
         Ok(GuestStealSample {
-            monotonic_ns: monotonic_ns(),
+            monotonic_ns: t,
             threshold_ns: self.threshold_ns,
             cpus,
             tasks,
