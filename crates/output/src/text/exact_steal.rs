@@ -1,0 +1,81 @@
+//! `report`'s exact steal of a recording (issue 30): which route measured
+//! steal and why, per CPU the totals with the busy/idle split and the
+//! episodes over 1 and 10 ms, and the largest listed episodes with their
+//! time and victim.
+
+use super::layout::Style;
+use std::fmt::Write;
+use stealscope_analysis::exact_steal::{ExactStealSection, Measured};
+use stealscope_analysis::DoctorReport;
+use stealscope_model::timeline::{StealMark, Timeline};
+
+/// Largest episodes listed.
+pub const LARGEST: usize = 10;
+
+/// Who an episode hit: "postgres (pid 812, tid 813)", or "idle".
+pub fn victim(m: &StealMark) -> String {
+    match &m.victim {
+        None => "idle (the vCPU waited to be woken)".into(),
+        Some(v) if v.pid == v.tid => format!("{} (pid {})", v.comm, v.pid),
+        Some(v) => format!("{} (pid {}, tid {})", v.comm, v.pid, v.tid),
+    }
+}
+
+fn cpu_table(out: &mut String, m: &Measured) {
+    let _ = writeln!(
+        out,
+        "\n  CPU  steal%   busy ms   idle ms  episodes  >1 ms  >10 ms    max ms"
+    );
+    for c in &m.cpus {
+        let _ = writeln!(
+            out,
+            "  {:>3}  {:>6.3}  {:>8.3}  {:>8.3}  {:>8}  {:>5}  {:>6}  {:>8.3}",
+            c.cpu, c.steal_pct, c.busy_ms, c.idle_ms, c.episodes, c.over_1ms, c.over_10ms, c.max_ms
+        );
+    }
+}
+
+fn largest(out: &mut String, st: &Style, t: &Timeline) {
+    let top = t.largest_steal(LARGEST);
+    if top.is_empty() {
+        let _ = writeln!(out, "  no episode at or over the listing threshold");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n  {} ({} listed):",
+        st.bold("Largest episodes"),
+        t.steal_episodes.len()
+    );
+    for m in top {
+        let _ = writeln!(
+            out,
+            "  {:>10}  cpu{:<3} {:>9.3} ms  {}",
+            format!("+{:.3} s", m.t_s),
+            m.cpu,
+            m.ns as f64 / 1e6,
+            victim(m)
+        );
+    }
+}
+
+/// The section; nothing for a snapshot (no route on its time line).
+pub fn section(out: &mut String, st: &Style, r: &DoctorReport, t: &Timeline) {
+    let Some(route) = &t.steal else { return };
+    out.push('\n');
+    st.wrap(
+        out,
+        &format!("{}: ", st.bold("Steal route")),
+        &route.describe(),
+    );
+    match &r.exact_steal {
+        Some(ExactStealSection::Measured(m)) => {
+            cpu_table(out, m);
+            largest(out, st, t);
+        }
+        Some(ExactStealSection::Unavailable { reason }) => {
+            st.wrap(out, "  exact steal not measured: ", reason);
+        }
+        None => {}
+    }
+}
