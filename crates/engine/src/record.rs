@@ -528,7 +528,8 @@ pub fn record(
     let live = is_live_root(root);
     let mut sched = open_sched(root, live);
     // Its first reading right before the start checkpoint's files.
-    let (exact, steal) = record_steal::open(opts.steal, opts.steal_threshold_ns, live);
+    let vmm = live && sched_hook::vmm_running(root);
+    let (exact, steal) = record_steal::open(opts.steal, opts.steal_threshold_ns, live, vmm);
     let (t0, side0, host0) = start_checkpoint(root, &mut sched)?;
     let sampler = open_sampler(opts, &side0, host0, sched)?;
     let st = Start {

@@ -48,6 +48,7 @@ pub fn open(
     wanted: StealWanted,
     threshold_ns: u64,
     live: bool,
+    vmm_running: bool,
 ) -> (Option<ExactRecorder>, StealSource) {
     let polled = |reason: &str| {
         let reason = reason.to_string();
@@ -58,6 +59,11 @@ pub fn open(
     }
     if !live {
         return polled("not the live root: the collector reads this machine's kernel");
+    }
+    // As doctor: its loader's CPU would be in the VMs' steal, and a
+    // host's own steal is not what a recording of its VMs is about.
+    if vmm_running {
+        return polled("VMs run here: a host records their wait, not its own steal");
     }
     let mut g = match GuestSteal::start(StealOptions { threshold_ns }) {
         Ok(g) => g,
@@ -154,14 +160,17 @@ mod tests {
 
     #[test]
     fn asked_or_not_live_polls_at_100_hz_with_the_reason() {
-        let (r, s) = open(StealWanted::ProcStat, 100_000, true);
+        let (r, s) = open(StealWanted::ProcStat, 100_000, true, false);
         assert!(r.is_none());
         assert_eq!(stat_hz(None, &s), POLL_STAT_HZ);
         assert_eq!(stat_hz(Some(20.0), &s), 20.0);
         assert!(describe(&s, 100.0).contains("--steal proc-stat"));
-        let (r, s) = open(StealWanted::Auto, 100_000, false);
+        let (r, s) = open(StealWanted::Auto, 100_000, false, false);
         assert!(r.is_none());
         assert!(describe(&s, 100.0).contains("not the live root"), "{s:?}");
+        let (r, s) = open(StealWanted::Auto, 100_000, true, true);
+        assert!(r.is_none());
+        assert!(describe(&s, 100.0).contains("VMs run here"), "{s:?}");
         let exact = StealSource::Exact {
             threshold_ns: 100_000,
             drain_ms: DRAIN_MS,
