@@ -8,7 +8,7 @@ use super::svg::{self, n1, LEFT, TOP};
 use crate::bins::TimeBins;
 use crate::text::exact_steal_victim as victim;
 use maud::{html, Markup};
-use stealscope_analysis::exact_steal::{ExactStealSection, Measured};
+use stealscope_analysis::exact_steal::{ExactStealSection, Measured, Victim};
 use stealscope_model::timeline::{StealMark, Timeline};
 
 pub const ID: &str = "exact-steal";
@@ -40,18 +40,19 @@ fn height(ns: u64) -> f64 {
     (LANE - 6.0) * f.clamp(0.05, 1.0)
 }
 
-fn hover(m: &StealMark) -> String {
+fn hover(m: &StealMark, procs: &[Victim]) -> String {
     format!(
         "+{:.3} s, cpu{}: {:.3} ms, {}",
         m.t_s,
         m.cpu,
         m.ns as f64 / 1e6,
-        victim(m)
+        victim(m, procs)
     )
 }
 
 /// The episodes on the time line, `wall_s` long from the first sample.
-fn marks(t: &Timeline, cpus: &[u32], wall_s: f64) -> Markup {
+fn marks(t: &Timeline, m: &Measured, wall_s: f64) -> Markup {
+    let cpus: Vec<u32> = m.cpus.iter().map(|c| c.cpu).collect();
     let Some(bins) = TimeBins::over([(0.0, wall_s)], 1) else {
         return html! {};
     };
@@ -65,12 +66,12 @@ fn marks(t: &Timeline, cpus: &[u32], wall_s: f64) -> Markup {
             text x=(n1(LEFT - 8.0)) y=(n1(TOP + LANE * (i as f64 + 0.7))) text-anchor="end" { "cpu" (c) }
             line class="marker" x1=(n1(LEFT)) x2=(n1(LEFT + svg::plot_w())) y1=(n1(TOP + LANE * (i as f64 + 1.0))) y2=(n1(TOP + LANE * (i as f64 + 1.0))) {}
         }
-        @for m in &shown {
-            @if let Some(i) = lane_of(m.cpu) {
+        @for e in &shown {
+            @if let Some(i) = lane_of(e.cpu) {
                 @let base = TOP + LANE * (i as f64 + 1.0);
-                line x1=(n1(x(m.t_s))) x2=(n1(x(m.t_s))) y1=(n1(base)) y2=(n1(base - height(m.ns)))
-                    stroke=(if m.victim.is_some() { "#c0392b" } else { "#7f8c8d" }) stroke-width="1.5" {
-                    title { (hover(m)) }
+                line x1=(n1(x(e.t_s))) x2=(n1(x(e.t_s))) y1=(n1(base)) y2=(n1(base - height(e.ns)))
+                    stroke=(if e.victim.is_some() { "#c0392b" } else { "#7f8c8d" }) stroke-width="1.5" {
+                    title { (hover(e, &m.victims)) }
                 }
             }
         }
@@ -84,14 +85,14 @@ fn marks(t: &Timeline, cpus: &[u32], wall_s: f64) -> Markup {
     )
 }
 
-fn largest(t: &Timeline) -> Markup {
+fn largest(t: &Timeline, procs: &[Victim]) -> Markup {
     html! {
         table class="vms exact-largest" {
             tr { th { "time" } th { "CPU" } th { "ms" } th { "hit" } }
             @for m in t.largest_steal(crate::text::EXACT_LARGEST) {
                 tr {
                     td class="num" { (format!("+{:.3} s", m.t_s)) } td class="num" { (m.cpu) }
-                    td class="num" { (format!("{:.3}", m.ns as f64 / 1e6)) } td { (victim(m)) }
+                    td class="num" { (format!("{:.3}", m.ns as f64 / 1e6)) } td { (victim(m, procs)) }
                 }
             }
         }
@@ -123,7 +124,6 @@ pub fn render(section: Option<&ExactStealSection>, t: &Timeline, wall_s: f64) ->
         route.as_deref().unwrap_or("exact, over the snapshot's interval"),
         if listed > MAX_MARKS { format!(" (the {MAX_MARKS} longest drawn)") } else { String::new() },
     );
-    let cpus: Vec<u32> = m.cpus.iter().map(|c| c.cpu).collect();
     svg::figure(
         ID,
         TITLE,
@@ -131,9 +131,9 @@ pub fn render(section: Option<&ExactStealSection>, t: &Timeline, wall_s: f64) ->
         html! {
             (cpu_table(m))
             @if listed > 0 {
-                (marks(t, &cpus, wall_s))
+                (marks(t, m, wall_s))
                 h3 { "Largest episodes" }
-                (largest(t))
+                (largest(t, &m.victims))
             }
         },
     )

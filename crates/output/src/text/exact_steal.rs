@@ -5,19 +5,23 @@
 
 use super::layout::Style;
 use std::fmt::Write;
-use stealscope_analysis::exact_steal::{ExactStealSection, Measured};
+use stealscope_analysis::exact_steal::{ExactStealSection, Measured, Victim};
 use stealscope_analysis::DoctorReport;
 use stealscope_model::timeline::{StealMark, Timeline};
 
 /// Largest episodes listed.
 pub const LARGEST: usize = 10;
 
-/// Who an episode hit: "postgres (pid 812, tid 813)", or "idle".
-pub fn victim(m: &StealMark) -> String {
-    match &m.victim {
-        None => "idle (the vCPU waited to be woken)".into(),
-        Some(v) if v.pid == v.tid => format!("{} (pid {})", v.comm, v.pid),
-        Some(v) => format!("{} (pid {}, tid {})", v.comm, v.pid, v.tid),
+/// Who an episode hit: "postgres (pid 812)", its thread's name beside
+/// when the process (named at the checkpoint, `procs`) is called
+/// otherwise ("rustc (pid 1721, thread opt 6lpe3l)"), or idle.
+pub fn victim(m: &StealMark, procs: &[Victim]) -> String {
+    let Some(v) = &m.victim else {
+        return "idle (the vCPU waited to be woken)".into();
+    };
+    match procs.iter().find(|p| p.pid == v.pid && p.comm != v.comm) {
+        Some(p) => format!("{} (pid {}, thread {})", p.comm, v.pid, v.comm),
+        None => format!("{} (pid {})", v.comm, v.pid),
     }
 }
 
@@ -35,7 +39,7 @@ fn cpu_table(out: &mut String, m: &Measured) {
     }
 }
 
-fn largest(out: &mut String, st: &Style, t: &Timeline) {
+fn largest(out: &mut String, st: &Style, t: &Timeline, procs: &[Victim]) {
     let top = t.largest_steal(LARGEST);
     if top.is_empty() {
         let _ = writeln!(out, "  no episode at or over the listing threshold");
@@ -54,7 +58,7 @@ fn largest(out: &mut String, st: &Style, t: &Timeline) {
             format!("+{:.3} s", m.t_s),
             m.cpu,
             m.ns as f64 / 1e6,
-            victim(m)
+            victim(m, procs)
         );
     }
 }
@@ -71,7 +75,7 @@ pub fn section(out: &mut String, st: &Style, r: &DoctorReport, t: &Timeline) {
     match &r.exact_steal {
         Some(ExactStealSection::Measured(m)) => {
             cpu_table(out, m);
-            largest(out, st, t);
+            largest(out, st, t, &m.victims);
         }
         Some(ExactStealSection::Unavailable { reason }) => {
             st.wrap(out, "  exact steal not measured: ", reason);
