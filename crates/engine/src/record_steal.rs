@@ -73,9 +73,7 @@ pub fn open(
         Ok(s) => s,
         Err(e) => return polled(&format!("the collector's first reading: {e}")),
     };
-    // A guest without paravirt steal time has a steal clock that never
-    // moved since boot: its zeros would read as no steal.
-    if first.cpus.iter().all(|c| c.steal_clock_ns == 0) {
+    if !steal_clock_moved(&g) {
         return polled(NO_STEAL_CLOCK);
     }
     let source = StealSource::Exact {
@@ -88,6 +86,23 @@ pub fn open(
         drained: Vec::new(),
     };
     (Some(rec), source)
+}
+
+/// Whether the steal clock has moved since boot, judged on the CPUs whose
+/// hook has run: right after attaching, a CPU reads 0 until its first
+/// switch or tick (a release build read all zeros 1 time in 3), so this
+/// waits up to 100 ms for one. A guest without paravirt steal time reads
+/// 0 for good: its zeros would read as no steal.
+fn steal_clock_moved(g: &GuestSteal) -> bool {
+    for _ in 0..20 {
+        let cpus = g.read_cpus().unwrap_or_default();
+        let ran: Vec<_> = cpus.iter().filter(|c| c.hook_runs > 0).collect();
+        if !ran.is_empty() {
+            return ran.iter().any(|c| c.steal_clock_ns > 0);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    false
 }
 
 impl ExactRecorder {
