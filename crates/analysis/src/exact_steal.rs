@@ -25,6 +25,8 @@ pub struct CpuLine {
     pub busy_ms: f64,
     pub idle_ms: f64,
     pub episodes: u64,
+    pub over_1ms: u64,
+    pub over_10ms: u64,
     pub max_ms: f64,
 }
 
@@ -144,6 +146,8 @@ fn measured(e: &ExactSteal) -> Measured {
                 busy_ms: ms(c.busy_ns),
                 idle_ms: ms(c.idle_ns),
                 episodes: c.episodes,
+                over_1ms: c.over_1ms,
+                over_10ms: c.over_10ms,
                 max_ms: ms(c.max_ns),
             })
             .collect(),
@@ -218,6 +222,7 @@ mod tests {
             ],
             largest: vec![],
             unlisted: 0,
+            readings_ns: None,
         };
         let ExactStealSection::Measured(m) = section(Some(&StoredExactSteal::Measured(e))).unwrap()
         else {

@@ -54,12 +54,15 @@ pub enum Command {
                             log it keeps only the messages the rules read. What it contains: docs/snapshot.md."
     )]
     Snapshot(SnapshotArgs),
-    /// Record per-CPU time series to a file (10-1000 Hz, bounded memory) until Ctrl-C or --duration
+    /// Record per-CPU time series and exact steal episodes to a file (bounded memory) until Ctrl-C or --duration
     #[command(
-        after_help = "Examples:\n  stealscope record -o vm1.ssr                     100 Hz until Ctrl-C\n  \
+        after_help = "Examples:\n  stealscope record -o vm1.ssr                     until Ctrl-C\n  \
                             stealscope record -o vm1.ssr --rate 1000 --duration 10m\n  \
                             stealscope record -o vm1.ssr --probe wakeup      plus wake-up latency per CPU per second\n  \
                             stealscope doctor --snapshot vm1.ssr             the findings over the recording\n\n\
+                            Steal: exact, event by event, from the guest steal collector (BPF, root) when it loads: \
+                            each episode over --steal-threshold with its time and victim, /proc/stat then at 1 Hz; \
+                            else /proc/stat polled at 100 Hz, and the recording says why. \
                             Records every /proc/stat column per CPU at --rate, /proc/interrupts per CPU at --irq-rate, \
                             on a host every vCPU thread's run and wait time once a second, the hardware counters \
                             when the machine has them, and every file doctor reads each --checkpoint. Ctrl-C or \

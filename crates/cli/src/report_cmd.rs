@@ -58,7 +58,7 @@ fn print(p: &stealscope_engine::report::Page, json: bool) -> Result<(), Error> {
     };
     let text = stealscope_output::json::or_text(json, &r, || {
         let o = stealscope_output::text::TextOpts::for_stdout(None, false);
-        stealscope_output::text::report(&p.report, Some(&over), &o)
+        stealscope_output::text::report(&p.report, Some(&over), &p.timeline, &o)
     });
     crate::write_stdout(&text)
 }

@@ -12,7 +12,7 @@ use stealscope_model::exact_steal::{ExactSteal, StoredExactSteal, EXACT_STEAL_FI
 use stealscope_readers::own_threads;
 use stealscope_readers::MemFs;
 use stealscope_sched::{GuestSteal, StealOptions};
-use stealscope_who::GuestStealSample;
+use stealscope_who::{GuestStealSample, StealEpisode};
 
 type Loaded = Result<(GuestSteal, GuestStealSample), String>;
 
@@ -57,7 +57,17 @@ pub fn put(side: &mut MemFs, stored: &StoredExactSteal) {
 }
 
 fn measured(g: &mut GuestSteal, first: &GuestStealSample) -> StoredExactSteal {
-    let end = match g.read() {
+    measured_keeping(g, first, None)
+}
+
+/// What accrued since `first`, the episodes the reading drains also
+/// copied to `out` (`record` keeps every one).
+pub(crate) fn measured_keeping(
+    g: &mut GuestSteal,
+    first: &GuestStealSample,
+    out: Option<&mut Vec<StealEpisode>>,
+) -> StoredExactSteal {
+    let end = match g.read_into(out) {
         Ok(s) => s,
         Err(e) => {
             return StoredExactSteal::Unavailable {
@@ -75,6 +85,7 @@ fn measured(g: &mut GuestSteal, first: &GuestStealSample) -> StoredExactSteal {
     let span_s = end.monotonic_ns.saturating_sub(first.monotonic_ns) as f64 / 1e9;
     let d = end.since(first);
     let mut e = ExactSteal::of(&d, span_s, end.episodes_unlisted(first));
+    e.readings_ns = Some((first.monotonic_ns, end.monotonic_ns));
     // Victims are processes (their threads' comms are kept beside).
     let proc = stealscope_readers::RootFs::new("/");
     e.name_processes(|pid| stealscope_readers::process::comm(&proc, pid).ok().flatten());

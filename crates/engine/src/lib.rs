@@ -20,6 +20,7 @@ pub mod place_ops;
 pub mod place_watch;
 pub mod record;
 pub mod record_probe;
+pub mod record_steal;
 pub mod report;
 pub mod rules;
 pub mod sample_batch;

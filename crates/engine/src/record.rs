@@ -14,6 +14,7 @@ use crate::host::sched_hook::{self, End};
 use crate::host::HostTracker;
 use crate::hw_sampler::is_live_root;
 use crate::record_probe::{ProbeSource, WakeupWindows};
+use crate::record_steal::{self, ExactRecorder, StealWanted};
 use crate::sampler::{CounterReads, Ended, Sample, Sampler, SamplerOptions, Subscriber};
 use crate::sched::SchedSlot;
 use crate::stop::{next_due, Rate};
@@ -32,7 +33,8 @@ use stealscope_model::observation::Side;
 use stealscope_readers::kvm_exits::ExitSample;
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::recording::{
-    CounterInfo, CulpritScan, EndInfo, Header, ProbeRecord, RecordingWriter, ThreadTimes, VcpuEntry,
+    CounterInfo, CulpritScan, EndInfo, Header, ProbeRecord, RecordingWriter, StealEpisodeRecord,
+    StealSource, ThreadTimes, VcpuEntry,
 };
 use stealscope_readers::{cpuid, interrupts, MemFs, ReadError, Source};
 use stealscope_who::SchedSample;
@@ -52,8 +54,12 @@ pub const LONE_TSC_EVERY: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
     pub root: PathBuf,
-    /// /proc/stat samples per second.
-    pub rate_hz: f64,
+    /// /proc/stat samples per second; None: by the steal route
+    /// ([`record_steal::stat_hz`]).
+    pub rate_hz: Option<f64>,
+    pub steal: StealWanted,
+    /// Steal episodes at or over this many ns are listed one by one.
+    pub steal_threshold_ns: u64,
     /// /proc/interrupts samples per second; 0 = not recorded.
     pub irq_rate_hz: f64,
     /// Time between scans of the vCPU threads.
@@ -79,6 +85,9 @@ pub struct RecordSummary {
     pub cpus: usize,
     /// "duration" or "signal".
     pub reason: String,
+    /// The steal route, in one line ([`record_steal::describe`]).
+    pub steal: String,
+    pub steal_episodes: u64,
 }
 
 /// A checkpoint: the files a snapshot side holds, with QMP's and KVM's
@@ -151,6 +160,8 @@ struct Feed<'a> {
     /// The collector's latest reading and the one of the previous scan.
     sched_now: Option<Arc<SchedSample>>,
     sched_prev: Option<Arc<SchedSample>>,
+    /// The guest steal collector, on the exact route.
+    exact: Option<ExactRecorder>,
 }
 
 impl Feed<'_> {
@@ -159,6 +170,11 @@ impl Feed<'_> {
             return Ok(None);
         };
         interrupts::parse(f.read_text()?, interrupts::PATH).map(Some)
+    }
+
+    fn steal(&mut self, episodes: Vec<StealEpisodeRecord>) {
+        self.sum.steal_episodes += episodes.len() as u64;
+        self.w.steal(episodes);
     }
 
     /// The vCPU threads of the last host scan, named as exporters name them.
@@ -247,6 +263,9 @@ impl Subscriber for Feed<'_> {
             self.next_irq = next_due(self.next_irq, self.irq_period, now);
         }
         if now >= self.next_flush {
+            if let Some(e) = self.exact.as_mut().map(ExactRecorder::drain) {
+                self.steal(e);
+            }
             if let Some(p) = self.probes.as_mut() {
                 p.drain(&mut self.windows, &mut self.probe_notes);
             }
@@ -277,10 +296,16 @@ impl Subscriber for Feed<'_> {
     /// The collector's reading, taken right before the files (as doctor's
     /// t1), goes in as /stealscope/sched.json: `report` then attributes
     /// the whole recording from the first and last checkpoints.
+    /// The guest steal collector's is read right before them too.
     fn checkpoint(&mut self, sched: Option<StoredSched>) -> Result<(), ReadError> {
+        let exact = self.exact.as_mut().map(ExactRecorder::reading);
         let (t, mut side, _) = checkpoint(&self.root, Side::End)?;
         if let Some(s) = &sched {
             sched_hook::put(&mut side, s);
+        }
+        if let Some((stored, episodes)) = exact {
+            crate::exact_steal_hook::put(&mut side, &stored);
+            self.steal(episodes);
         }
         self.w.checkpoint(t, &side.files)?;
         self.sum.checkpoints += 1;
@@ -371,14 +396,16 @@ fn open_sampler(
     .with_sched(sched))
 }
 
-fn header(
-    opts: &RecordOptions,
-    side0: &MemFs,
-    sampler: &Sampler,
+/// When and where the recording starts, and how it measures steal.
+struct Start {
+    unix_s: f64,
+    mono_ns: u64,
     live: bool,
-    start_unix_s: f64,
-    start_mono_ns: u64,
-) -> Header {
+    rate_hz: f64,
+    steal: StealSource,
+}
+
+fn header(opts: &RecordOptions, side0: &MemFs, sampler: &Sampler, st: &Start) -> Header {
     Header {
         irq_rate_hz: (opts.irq_rate_hz > 0.0).then_some(opts.irq_rate_hz),
         host_scan_s: Some(opts.host_scan.as_secs_f64()),
@@ -391,13 +418,14 @@ fn header(
             .flatten(),
         clk_tck: clk_tck(),
         stealscope_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-        cpuid: live.then(cpuid::read_live),
+        cpuid: st.live.then(cpuid::read_live),
         counters: sampler.counters().map(|c| CounterInfo {
             opened: c.opened().to_vec(),
             missing: c.missing().to_vec(),
         }),
         probes: opts.probes.clone(),
-        ..Header::new(opts.rate_hz, start_unix_s, start_mono_ns)
+        steal: Some(st.steal.clone()),
+        ..Header::new(st.rate_hz, st.unix_s, st.mono_ns)
     }
 }
 
@@ -428,6 +456,7 @@ impl<'a> Feed<'a> {
         irq: Option<PreadFile>,
         start: Instant,
         probes: Option<&'a mut dyn ProbeSource>,
+        exact: Option<ExactRecorder>,
     ) -> Feed<'a> {
         Feed {
             root: opts.root.clone(),
@@ -450,6 +479,7 @@ impl<'a> Feed<'a> {
             probe_notes: Vec::new(),
             sched_now: None,
             sched_prev: None,
+            exact,
         }
     }
 }
@@ -494,13 +524,22 @@ pub fn record(
     probes: Option<&mut dyn ProbeSource>,
 ) -> Result<RecordSummary, ReadError> {
     let root = opts.root.as_path();
-    let start_unix_s = unix_now_s();
-    let start_mono_ns = monotonic_ns();
+    let (unix_s, mono_ns) = (unix_now_s(), monotonic_ns());
     let live = is_live_root(root);
     let mut sched = open_sched(root, live);
+    // Its first reading right before the start checkpoint's files.
+    let vmm = live && sched_hook::vmm_running(root);
+    let (exact, steal) = record_steal::open(opts.steal, opts.steal_threshold_ns, live, vmm);
     let (t0, side0, host0) = start_checkpoint(root, &mut sched)?;
     let sampler = open_sampler(opts, &side0, host0, sched)?;
-    let header = header(opts, &side0, &sampler, live, start_unix_s, start_mono_ns);
+    let st = Start {
+        unix_s,
+        mono_ns,
+        live,
+        rate_hz: record_steal::stat_hz(opts.rate_hz, &steal),
+        steal,
+    };
+    let header = header(opts, &side0, &sampler, &st);
     let mut w = RecordingWriter::create(file, path, &header)?;
     w.checkpoint(t0, &side0.files)?;
     drop(side0);
@@ -510,8 +549,9 @@ pub fn record(
     // here, so a batch is handed over on the tick that flushes it.
     let start = Instant::now();
     let sampler = sampler.starting_at(start);
-    let mut feed = Feed::new(opts, w, notes, irq, start, probes);
-    let ended = sampler.run(&Rate::new(opts.rate_hz), &mut feed, stop)?;
+    let mut feed = Feed::new(opts, w, notes, irq, start, probes, exact);
+    feed.sum.steal = record_steal::describe(&st.steal, st.rate_hz);
+    let ended = sampler.run(&Rate::new(st.rate_hz), &mut feed, stop)?;
     finish(feed, ended, start)
 }
 

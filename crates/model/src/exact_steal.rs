@@ -81,6 +81,10 @@ pub struct ExactSteal {
     pub largest: Vec<EpisodeExact>,
     /// Episodes over the threshold that are not listed (a full ring).
     pub unlisted: u64,
+    /// CLOCK_MONOTONIC of the two readings, taken before each read its
+    /// counters: an episode listed between them is in the totals above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readings_ns: Option<(u64, u64)>,
 }
 
 impl ExactSteal {
@@ -134,6 +138,7 @@ impl ExactSteal {
                 })
                 .collect(),
             unlisted,
+            readings_ns: None,
         }
     }
 

@@ -16,7 +16,9 @@ use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader, Pod};
 use stealscope_readers::clock::monotonic_ns;
-use stealscope_who::guest_steal::{CpuSteal, GuestStealSample, StealTaskId, TaskSteal};
+use stealscope_who::guest_steal::{
+    CpuSteal, GuestStealSample, StealEpisode, StealTaskId, TaskSteal,
+};
 use stealscope_who::hist::{EpisodeHist, BUCKETS};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/guest_steal.bpf.o");
@@ -239,9 +241,18 @@ impl GuestSteal {
     /// reads rarely calls this on its own schedule (the ring holds 4,096
     /// episodes; what does not fit is counted in `ring_lost`).
     pub fn drain(&mut self) -> usize {
+        self.drain_into(None)
+    }
+
+    /// [`GuestSteal::drain`], each episode also copied to `out` (a caller
+    /// that keeps every one, as `record` does).
+    pub fn drain_into(&mut self, mut out: Option<&mut Vec<StealEpisode>>) -> usize {
         let mut n = 0;
         while let Some(item) = self.ring.next() {
-            self.log.push(&item);
+            let e = self.log.push(&item);
+            if let (Some(out), Some(e)) = (out.as_deref_mut(), e) {
+                out.push(e.clone());
+            }
             n += 1;
         }
         n
@@ -249,11 +260,19 @@ impl GuestSteal {
 
     /// Cumulative counters since the start, and the recent episodes.
     pub fn read(&mut self) -> Result<GuestStealSample> {
+        self.read_into(None)
+    }
+
+    /// [`GuestSteal::read`], the episodes it drains also copied to `out`.
+    /// The sample's time is taken before the counters are read: an
+    /// episode seen before it is in them, one seen after is not.
+    pub fn read_into(&mut self, out: Option<&mut Vec<StealEpisode>>) -> Result<GuestStealSample> {
+        let t = monotonic_ns();
         let cpus = self.read_cpus()?;
         let tasks = self.read_tasks()?;
-        self.drain();
+        self.drain_into(out);
         Ok(GuestStealSample {
-            monotonic_ns: monotonic_ns(),
+            monotonic_ns: t,
             threshold_ns: self.threshold_ns,
             cpus,
             tasks,

@@ -74,20 +74,21 @@ impl EpisodeLog {
         }
     }
 
-    /// Takes one raw record from the ring.
-    pub fn push(&mut self, record: &[u8]) {
-        match decode(record, self.seen) {
-            Some(e) => {
-                self.seen += 1;
-                if self.recent.len() == self.cap {
-                    self.recent.pop_front();
-                }
-                if self.cap > 0 {
-                    self.recent.push_back(e);
-                }
-            }
-            None => self.malformed += 1,
+    /// Takes one raw record from the ring; the episode, when it decodes.
+    pub fn push(&mut self, record: &[u8]) -> Option<&StealEpisode> {
+        let Some(e) = decode(record, self.seen) else {
+            self.malformed += 1;
+            return None;
+        };
+        self.seen += 1;
+        if self.recent.len() == self.cap {
+            self.recent.pop_front();
         }
+        if self.cap == 0 {
+            return None;
+        }
+        self.recent.push_back(e);
+        self.recent.back()
     }
 
     pub fn seen(&self) -> u64 {

@@ -4,16 +4,20 @@
 //! and [`MachineModel`](crate::MachineModel), and a [`Timeline`] of the
 //! series a snapshot does not hold (interrupts, vCPU waits, probe windows).
 
+use crate::exact_steal::TaskExact;
 use crate::host::sched_store::SCHED_FILE;
 use crate::irq_rates::rates;
-use crate::timeline::{CulpritWindow, IrqWindow, ProbeWindow, Timeline, VcpuWindow};
+use crate::timeline::{
+    CulpritWindow, IrqWindow, ProbeWindow, StealMark, StealRoute, Timeline, VcpuWindow,
+};
 use std::collections::BTreeMap;
 use std::path::Path;
 use stealscope_readers::damage::{Damage, FileKind};
 use stealscope_readers::perf::{CounterCapture, CounterSample};
 use stealscope_readers::process::task_schedstat_path;
 use stealscope_readers::recording::{
-    CulpritScan, Header, IrqSample, ProbeRecord, Record, RecordingReader, StatSample, VcpuSample,
+    CulpritScan, Header, IrqSample, ProbeRecord, Record, RecordingReader, StatSample,
+    StealEpisodeRecord, StealSource, VcpuSample,
 };
 use stealscope_readers::snapshot::{self, Hardware, Meta, RawSample, Snapshot};
 use stealscope_readers::{stat, MemFs, ReadError};
@@ -48,6 +52,7 @@ struct Raw {
     counters: Vec<CounterSample>,
     probes: Vec<ProbeRecord>,
     culprits: Vec<CulpritScan>,
+    steal: Vec<StealEpisodeRecord>,
     notes: Vec<(u64, String)>,
     unknown: usize,
     complete: bool,
@@ -95,6 +100,7 @@ impl Raw {
             Record::Counters(c) => self.counters.extend(c),
             Record::Probes(p) => self.probes.extend(p),
             Record::Culprits(c) => self.culprits.extend(c),
+            Record::Steal(e) => self.steal.extend(e),
             Record::Note { t_ns, text } => self.notes.push((t_ns, text)),
             Record::End(_) => self.complete = true,
             Record::Unknown { .. } => self.unknown += 1,
@@ -356,7 +362,8 @@ fn build(
         t1_ns,
         origin: samples.first().map_or(t0_ns, |s| s.t_ns),
     };
-    let timeline = timeline(&mut raw, span, notes);
+    let mut timeline = timeline(&mut raw, span, notes);
+    timeline.steal = Some(steal_route(&header));
     let hardware = Hardware {
         cpuid: header.cpuid.clone(),
         counters: header.counters.as_ref().map(|c| CounterCapture {
@@ -478,7 +485,49 @@ fn timeline(raw: &mut Raw, span: Span, mut notes: Vec<String>) -> Timeline {
             .filter(|c| span.inside(c.t_ns))
             .flat_map(|c| culprit_windows(c, span))
             .collect(),
+        steal: None,
+        steal_episodes: std::mem::take(&mut raw.steal)
+            .into_iter()
+            .filter(|e| span.inside(e.t_ns))
+            .map(|e| steal_mark(e, span))
+            .collect(),
         notes,
+    }
+}
+
+/// What the header says of how steal was measured; a recording from
+/// before the header said it polled.
+fn steal_route(h: &Header) -> StealRoute {
+    let stat_hz = h.rate_hz;
+    match &h.steal {
+        Some(StealSource::Exact { threshold_ns, .. }) => StealRoute::Exact {
+            threshold_ns: *threshold_ns,
+            stat_hz,
+        },
+        Some(StealSource::ProcStat { reason }) => StealRoute::ProcStat {
+            stat_hz,
+            reason: reason.clone(),
+        },
+        None => StealRoute::ProcStat {
+            stat_hz,
+            reason: "recorded by a stealscope without exact steal".into(),
+        },
+    }
+}
+
+fn steal_mark(e: StealEpisodeRecord, span: Span) -> StealMark {
+    StealMark {
+        t_s: span.rel(e.t_ns),
+        cpu: e.cpu,
+        ns: e.ns,
+        victim: e.victim.map(|v| TaskExact {
+            pid: v.pid,
+            tid: v.tid,
+            comm: v.comm,
+            thread: None,
+            busy_ns: e.ns,
+            episodes: 1,
+        }),
     }
 }
 

@@ -140,6 +140,70 @@ fn a_complete_recording_is_a_snapshot_and_a_timeline() {
         t.notes,
         vec!["recorder at +1.5 s: host scan: gone".to_string()]
     );
+    // Written before exact steal: polled, said so, no episodes.
+    assert!(t.steal_episodes.is_empty());
+    let Some(crate::timeline::StealRoute::ProcStat { stat_hz, reason }) = &t.steal else {
+        panic!("{:?}", t.steal)
+    };
+    assert_eq!(*stat_hz, 100.0);
+    assert!(reason.contains("without exact steal"), "{reason}");
+}
+
+/// The exact route: the header says so, and the episodes between the
+/// checkpoints are on the time line with their victims, timed from its
+/// origin; one after the last checkpoint is left out.
+#[test]
+fn exact_steal_episodes_are_on_the_time_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("e.ssr");
+    let f = std::fs::File::create(&p).unwrap();
+    let h = Header {
+        steal: Some(StealSource::Exact {
+            threshold_ns: 100_000,
+            drain_ms: 250,
+        }),
+        ..Header::new(1.0, 1_700_000_000.0, START)
+    };
+    let mut w = RecordingWriter::create(f, "t", &h).unwrap();
+    w.checkpoint(START, &files(0, "100.00 50.00\n")).unwrap();
+    for i in 0..=2u64 {
+        let t = START + 1000 * MS * i;
+        w.stat(t, &stat::parse(&stat_text(i), "s").unwrap())
+            .unwrap();
+    }
+    let ep = |t_ns, cpu, ns, victim| StealEpisodeRecord {
+        t_ns,
+        cpu,
+        ns,
+        victim,
+    };
+    let pg = StealVictimRecord {
+        tid: 813,
+        pid: 812,
+        comm: "postgres".into(),
+    };
+    w.steal([
+        ep(START + 500 * MS, 1, 18 * MS, Some(pg)),
+        ep(START + 1500 * MS, 0, 150_000, None),
+        ep(START + 2500 * MS, 0, 150_000, None),
+    ]);
+    w.checkpoint(START + 2000 * MS, &files(2, "102.00 51.00\n"))
+        .unwrap();
+    let r = open(&p).unwrap();
+    let t = &r.timeline;
+    assert_eq!(
+        t.steal,
+        Some(crate::timeline::StealRoute::Exact {
+            threshold_ns: 100_000,
+            stat_hz: 1.0
+        })
+    );
+    assert_eq!(t.steal_episodes.len(), 2, "{:?}", t.steal_episodes);
+    let (a, b) = (&t.steal_episodes[0], &t.steal_episodes[1]);
+    assert_eq!((a.t_s, a.cpu, a.ns), (0.5, 1, 18 * MS));
+    let v = a.victim.as_ref().unwrap();
+    assert_eq!((v.pid, v.tid, v.comm.as_str()), (812, 813, "postgres"));
+    assert_eq!((b.t_s, b.cpu, b.victim.is_none()), (1.5, 0, true));
 }
 
 #[test]

@@ -7,6 +7,7 @@
 pub mod bars;
 pub use crate::bins;
 pub mod bursts;
+pub mod exact_steal;
 pub mod findings;
 pub mod heatmap;
 pub mod host;
@@ -140,6 +141,11 @@ pub fn render(input: &HtmlInput) -> String {
         (steal::ID, "steal", steal::render(&series)),
         (stacked::ID, "busy/idle/steal", stacked::render(&series)),
         (bursts::ID, "bursts", bursts::render(&series)),
+        (
+            exact_steal::ID,
+            "exact steal",
+            exact_steal::render(r.exact_steal.as_ref(), input.timeline, input.model.wall_s),
+        ),
         (hw::ID, "IPC", hw::render(&series, input.model)),
         (irq::ID, "interrupts", irq::render(&input.timeline.irq)),
         (vcpu::ID, "vCPU wait", vcpu::render(&input.timeline.vcpu)),

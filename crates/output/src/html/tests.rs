@@ -6,7 +6,9 @@ use super::*;
 use std::collections::BTreeMap;
 use stealscope_analysis::{Finding, ReportInput, Severity};
 use stealscope_model::irq_rates::{CpuIrqRates, SourceRate};
-use stealscope_model::timeline::{CulpritWindow, IrqWindow, ProbeWindow, VcpuWindow};
+use stealscope_model::timeline::{
+    CulpritWindow, IrqWindow, ProbeWindow, StealMark, StealRoute, VcpuWindow,
+};
 use stealscope_readers::snapshot::{self, Snapshot};
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -452,6 +454,7 @@ proptest::proptest! {
         vcpu in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u32..3, proptest::num::f64::ANY), 0..20),
         probes in proptest::collection::vec((proptest::num::f64::ANY, proptest::num::f64::ANY, 0u64..1000), 0..20),
         culprits in proptest::collection::vec((proptest::num::f64::ANY, 0usize..3, 0usize..9, proptest::num::f64::ANY), 0..30),
+        steal in proptest::collection::vec((proptest::num::f64::ANY, 0u32..4, proptest::num::u64::ANY), 0..30),
     ) {
         let l = load("6.x-healthy");
         let t = Timeline {
@@ -476,6 +479,8 @@ proptest::proptest! {
                     share: 1.0,
                 }],
             }).collect(),
+            steal: Some(StealRoute::Exact { threshold_ns: 0, stat_hz: 1.0 }),
+            steal_episodes: steal.into_iter().map(|(t_s, cpu, ns)| StealMark { t_s, cpu, ns, victim: None }).collect(),
             notes: vec![],
         };
         let html = page(&l, &t);
@@ -605,4 +610,69 @@ fn no_fixture_prints_a_negative_zero() {
             }
         }
     }
+}
+
+/// A recording's exact steal: a row per CPU with the counts the stored
+/// reading holds, a mark per listed episode on its CPU's lane, the largest
+/// ten with their victims (escaped), and the route said.
+#[test]
+fn exact_steal_episodes_are_drawn_with_their_victims() {
+    use stealscope_model::exact_steal::{CpuExact, ExactSteal, StoredExactSteal, TaskExact};
+    let mut l = load("6.x-healthy");
+    let cpu = |cpu, over_1ms| CpuExact {
+        cpu,
+        busy_ns: 30_000_000,
+        idle_ns: 1_000_000,
+        episodes: 12,
+        over_1ms,
+        max_ns: 18_200_000,
+        ..Default::default()
+    };
+    let stored = StoredExactSteal::Measured(ExactSteal {
+        span_s: 10.0,
+        cpus: vec![cpu(0, 3), cpu(1, 0)],
+        ..Default::default()
+    });
+    l.report.exact_steal = stealscope_analysis::exact_steal::section(Some(&stored));
+    let victim = TaskExact {
+        pid: 812,
+        tid: 812,
+        comm: "<pg>".into(),
+        thread: None,
+        busy_ns: 1,
+        episodes: 1,
+    };
+    let marks: Vec<StealMark> = (0..12u64)
+        .map(|i| StealMark {
+            t_s: i as f64 * 0.5,
+            cpu: (i % 2) as u32,
+            ns: 100_000 * (i + 1),
+            victim: (i == 11).then(|| victim.clone()),
+        })
+        .collect();
+    let t = Timeline {
+        steal: Some(StealRoute::Exact {
+            threshold_ns: 100_000,
+            stat_hz: 1.0,
+        }),
+        steal_episodes: marks,
+        ..Default::default()
+    };
+    let html = page(&l, &t);
+    let sec = &html[html.find(r#"id="exact-steal""#).unwrap()..];
+    let sec = &sec[..sec.find("</section>").unwrap()];
+    assert!(sec.contains("those from 100 µs listed"), "{sec}");
+    assert_eq!(sec.matches("<td>3</td>").count(), 1, "cpu0's > 1 ms");
+    let svg = &sec[sec.find("exact-steal-timeline").unwrap()..];
+    let svg = &svg[..svg.find("</svg>").unwrap()];
+    assert_eq!(svg.matches("<title>+").count(), 12, "a mark per episode");
+    assert_eq!(svg.matches("#c0392b").count(), 1, "one busy episode");
+    let table = &sec[sec.find("exact-largest").unwrap()..];
+    assert_eq!(
+        table.matches("<tr>").count(),
+        11,
+        "a header and the largest ten"
+    );
+    assert!(table.contains("+5.500 s") && table.contains("&lt;pg&gt; (pid 812)"));
+    assert!(!html.contains("<pg>"));
 }

@@ -1,12 +1,14 @@
 //! Human-readable report: verdict first, per-CPU table, findings ranked by
 //! severity with evidence and the fix. Colour only when asked (on a TTY).
 
+mod exact_steal;
 mod hardware;
 mod host;
 pub(crate) mod layout;
 mod who;
 mod who_time;
 
+pub(crate) use exact_steal::{victim as exact_steal_victim, LARGEST as EXACT_LARGEST};
 pub(crate) use who::own_line as who_own_line;
 
 pub use layout::TextOpts;
@@ -166,23 +168,26 @@ fn cpu_table(out: &mut String, r: &DoctorReport) {
 }
 
 pub fn doctor(r: &DoctorReport, o: &TextOpts) -> String {
-    doctor_with(r, o, None)
+    doctor_with(r, o, None, None)
 }
 
 /// `report FILE` in text: the doctor's report of a snapshot or recording,
-/// with who stole it over time after who stole it (a recording on a host).
+/// with who stole it over time after who stole it (a recording on a host)
+/// and a recording's exact steal after the steal line.
 pub fn report(
     r: &DoctorReport,
     over_time: Option<&[crate::who_time::VmOverTime]>,
+    timeline: &stealscope_model::timeline::Timeline,
     o: &TextOpts,
 ) -> String {
-    doctor_with(r, o, over_time)
+    doctor_with(r, o, over_time, Some(timeline))
 }
 
 fn doctor_with(
     r: &DoctorReport,
     o: &TextOpts,
     over_time: Option<&[crate::who_time::VmOverTime]>,
+    timeline: Option<&stealscope_model::timeline::Timeline>,
 ) -> String {
     let st = Style::new(o);
     let mut out = String::new();
@@ -227,6 +232,9 @@ fn doctor_with(
     }
     steal_line(&mut out, &st, r);
     exact_steal_line(&mut out, &st, r);
+    if let Some(t) = timeline {
+        exact_steal::section(&mut out, &st, r, t);
+    }
     cpu_table(&mut out, r);
     hardware::section(&mut out, &st, &r.hardware);
     if !host_first {

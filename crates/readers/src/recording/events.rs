@@ -1,8 +1,8 @@
 //! Payloads of the frames that are not series: probe latency windows,
-//! culprits per host scan and notes.
+//! culprits per host scan, steal episodes and notes.
 
-use super::codec::{err, pack, put_str, put_u64, unpack, DResult, Dec};
-use super::format::{CulpritScan, ProbeRecord};
+use super::codec::{err, pack, put_delta, put_str, put_u64, unpack, DResult, Dec};
+use super::format::{CulpritScan, ProbeRecord, StealEpisodeRecord, StealVictimRecord};
 use stealscope_who::{Culprit, Kind};
 
 pub fn encode_probes(windows: &[ProbeRecord]) -> Vec<u8> {
@@ -121,6 +121,59 @@ pub fn decode_culprits(payload: &[u8]) -> DResult<Vec<CulpritScan>> {
     Ok(out)
 }
 
+/// Episodes in time order, each time a delta from the one before (the
+/// first from 0): a busy ring's batch is mostly 2-4 bytes a time.
+pub fn encode_steal(episodes: &[StealEpisodeRecord]) -> Vec<u8> {
+    let mut b = Vec::new();
+    put_u64(&mut b, episodes.len() as u64);
+    let mut prev = 0;
+    for e in episodes {
+        put_delta(&mut b, prev, e.t_ns);
+        prev = e.t_ns;
+        put_u64(&mut b, e.cpu as u64);
+        put_u64(&mut b, e.ns);
+        match &e.victim {
+            None => put_u64(&mut b, 0),
+            Some(v) => {
+                put_u64(&mut b, v.tid as u64);
+                put_u64(&mut b, v.pid as u64);
+                put_str(&mut b, &v.comm);
+            }
+        }
+    }
+    pack(&b)
+}
+
+pub fn decode_steal(payload: &[u8]) -> DResult<Vec<StealEpisodeRecord>> {
+    let body = unpack(payload)?;
+    let mut d = Dec::new(&body);
+    let n = d.count(4, "episode")?;
+    let mut out = Vec::with_capacity(n);
+    let mut prev = 0;
+    for _ in 0..n {
+        let t_ns = d.delta(prev)?;
+        prev = t_ns;
+        let cpu = d.u32()?;
+        let ns = d.u64()?;
+        let victim = match d.u32()? {
+            0 => None,
+            tid => Some(StealVictimRecord {
+                tid,
+                pid: d.u32()?,
+                comm: d.str()?.to_string(),
+            }),
+        };
+        out.push(StealEpisodeRecord {
+            t_ns,
+            cpu,
+            ns,
+            victim,
+        });
+    }
+    d.finish()?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +198,29 @@ mod tests {
         ];
         assert_eq!(decode_culprits(&encode_culprits(&scans)).unwrap(), scans);
         assert!(decode_culprits(&[0, 3, 1]).is_err(), "a cut-off payload");
+    }
+
+    #[test]
+    fn steal_episodes_round_trip() {
+        let eps = vec![
+            StealEpisodeRecord {
+                t_ns: 1 << 40,
+                cpu: 1,
+                ns: 18_200_000,
+                victim: Some(StealVictimRecord {
+                    tid: 813,
+                    pid: 812,
+                    comm: "postgres".into(),
+                }),
+            },
+            StealEpisodeRecord {
+                t_ns: (1 << 40) + 5,
+                cpu: 0,
+                ns: 100_000,
+                victim: None,
+            },
+        ];
+        assert_eq!(decode_steal(&encode_steal(&eps)).unwrap(), eps);
+        assert!(decode_steal(&encode_steal(&eps)[..6]).is_err(), "cut off");
     }
 }

@@ -42,6 +42,7 @@ pub enum Kind {
     Note = 10,
     End = 11,
     Culprits = 12,
+    Steal = 13,
 }
 
 impl Kind {
@@ -60,6 +61,7 @@ impl Kind {
             10 => Note,
             11 => End,
             12 => Culprits,
+            13 => Steal,
             _ => return None,
         })
     }
@@ -79,6 +81,7 @@ impl Kind {
             Note => "note",
             End => "end",
             Culprits => "culprits",
+            Steal => "steal",
         }
     }
 }
@@ -134,6 +137,44 @@ pub struct Header {
     /// Probes whose windows follow ("wakeup").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<String>,
+    /// Where steal came from; None: a recording from before issue 30
+    /// (/proc/stat polled at `rate_hz`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal: Option<StealSource>,
+}
+
+/// Which route measured steal while recording, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "route", rename_all = "kebab-case")]
+pub enum StealSource {
+    /// The guest steal collector (BPF): every steal-clock advance counted
+    /// in the checkpoints, each at or over `threshold_ns` in steal frames;
+    /// its ring drained every `drain_ms`. /proc/stat is still sampled at
+    /// `rate_hz` for the other columns.
+    Exact { threshold_ns: u64, drain_ms: u64 },
+    /// /proc/stat's steal column, polled at `rate_hz`; `reason`: why not
+    /// the collector (one line).
+    ProcStat { reason: String },
+}
+
+/// One steal episode at or over the threshold, as the collector saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StealEpisodeRecord {
+    /// CLOCK_MONOTONIC when the advance was seen, ns.
+    pub t_ns: u64,
+    pub cpu: u32,
+    pub ns: u64,
+    /// The task that had the CPU; None: idle (idle steal).
+    pub victim: Option<StealVictimRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StealVictimRecord {
+    pub tid: u32,
+    /// The process (thread group) id.
+    pub pid: u32,
+    /// The thread's comm.
+    pub comm: String,
 }
 
 impl Header {
@@ -157,6 +198,7 @@ impl Header {
             cpuid: None,
             counters: None,
             probes: Vec::new(),
+            steal: None,
         }
     }
 }
@@ -246,6 +288,8 @@ pub enum Record {
     Counters(Vec<CounterSample>),
     Probes(Vec<ProbeRecord>),
     Culprits(Vec<CulpritScan>),
+    /// Steal episodes at or over the threshold (exact route).
+    Steal(Vec<StealEpisodeRecord>),
     Note {
         t_ns: u64,
         text: String,

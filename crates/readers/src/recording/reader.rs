@@ -6,7 +6,7 @@
 
 use super::checkpoint::CheckpointDecoder;
 use super::codec::DecodeError;
-use super::events::{decode_culprits, decode_note, decode_probes};
+use super::events::{decode_culprits, decode_note, decode_probes, decode_steal};
 use super::format::*;
 use super::series::{CounterDecoder, IrqDecoder, StatDecoder, VcpuDecoder};
 use crate::error::{ReadError, Result};
@@ -266,6 +266,7 @@ impl<R: Read> RecordingReader<R> {
             Kind::Counters => Record::Counters(self.counters.decode(p)?),
             Kind::Probe => Record::Probes(decode_probes(p)?),
             Kind::Culprits => Record::Culprits(decode_culprits(p)?),
+            Kind::Steal => Record::Steal(decode_steal(p)?),
             Kind::Note => {
                 let (t_ns, text) = decode_note(p)?;
                 Record::Note { t_ns, text }

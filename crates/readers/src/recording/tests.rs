@@ -29,6 +29,10 @@ fn header() -> Header {
             }],
         }),
         probes: vec!["wakeup".into()],
+        steal: Some(StealSource::Exact {
+            threshold_ns: 100_000,
+            drain_ms: 250,
+        }),
         ..Header::new(100.0, 1.7e9, START)
     }
 }
@@ -109,6 +113,27 @@ fn vcpu(pid: u32, tid: u32, i: u32, vm: &str) -> VcpuEntry {
 
 /// Writes a recording with every frame kind and returns it with the
 /// records a reader must give back, in order.
+fn steal_episodes(t: u64) -> Vec<StealEpisodeRecord> {
+    vec![
+        StealEpisodeRecord {
+            t_ns: t,
+            cpu: 0,
+            ns: 250_000,
+            victim: None,
+        },
+        StealEpisodeRecord {
+            t_ns: t + 7,
+            cpu: 1,
+            ns: 12_000_000,
+            victim: Some(StealVictimRecord {
+                tid: 42,
+                pid: 40,
+                comm: "postgres".into(),
+            }),
+        },
+    ]
+}
+
 fn fixture() -> (Vec<u8>, Vec<Record>) {
     let mut f = tempfile::tempfile().unwrap();
     let mut w = RecordingWriter::create(f.try_clone().unwrap(), "fixture", &header()).unwrap();
@@ -160,6 +185,7 @@ fn fixture() -> (Vec<u8>, Vec<Record>) {
             .unwrap();
             w.probe(probe(t_ns, Some(0)));
             w.probe(probe(t_ns, None));
+            w.steal(steal_episodes(t_ns));
         }
     }
     w.flush().unwrap();
@@ -188,6 +214,7 @@ fn fixture() -> (Vec<u8>, Vec<Record>) {
         probe(t_irq, Some(0)),
         probe(t_irq, None),
     ]));
+    expect.push(Record::Steal(steal_episodes(t_irq)));
 
     // Table changes: a new interrupt source, a second vCPU.
     let t2 = START + 200 * ms;
@@ -465,4 +492,15 @@ proptest::proptest! {
         }
         let _ = read_all(&b);
     }
+}
+
+/// A header written before issue 30 (no `steal`) reads as such: None,
+/// and the rest as it was.
+#[test]
+fn a_header_without_a_steal_source_loads() {
+    let mut v = serde_json::to_value(header()).unwrap();
+    v.as_object_mut().unwrap().remove("steal");
+    let h: Header = serde_json::from_value(v).unwrap();
+    assert_eq!(h.steal, None);
+    assert_eq!(h.probes, header().probes);
 }

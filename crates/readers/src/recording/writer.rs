@@ -5,9 +5,10 @@
 //! Each frame reaches the file in one write.
 
 use super::checkpoint::{CheckpointEncoder, Files};
-use super::events::{encode_culprits, encode_note, encode_probes};
+use super::events::{encode_culprits, encode_note, encode_probes, encode_steal};
 use super::format::{
-    CulpritScan, EndInfo, Header, Kind, ProbeRecord, ThreadTimes, VcpuEntry, MAGIC,
+    CulpritScan, EndInfo, Header, Kind, ProbeRecord, StealEpisodeRecord, ThreadTimes, VcpuEntry,
+    MAGIC,
 };
 use super::series::{CounterEncoder, Frames, IrqEncoder, StatEncoder, VcpuEncoder};
 use crate::error::{ReadError, Result};
@@ -30,6 +31,7 @@ pub struct RecordingWriter {
     counters: CounterEncoder,
     probes: Vec<ProbeRecord>,
     culprits: Vec<CulpritScan>,
+    steal: Vec<StealEpisodeRecord>,
     checkpoints: CheckpointEncoder,
     frames: Frames,
     bytes: u64,
@@ -48,6 +50,7 @@ impl RecordingWriter {
             counters: CounterEncoder::new(start),
             probes: Vec::new(),
             culprits: Vec::new(),
+            steal: Vec::new(),
             checkpoints: CheckpointEncoder::default(),
             frames: Vec::new(),
             bytes: 0,
@@ -120,6 +123,11 @@ impl RecordingWriter {
         self.culprits.push(s);
     }
 
+    /// Steal episodes, in time order, written with the next flush.
+    pub fn steal(&mut self, episodes: impl IntoIterator<Item = StealEpisodeRecord>) {
+        self.steal.extend(episodes);
+    }
+
     /// A note (what went wrong while recording) goes out at once.
     pub fn note(&mut self, t_ns: u64, text: &str) -> Result<()> {
         self.frame(Kind::Note, &encode_note(t_ns, text))
@@ -147,6 +155,11 @@ impl RecordingWriter {
             let p = encode_culprits(&self.culprits);
             self.culprits.clear();
             self.frame(Kind::Culprits, &p)?;
+        }
+        if !self.steal.is_empty() {
+            let p = encode_steal(&self.steal);
+            self.steal.clear();
+            self.frame(Kind::Steal, &p)?;
         }
         Ok(())
     }
