@@ -177,11 +177,25 @@ fn figures(v: &Value) -> FleetFigures {
     }
 }
 
-/// Hosts whose VMs are pinned: all their steal is idle steal.
+/// Hosts whose steal is all idle steal: VMs pinned to a few CPUs, with
+/// demand the host's CPUs hold at every step. A pinned host whose demand
+/// exceeds its CPUs (a hot one) also has busy steal that unpinning would
+/// leave: moving from it is allowed.
 fn pinned(hosts: &[SynthHost]) -> Vec<String> {
+    let fits = |h: &SynthHost| {
+        let steps = h.vms.iter().map(|v| v.vm.levels.len()).max().unwrap_or(0);
+        (0..steps).all(|k| {
+            let d: f64 = h
+                .vms
+                .iter()
+                .map(|v| v.vm.vcpus as f64 * v.vm.levels.get(k).copied().unwrap_or(0.0))
+                .sum();
+            d <= h.cpus as f64
+        })
+    };
     hosts
         .iter()
-        .filter(|h| h.vms.iter().any(|v| v.vm.pinned.is_some()))
+        .filter(|h| h.vms.iter().any(|v| v.vm.pinned.is_some()) && fits(h))
         .map(|h| h.name.clone())
         .collect()
 }
