@@ -12,10 +12,12 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use stealscope_fleet::model::FleetFigures;
 use stealscope_sim::measured::{run_steps, summarize, HostRun, Summary};
@@ -87,27 +89,51 @@ fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
 }
 
-/// Each host replayed step by step with its VMs' demand.
-fn truth(hosts: &[SynthHost]) -> FleetFigures {
-    let sums: Vec<Summary> = std::thread::scope(|s| {
-        let half = hosts.len().div_ceil(2);
-        let parts: Vec<_> = hosts
-            .chunks(half.max(1))
-            .map(|c| {
-                s.spawn(move || {
-                    c.iter()
-                        .map(|h| summarize(&run_steps(h.cpus, &h.measured(), STEP_S, 1)))
-                        .collect::<Vec<_>>()
-                })
-            })
+/// Each host's replay by its name and VMs: a host no move touched is
+/// replayed once for all the plans compared.
+#[derive(Default)]
+struct Replays(Mutex<HashMap<String, Summary>>);
+
+fn state_key(h: &SynthHost) -> String {
+    let vms: Vec<&str> = h.vms.iter().map(|v| v.vm.name.as_str()).collect();
+    format!("{}|{}", h.name, vms.join(","))
+}
+
+/// `f` over `items` on two threads (the machine CI runs on has two CPUs).
+fn on_two<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let parts: Vec<_> = items
+            .chunks(items.len().div_ceil(2).max(1))
+            .map(|c| s.spawn(move || c.iter().map(f).collect::<Vec<R>>()))
             .collect();
         parts.into_iter().flat_map(|p| p.join().unwrap()).collect()
+    })
+}
+
+/// Each host replayed step by step with its VMs' demand.
+fn truth(hosts: &[SynthHost], cache: &Replays) -> FleetFigures {
+    let todo: Vec<&SynthHost> = {
+        let c = cache.0.lock().unwrap();
+        hosts
+            .iter()
+            .filter(|h| !c.contains_key(&state_key(h)))
+            .collect()
+    };
+    let done = on_two(&todo, |h| {
+        (
+            state_key(h),
+            summarize(&run_steps(h.cpus, &h.measured(), STEP_S, 1)),
+        )
     });
-    FleetFigures::of(hosts.iter().zip(sums).map(|(h, r)| {
+    let mut c = cache.0.lock().unwrap();
+    c.extend(done);
+    FleetFigures::of(hosts.iter().map(|h| {
+        let r = &c[&state_key(h)];
         (
             r.busy_steal,
             h.vms.iter().map(|v| v.vm.vcpus).sum(),
-            r.vm_steal_pct,
+            r.vm_steal_pct.clone(),
         )
     }))
 }
@@ -151,11 +177,25 @@ fn figures(v: &Value) -> FleetFigures {
     }
 }
 
-/// Hosts whose VMs are pinned: all their steal is idle steal.
+/// Hosts whose steal is all idle steal: VMs pinned to a few CPUs, with
+/// demand the host's CPUs hold at every step. A pinned host whose demand
+/// exceeds its CPUs (a hot one) also has busy steal that unpinning would
+/// leave: moving from it is allowed.
 fn pinned(hosts: &[SynthHost]) -> Vec<String> {
+    let fits = |h: &SynthHost| {
+        let steps = h.vms.iter().map(|v| v.vm.levels.len()).max().unwrap_or(0);
+        (0..steps).all(|k| {
+            let d: f64 = h
+                .vms
+                .iter()
+                .map(|v| v.vm.vcpus as f64 * v.vm.levels.get(k).copied().unwrap_or(0.0))
+                .sum();
+            d <= h.cpus as f64
+        })
+    };
     hosts
         .iter()
-        .filter(|h| h.vms.iter().any(|v| v.vm.pinned.is_some()))
+        .filter(|h| h.vms.iter().any(|v| v.vm.pinned.is_some()) && fits(h))
         .map(|h| h.name.clone())
         .collect()
 }
@@ -174,7 +214,7 @@ struct Backfilled {
 /// (a partial scrape).
 fn backfill(hosts: &[SynthHost], silent: Vec<usize>, edit: impl Fn(&str) -> bool) -> Backfilled {
     let t0 = Instant::now();
-    let runs: Vec<Vec<HostRun>> = hosts.iter().map(|h| step_runs(h, STEP_S, 1)).collect();
+    let runs: Vec<Vec<HostRun>> = on_two(hosts, |h| step_runs(h, STEP_S, 1));
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -282,8 +322,9 @@ fn one_seed(n: u32, seed: u64) {
         moves.iter().all(|m| !idle.contains(&m.1)),
         "{moves:?} from {idle:?}"
     );
-    let before = truth(&live);
-    let after = truth(&apply(&live, &moves));
+    let cache = Replays::default();
+    let before = truth(&live, &cache);
+    let after = truth(&apply(&live, &moves), &cache);
     let (pb, pa) = (
         figures(&plan["fleet_before"]),
         figures(&plan["fleet_predicted"]),
@@ -315,7 +356,7 @@ fn one_seed(n: u32, seed: u64) {
     );
     assert!(after.busy_steal_pct < before.busy_steal_pct);
     assert!(after.vms_over_10pct < before.vms_over_10pct);
-    anchors(&b, &live, &plan, before, after);
+    anchors(&b, &live, &plan, (before, after), &cache);
 }
 
 /// DRS-like and Watcher-like rules on the fleet as read from the same
@@ -324,8 +365,8 @@ fn anchors(
     b: &Backfilled,
     live: &[SynthHost],
     plan: &Value,
-    before: FleetFigures,
-    ours: FleetFigures,
+    (before, ours): (FleetFigures, FleetFigures),
+    cache: &Replays,
 ) {
     let mut prom = stealscope_fleet::prom::Prom::new(&b.url, Duration::from_secs(60)).unwrap();
     prom.at = Some(b.end);
@@ -363,7 +404,7 @@ fn anchors(
         ),
     ] {
         let moves = named(&p);
-        let after = truth(&apply(live, &moves));
+        let after = truth(&apply(live, &moves), cache);
         let from_idle = moves.iter().filter(|m| idle.contains(&m.1)).count();
         eprintln!(
             "  {name}: {} moves ({from_idle} from idle-steal hosts), busy steal {:.2} -> {:.2} %, over 10 %: {} (ours: {ours_moves} moves, {:.2} %, {})",
@@ -374,11 +415,13 @@ fn anchors(
             ours.busy_steal_pct,
             ours.vms_over_10pct
         );
-        // Reported, not asserted: on the 24-host fleet of seed 1 the
-        // DRS-like rule removed slightly more busy steal with fewer moves
-        // (BENCHMARKS.md); what holds is that it moved VMs off idle-steal
-        // hosts and left more VMs over 10 %.
-        let _ = from_idle;
+        // Asserted: fewer VMs left over 10 % than either rule. Reported, not
+        // asserted: busy steal removed and moves; the DRS-like rule removes
+        // about as much with fewer moves on these fleets (BENCHMARKS.md).
+        assert!(
+            ours.vms_over_10pct <= after.vms_over_10pct,
+            "{name} left fewer VMs over 10 %: {after:?} against ours {ours:?}"
+        );
     }
 }
 

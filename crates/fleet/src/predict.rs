@@ -2,7 +2,8 @@
 //! before and after the move (in the batch's order) replayed with every
 //! VM's measured demand history (stealscope_sim::measured), one run per
 //! step of the history, busy steal split step by step as `read` does. Distinct host
-//! states are simulated once each, in parallel.
+//! states are simulated once each, in parallel; a host as read is taken
+//! as measured.
 
 use crate::model::{quantile, Fleet, FleetFigures, Vm};
 use crate::plan::Plan;
@@ -63,7 +64,26 @@ fn measured_vm(v: &Vm) -> MeasuredVm {
     MeasuredVm::from_cpus(&v.name, v.vcpus.max(1), gib, &v.demand)
 }
 
+/// A host as measured: the figures every prediction starts from.
+fn measured(f: &Fleet, host: usize) -> Sim {
+    let h = &f.hosts[host];
+    Sim {
+        busy: h.busy_steal(),
+        vcpus: h.vcpus(),
+        steal: h.vms.iter().map(Vm::steal_pct).collect(),
+    }
+}
+
+/// The host's VMs as read (states are sorted and hold each VM once).
+fn as_read(f: &Fleet, host: usize, state: &State) -> bool {
+    state.len() == f.hosts[host].vms.len() && state.iter().all(|&(h, _)| h == host)
+}
+
 fn simulate(f: &Fleet, host: usize, state: &State) -> Sim {
+    // Its state as read needs no run (and a hot host's is the dearest).
+    if as_read(f, host, state) {
+        return measured(f, host);
+    }
     let vms: Vec<&Vm> = state.iter().map(|&(h, i)| &f.hosts[h].vms[i]).collect();
     let m: Vec<MeasuredVm> = vms.iter().map(|v| measured_vm(v)).collect();
     // Step by step, as Prometheus's history was split.
@@ -119,22 +139,18 @@ pub fn predict(f: &Fleet, p: &Plan) -> Prediction {
             to_after: eff(&s[3]),
         })
         .collect();
-    let after = FleetFigures::of(f.hosts.iter().enumerate().map(|(i, h)| match now.get(&i) {
-        Some(s) => {
-            let sim = &sims[&(i, s.clone())];
-            (sim.busy, sim.vcpus, sim.steal.clone())
-        }
-        None => (
-            h.busy_steal(),
-            h.vcpus(),
-            h.vms.iter().map(Vm::steal_pct).collect(),
-        ),
+    let after = FleetFigures::of((0..f.hosts.len()).map(|i| {
+        let sim = match now.get(&i) {
+            Some(s) => sims[&(i, s.clone())].clone(),
+            None => measured(f, i),
+        };
+        (sim.busy, sim.vcpus, sim.steal)
     }));
     Prediction {
         moves,
         before: FleetFigures::measured(f),
         after,
-        sim_runs: sims.len(),
+        sim_runs: distinct.iter().filter(|(h, s)| !as_read(f, *h, s)).count(),
         sim_seconds: t0.elapsed().as_secs_f64(),
     }
 }

@@ -50,18 +50,29 @@ impl SynthHost {
 
 /// `hosts` hosts over `steps` steps of `step_s`, from `seed`.
 pub fn synthetic(hosts: u32, steps: usize, step_s: f64, seed: u64) -> Vec<SynthHost> {
+    synthetic_sized(hosts, 16, steps, step_s, seed)
+}
+
+/// As [`synthetic`], with hosts of `cpus` CPUs (3 GiB per CPU per node):
+/// 28 CPUs make about 15 VMs a host, the scale benchmark's fleet.
+pub fn synthetic_sized(
+    hosts: u32,
+    cpus: u32,
+    steps: usize,
+    step_s: f64,
+    seed: u64,
+) -> Vec<SynthHost> {
     (0..hosts)
-        .map(|i| synth_host(i, steps, step_s, seed))
+        .map(|i| synth_host(i, cpus, steps, step_s, seed))
         .collect()
 }
 
-fn synth_host(i: u32, steps: usize, step_s: f64, seed: u64) -> SynthHost {
+fn synth_host(i: u32, cpus: u32, steps: usize, step_s: f64, seed: u64) -> SynthHost {
     let mut rng = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     // The first draws of neighbouring seeds are alike: skip them.
     for _ in 0..8 {
         rng.unit();
     }
-    let cpus = 16u32;
     // Most hosts moderate, one in four hot; one in 20 with its VMs pinned.
     let hot = rng.unit() < 0.25;
     let heat = if hot {
@@ -105,7 +116,7 @@ fn synth_host(i: u32, steps: usize, step_s: f64, seed: u64) -> SynthHost {
         name: format!("hv{i:05}"),
         cpus,
         nodes: 2,
-        mem_gib_per_node: 48.0,
+        mem_gib_per_node: 3.0 * cpus as f64,
         vms,
     }
 }

@@ -1,0 +1,107 @@
+//! `fleet plan`'s own cost at fleet scale, without Prometheus: a synthetic
+//! fleet (stealscope_sim::openmetrics::synthetic_sized) replayed step by
+//! step to get what `read` would have assembled (demand history, wait,
+//! busy steal), then planned and predicted as `fleet plan` does.
+//! BENCHMARKS.md "Issue 31" has the runs.
+//!
+//! cargo run --release -p stealscope-fleet --example scale -- HOSTS CPUS STEPS
+
+use rayon::prelude::*;
+use std::time::Instant;
+use stealscope_fleet::model::{Fleet, FleetFigures, Host, HostKey, NodeMem, Vm};
+use stealscope_fleet::{plan, predict, PlanOptions};
+use stealscope_sim::measured::{run_steps, summarize, HostRun};
+use stealscope_sim::openmetrics::{synthetic_sized, SynthHost};
+
+const STEP_S: f64 = 900.0;
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// A host as `read` assembles it from its step runs (no culprits).
+fn host_of(h: &SynthHost, r: &[HostRun]) -> Host {
+    let secs: f64 = r.iter().map(|x| x.secs).sum();
+    let vms = h
+        .vms
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Vm {
+            name: v.vm.name.clone(),
+            uuid: v.uuid.clone(),
+            vcpus: v.vm.vcpus,
+            memory_bytes: Some((v.vm.mem_gib * GIB) as u64),
+            demand: r
+                .iter()
+                .map(|x| (x.vm_run[i] + x.vm_wait[i]) / x.secs)
+                .collect(),
+            wait: r.iter().map(|x| x.vm_wait[i]).sum::<f64>() / secs,
+        })
+        .collect();
+    let used = h.vms.iter().map(|v| v.vm.mem_gib).sum::<f64>() / h.nodes as f64;
+    let free = ((h.mem_gib_per_node - used).max(0.0) * GIB) as u64;
+    Host {
+        key: HostKey {
+            instance: h.instance(),
+            job: "stealscope".into(),
+        },
+        name: h.name.clone(),
+        cpus: h.cpus,
+        nodes: (0..h.nodes)
+            .map(|node| NodeMem {
+                node,
+                free_bytes: free,
+            })
+            .collect(),
+        vms,
+        busy: summarize(r).busy_steal,
+        culprits: Vec::new(),
+    }
+}
+
+fn arg(i: usize, default: u32) -> u32 {
+    std::env::args()
+        .nth(i)
+        .map_or(default, |s| s.parse().expect("a number"))
+}
+
+fn main() {
+    let (n, cpus, steps) = (arg(1, 10_000), arg(2, 28), arg(3, 4) as usize);
+    let t0 = Instant::now();
+    let synth = synthetic_sized(n, cpus, steps, STEP_S, 1);
+    let hosts: Vec<Host> = synth
+        .par_iter()
+        .map(|h| host_of(h, &run_steps(h.cpus, &h.measured(), STEP_S, 1)))
+        .collect();
+    let f = Fleet {
+        window_s: STEP_S * steps as f64,
+        step_s: STEP_S,
+        hosts,
+        unseen: Vec::new(),
+    };
+    let vms: usize = f.hosts.iter().map(|h| h.vms.len()).sum();
+    println!(
+        "{n} hosts of {cpus} CPUs, {vms} VMs, {steps} steps: fleet built in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let o = PlanOptions {
+        max_moves: usize::MAX,
+        ..PlanOptions::default()
+    };
+    let t1 = Instant::now();
+    let p = plan(&f, &o);
+    let plan_s = t1.elapsed().as_secs_f64();
+    let pr = predict::predict(&f, &p);
+    println!(
+        "hot {} moves {} unfixed {}: choice {plan_s:.2} s, prediction {:.2} s ({} runs)",
+        p.hot.len(),
+        p.moves.len(),
+        p.unfixed.len(),
+        pr.sim_seconds,
+        pr.sim_runs
+    );
+    let show = |x: &FleetFigures| {
+        format!(
+            "busy {:.2} %, p99 {:.1} %, over 10 % {}",
+            x.busy_steal_pct, x.vm_steal_p99, x.vms_over_10pct
+        )
+    };
+    println!("before {}\npredicted {}", show(&pr.before), show(&pr.after));
+}
