@@ -14,6 +14,7 @@ use stealscope_model::exact_steal::{ExactSteal, StoredExactSteal, EXACT_STEAL_FI
 use stealscope_readers::recording::{
     Header, Record, RecordingReader, StealEpisodeRecord, StealSource,
 };
+use stealscope_testkit::proc_stat::{steal_now, steal_of, unit_ns};
 
 /// `report FILE` in text, its wrapped lines joined (words one space apart).
 fn report_text(p: &Path) -> String {
@@ -29,23 +30,6 @@ fn report_text(p: &Path) -> String {
 
 /// One live recording at a time: each spins on every CPU.
 static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// ns in one /proc/stat unit (USER_HZ).
-fn unit_ns() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    1_000_000_000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
-}
-
-/// Each CPU's steal column of a /proc/stat text, in its units.
-fn steal_of(text: &str) -> BTreeMap<u32, u64> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
-            Some((cpu, f.nth(7)?.parse().ok()?))
-        })
-        .collect()
-}
 
 /// A thread per CPU spinning until `until`: every CPU ticks meanwhile, so
 /// /proc/stat's steal keeps up with the steal clock (an idle CPU's catches
@@ -137,11 +121,11 @@ fn exact_totals_match_proc_stat_and_threshold_0_lists_every_episode() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cpus = steal_of(&std::fs::read_to_string("/proc/stat").unwrap()).len();
-    let before = steal_of(&std::fs::read_to_string("/proc/stat").unwrap());
+    let cpus = steal_now().len();
+    let before = steal_now();
     let spin = spin_everywhere(cpus, Instant::now() + Duration::from_secs(8));
     let (p, err) = record(dir.path(), &["--duration", "4s", "--steal-threshold", "0"]);
-    let after = steal_of(&std::fs::read_to_string("/proc/stat").unwrap());
+    let after = steal_now();
     spin.into_iter().for_each(|h| h.join().unwrap());
     let s = read_steal(&p);
     let Some(e) = measured(&s) else { return };

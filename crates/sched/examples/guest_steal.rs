@@ -10,32 +10,22 @@
 //! with `probe preempt`'s gaps).
 
 use stealscope_sched::{GuestSteal, StealOptions};
+use stealscope_testkit::proc_stat::{steal_now, unit_ns};
 use stealscope_who::{GuestStealSample, StealVictim};
 
-/// Steal of each CPU so far in /proc/stat, in its units (USER_HZ).
-fn proc_stat_steal() -> Vec<(u32, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
-            Some((cpu, f.nth(7)?.parse().ok()?))
-        })
-        .collect()
-}
+/// Each CPU's steal so far in /proc/stat, in its units (USER_HZ).
+type Steal = std::collections::BTreeMap<u32, u64>;
 
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-fn print_interval(d: &GuestStealSample, stat: &[(u32, u64)], stat0: &[(u32, u64)], unit: u64) {
+fn print_interval(d: &GuestStealSample, stat: &Steal, stat0: &Steal, unit: u64) {
     for c in &d.cpus {
-        let by_stat = stat
-            .iter()
-            .zip(stat0)
-            .find(|((cpu, _), _)| *cpu == c.cpu)
-            .map(|((_, b), (_, a))| (b - a) * unit);
-        let Some(by_stat) = by_stat else { continue };
+        let (Some(b), Some(a)) = (stat.get(&c.cpu), stat0.get(&c.cpu)) else {
+            continue;
+        };
+        let by_stat = (b - a) * unit;
         println!(
             "cpu{}: {:.3} ms (busy {:.3}, idle {:.3}) in {} episodes, p99 {:.3} ms, max {:.3} ms; /proc/stat {:.0} ms",
             c.cpu,
@@ -122,14 +112,14 @@ fn main() {
         }
     };
     // SAFETY: sysconf has no preconditions.
-    let unit = 1_000_000_000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let unit = unit_ns();
     println!("started ({}, tick only: {})", g.rq_path(), g.tick_only());
     let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
-    let (mut prev, mut stat0) = (g.read(), proc_stat_steal());
+    let (mut prev, mut stat0) = (g.read(), steal_now());
     let mut log = EpisodeFile::from_env();
     while std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_secs_f64(every));
-        let (now, stat) = (g.read(), proc_stat_steal());
+        let (now, stat) = (g.read(), steal_now());
         if let (Some(log), Ok(s)) = (log.as_mut(), &now) {
             log.write(s);
         }

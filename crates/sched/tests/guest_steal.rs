@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stealscope_sched::{GuestSteal, StealOptions};
+use stealscope_testkit::proc_stat::{steal_now, unit_ns};
 use stealscope_who::{GuestStealSample, StealVictim};
 
 /// One live test at a time: each pins busy threads, and the known-victim
@@ -35,27 +36,8 @@ fn start() -> Option<GuestSteal> {
     }
 }
 
-/// ns in one /proc/stat unit (USER_HZ; 10 ms at 100).
-fn stat_unit_ns() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    1_000_000_000 / hz.max(1) as u64
-}
-
-/// Steal of each CPU so far, in /proc/stat units.
-fn proc_stat_steal() -> BTreeMap<u32, u64> {
-    let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
-            Some((cpu, f.nth(7)?.parse().ok()?))
-        })
-        .collect()
-}
-
 fn online_cpus() -> Vec<u32> {
-    proc_stat_steal().keys().copied().collect()
+    steal_now().keys().copied().collect()
 }
 
 fn pin_self(cpu: u32) {
@@ -101,14 +83,14 @@ struct Endpoint {
 }
 
 fn endpoint(g: &mut GuestSteal, cpus: &[u32]) -> Endpoint {
-    let unit = stat_unit_ns();
+    let unit = unit_ns();
     let settle = Duration::from_millis(30);
     let mut last = None;
     for _ in 0..10 {
         spin_everywhere(cpus, settle);
-        let (sa, ga) = (proc_stat_steal(), g.read().unwrap());
+        let (sa, ga) = (steal_now(), g.read().unwrap());
         spin_everywhere(cpus, settle);
-        let (sb, gb) = (proc_stat_steal(), g.read().unwrap());
+        let (sb, gb) = (steal_now(), g.read().unwrap());
         let moved: BTreeMap<u32, u64> = cpus
             .iter()
             .map(|&c| {
@@ -142,7 +124,7 @@ fn per_cpu_steal_equals_proc_stat_within_one_unit() {
     let _one = one_at_a_time();
     let Some(mut g) = start() else { return };
     let cpus = online_cpus();
-    let unit = stat_unit_ns();
+    let unit = unit_ns();
     let a = endpoint(&mut g, &cpus);
     std::thread::sleep(Duration::from_secs(15));
     let b = endpoint(&mut g, &cpus);

@@ -11,6 +11,8 @@
 use std::io::Write;
 
 /// The variable naming the file skips are appended to.
+pub mod proc_stat;
+
 pub const SKIP_LOG: &str = "STEALSCOPE_SKIP_LOG";
 
 /// Whether CI asks every test to run.
