@@ -42,19 +42,9 @@ checkpoints without this machine's processes, counters or VMs.
 BIN is a release `stealscope`, FLOOR the `cc -O2` build of sample_floor.c.
 Prints one Markdown row per round, then the ratio of the valid rounds'
 totals and the median of their ratios."""
-import argparse, os, statistics, struct, subprocess, tempfile, time
+import argparse, os, statistics, subprocess, tempfile, time
+from recording_frames import saw_vms
 
-
-def saw_vms(path):
-    """Whether the recording holds a vCPU table frame (kind 6): VMs found."""
-    b = open(path, "rb").read()
-    p = 8
-    while p + 5 <= len(b):
-        n, k = struct.unpack_from("<IB", b, p)
-        if k == 6:
-            return True
-        p += 9 + n
-    return False
 
 
 def stat():

@@ -32,6 +32,7 @@ printed with each run.
   scripts/bench-record-steal.py BIN FLOOR [--secs 20] [--rounds 3] [--max-busy 10]
 """
 import argparse, json, os, subprocess, tempfile, time
+from recording_frames import saw_vms
 
 PROGS = ("steal_switch", "steal_tick")
 
@@ -61,18 +62,6 @@ def progs():
                          text=True, check=True).stdout
     return {p["id"]: p for p in json.loads(out) if p.get("name") in PROGS}
 
-
-def saw_vms(path):
-    """Whether the recording holds a vCPU table frame (kind 6)."""
-    import struct
-    b = open(path, "rb").read()
-    p = 8
-    while p + 5 <= len(b):
-        n, k = struct.unpack_from("<IB", b, p)
-        if k == 6:
-            return True
-        p += 9 + n
-    return False
 
 
 def run_alone(cmd, secs, out=None):
