@@ -14,11 +14,12 @@
 //! transient reads move single readings by tens of MB either way; judged
 //! in runs of 120 s or more only, printed in shorter ones); every thread is
 //! watched and the lost-event and overflow counters are exported; every
-//! host process charged for soakV's wait had that name when the test read
-//! /proc, and both of the loop's names are charged; over the last 15 s of
-//! the last VM's life its culprits add up to its vCPU's wait (serve charges each
-//! scan's schedstat wait), and both are within 2 % of the test's own
-//! schedstat reading taken with each end's scrape.
+//! host process charged for soakV's wait had that name on the host (read
+//! from /proc and from every exec and rename), and both of the loop's
+//! names are charged; over the last 15 s of the last VM's life its
+//! culprits add up to its vCPU's wait (serve charges each scan's schedstat
+//! wait), and each end's wait is the kernel's schedstat during that scan,
+//! as the test's own readings around it bracket it.
 
 use super::helpers::*;
 use super::who::culprits;
@@ -32,6 +33,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use stealscope_readers::tracefs;
 
 const THREADS: usize = 10_000;
 /// soakV is stopped and started again this often.
@@ -111,31 +113,86 @@ fn exec_loop(dir: &Path) -> Killed {
     Killed(child)
 }
 
-/// Every process name on the host, read every 100 ms until `stop`.
+/// Every name a task had on the host until `stop`: /proc's comms every
+/// 100 ms for the tasks that were there before, and each exec's and
+/// rename's new name from a tracing instance, so a shim that lives for
+/// 10 ms is seen too (2026-12-06: pyenv, charged 0.07 s, missed by the
+/// /proc reading alone).
 fn watch_names(
     stop: Arc<AtomicBool>,
 ) -> (Arc<Mutex<BTreeSet<String>>>, std::thread::JoinHandle<()>) {
+    let mut trace = name_trace();
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
     let out = seen.clone();
     let h = std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            let names: Vec<String> = std::fs::read_dir("/proc")
-                .unwrap()
-                .flatten()
-                .filter(|e| {
-                    e.file_name()
-                        .to_string_lossy()
-                        .bytes()
-                        .all(|b| b.is_ascii_digit())
-                })
-                .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
-                .map(|c| c.trim_end().to_string())
-                .collect();
+        let mut lost = 0;
+        loop {
+            // The last pass after `stop` drains what the pipe still holds.
+            let last = stop.load(Ordering::Relaxed);
+            let mut names = proc_comms();
+            trace.drain(|l| {
+                lost += tracefs::lost_events(l).unwrap_or(0);
+                names.extend(new_comm(l));
+            });
             out.lock().unwrap().extend(names);
+            if last {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
+        assert_eq!(lost, 0, "the name trace lost events");
     });
     (seen, h)
+}
+
+/// A tracing instance of every exec and rename on the host.
+fn name_trace() -> tracefs::Instance {
+    let mut t = tracefs::Instance::create("stealscope-soak-names-", true).unwrap();
+    t.write("buffer_size_kb", "1024").unwrap();
+    for ev in ["sched/sched_process_exec", "task/task_rename"] {
+        t.write(&format!("events/{ev}/enable"), "1").unwrap();
+    }
+    t.start().unwrap();
+    t
+}
+
+/// The comm of every task in /proc now.
+fn proc_comms() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
+        .map(|c| c.trim_end().to_string())
+        .collect()
+}
+
+/// The comm a trace line gave a task: an exec's is its file's base name
+/// (the kernel's begin_new_exec), cut to 15 bytes; a rename's is newcomm.
+fn new_comm(line: &str) -> Option<String> {
+    let l = tracefs::parse_line(line)?;
+    let name = match l.name {
+        "sched_process_exec" => {
+            let f = l.fields.strip_prefix("filename=")?;
+            let path = &f[..f.rfind(" pid=")?];
+            path.rsplit('/').next()?
+        }
+        "task_rename" => {
+            let f = &l.fields[l.fields.find("newcomm=")? + 8..];
+            &f[..f.rfind(" oom_score_adj=").unwrap_or(f.len())]
+        }
+        _ => return None,
+    };
+    let mut end = name.len().min(15);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(name[..end].to_string())
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -196,7 +253,7 @@ struct Soaked {
     /// is told apart by the last.
     rss: Vec<(f64, u64, f64)>,
     charged: BTreeMap<(String, String), f64>,
-    sums: [(Exposition, f64); 2],
+    sums: [Bracketed; 2],
 }
 
 /// The span the sums are checked over: the end of the soak, at least
@@ -285,58 +342,82 @@ fn scan_mark(m: &Exposition) -> f64 {
     runs.iter().map(|x| x.1).sum()
 }
 
-/// Serve's metrics right after a host scan, and the test's own schedstat
-/// wait of the thread (s) read at once: it then trails the scan's read by
-/// a scrape and a poll (tens of ms), not by a scan period.
-fn fresh_wait(s: &Serve, (pid, tid): (u64, u64)) -> (Exposition, f64) {
+/// Serve's metrics from a host scan, with the test's own schedstat wait
+/// of the thread (s) bracketing that scan's read of it. Scans run one
+/// after another in one loop, so a scan that starts after a published one
+/// read the thread after the low reading (taken before a scrape that did
+/// not yet show the earlier scan) and before the high one (taken after the
+/// scrape that showed it). The span is about a scan period: on a loaded
+/// host serve's read trails its publication by up to a second (debug
+/// build, 10,000 threads), so a single reading with the scrape was off by
+/// 0.4 s of wait (2026-12-06).
+fn fresh_wait(s: &Serve, (pid, tid): (u64, u64)) -> Bracketed {
+    let own = || testenv::schedstat(pid, tid).1 as f64 / 1e9;
+    let mut lo = own();
     let v0 = scan_mark(&s.metrics());
     // A scan is due every second, but on a loaded host one collector
     // reading of 10,000 threads alone took up to 4.7 s (debug build).
-    wait_for("a host scan", Duration::from_secs(15), || {
+    let v1 = wait_for("a host scan", Duration::from_secs(15), || {
+        std::thread::sleep(Duration::from_millis(20));
+        let o = own();
+        let v = scan_mark(&s.metrics());
+        if v == v0 {
+            lo = o;
+        }
+        (v != v0).then_some(v)
+    });
+    wait_for("the next host scan", Duration::from_secs(15), || {
         std::thread::sleep(Duration::from_millis(20));
         let m = s.metrics();
-        (scan_mark(&m) != v0).then(|| (m, testenv::schedstat(pid, tid).1 as f64 / 1e9))
+        (scan_mark(&m) != v1).then(|| Bracketed {
+            own: (lo, own()),
+            m,
+        })
     })
 }
 
+/// A scrape and the test's own schedstat wait (s) before and after the
+/// scan behind it read the vCPU.
+struct Bracketed {
+    m: Exposition,
+    own: (f64, f64),
+}
+
 /// Over the last [`SUMS_S`] of the last VM's life: its culprits add up to
-/// its vCPU's wait, and both to the test's own schedstat reading taken with
-/// each scrape, so each sum is over a span whose ends are one scan apiece.
-fn assert_sums([(m0, own0), (m1, own1)]: &[(Exposition, f64); 2]) {
-    let (key, own0, own1) = (VCPU_WAIT, *own0, *own1);
-    let (c0, c1) = (culprits(m0, "soakV"), culprits(m1, "soakV"));
+/// its vCPU's wait, and each end's wait is the kernel's schedstat at some
+/// moment of the test's bracket around that scan's read.
+fn assert_sums([b0, b1]: &[Bracketed; 2]) {
+    let key = VCPU_WAIT;
+    let (c0, c1) = (culprits(&b0.m, "soakV"), culprits(&b1.m, "soakV"));
     // Totals, not per-series differences: a culprit shown at the start may
     // have moved into `other` by the end (2026-12-06: python3's 0.19 s
     // counted twice that way).
     let sum = c1.values().sum::<f64>() - c0.values().sum::<f64>();
-    let (w0, w1) = (m0.get(key).unwrap(), m1.get(key).unwrap());
-    let (wait, own) = (w1 - w0, own1 - own0);
-    eprintln!("soakV: culprits {sum:.3} s, serve's wait {wait:.3} s, schedstat {own:.3} s");
+    let (w0, w1) = (b0.m.get(key).unwrap(), b1.m.get(key).unwrap());
+    let wait = w1 - w0;
+    eprintln!(
+        "soakV: culprits {sum:.3} s, serve's wait {wait:.3} s, schedstat {:.3}..{:.3} s at the start, {:.3}..{:.3} s at the end",
+        b0.own.0, b0.own.1, b1.own.0, b1.own.1
+    );
     let run = |m: &Exposition| m.get(&VCPU_WAIT.replace("wait", "run")).unwrap();
     assert!(
         wait > 2.0,
         "soakV's vCPU hardly waited: {wait} s (it ran {:.3} s)",
-        run(m1) - run(m0)
+        run(&b1.m) - run(&b0.m)
     );
-    // Serve's reads come before the test's: never past them, but for the
-    // exposition's rounding to the microsecond (a vCPU that stood still
-    // between the two reads: 31.332731 against 31.332730583).
-    assert!(
-        w0 <= own0 + 1e-6 && w1 <= own1 + 1e-6,
-        "serve's schedstat {w0}..{w1} vs the test's {own0}..{own1}"
-    );
+    // 1 µs: the exposition rounds to the microsecond (a vCPU that stood
+    // still between the reads: 31.332731 against 31.332730583).
+    for (w, b) in [(w0, b0), (w1, b1)] {
+        assert!(
+            b.own.0 - 1e-6 <= w && w <= b.own.1 + 1e-6,
+            "serve's schedstat wait {w} s is not the kernel's during the scan: {:?}",
+            b.own
+        );
+    }
     // Serve charges each scan's schedstat wait: the sums are equal.
     assert!(
         (sum - wait).abs() <= 1e-3,
         "culprits {sum} s vs serve's wait {wait} s"
-    );
-    assert!(
-        (sum - own).abs() <= 0.02 * own,
-        "culprits {sum} s vs the test's schedstat {own} s (serve's wait {wait} s)"
-    );
-    assert!(
-        (wait - own).abs() <= 0.02 * own,
-        "serve's wait {wait} s vs the test's schedstat {own} s"
     );
 }
 
@@ -401,7 +482,7 @@ fn serve_soaks_with_10000_threads_restarts_and_execs() {
         if kind == "host-process" && name != "other" && *v >= NAMED_MIN_S {
             assert!(
                 seen.contains(name),
-                "{name} charged {v} s, never seen in /proc"
+                "{name} charged {v} s, never a task's name on the host"
             );
         }
     }
