@@ -18,10 +18,20 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-echo "== clean Debian root for the package test (in the background, cached)"
+echo "== Debian package, in the background: build (scripts/package.sh), then install"
+echo "   on a clean root (scripts/test-package.sh); done before any test runs"
+# Built while the debug build runs, not after the tests: the release build
+# fills the CPUs the debug build leaves idle in its serial stretches, and no
+# timed test shares the machine with it.
 mkdir -p target
-scripts/test-package.sh --prepare-root >target/pkgroot.log 2>&1 &
-pkgroot=$!
+# A session of its own, so that a failure below stops the whole of it.
+setsid bash -euo pipefail -c '
+  scripts/test-package.sh --prepare-root
+  deb=$(scripts/package.sh | tail -n 1)
+  scripts/test-package.sh "$deb"
+' >target/package.log 2>&1 &
+package=$!
+trap 'kill -- -"$package" 2>/dev/null || true' EXIT
 
 echo "== guest kernel and initramfs for the QEMU tests"
 testenv/setup.sh
@@ -45,6 +55,14 @@ echo "== cargo test"
 # skip log (crates/testkit); under CI a skip is already a failure.
 export STEALSCOPE_SKIP_LOG="$PWD/target/skipped.log"
 rm -f "$STEALSCOPE_SKIP_LOG"
+cargo test --workspace --no-run --quiet
+echo "== Debian package (started at the beginning)"
+if ! wait "$package"; then
+  cat target/package.log
+  echo "test.sh: the package build or its test failed (target/package.log)" >&2
+  exit 1
+fi
+grep -E '^(==|   )' target/package.log
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
 echo "== tests skipped at run time, and ignored ones"
 skipped=0
@@ -58,7 +76,3 @@ if [[ $skipped -gt 0 ]] && [[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]]; the
   echo "test.sh: $skipped test(s) skipped under CI=$CI" >&2
   exit 1
 fi
-echo "== Debian package: build (scripts/package.sh), then install on a clean root"
-wait "$pkgroot" || { cat target/pkgroot.log; exit 1; }
-deb=$(scripts/package.sh | tail -n 1)
-scripts/test-package.sh "$deb"
