@@ -170,6 +170,11 @@ impl GuestSteal {
     /// Loads and attaches the programs, or says in one line why not.
     pub fn start(opts: StealOptions) -> std::result::Result<GuestSteal, StealUnavailable> {
         let unavailable = |reason: String| StealUnavailable { reason };
+        let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+        let cpuid = stealscope_readers::cpuid::decode(&stealscope_readers::cpuid::read_live());
+        if let Some(why) = crate::guest_steal_clock::steal_clock_missing(&cpuid, &cmdline) {
+            return Err(unavailable(why));
+        }
         let bytes = std::fs::read(BTF_PATH).map_err(|e| {
             unavailable(match e.kind() {
                 std::io::ErrorKind::NotFound => {

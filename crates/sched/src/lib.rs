@@ -25,6 +25,7 @@ pub mod error;
 pub mod event;
 pub mod evformat;
 pub mod guest_steal;
+pub mod guest_steal_clock;
 pub mod guest_steal_fold;
 pub mod guest_steal_ring;
 pub mod merge;
