@@ -477,4 +477,38 @@ mod tests {
         assert_eq!(p.moves.len(), 1, "{:?}", p.moves);
         assert_eq!(p.unfixed.len(), 1);
     }
+
+    #[test]
+    fn a_shorter_history_is_checked_at_the_steps_it_has() {
+        // The destination is busy in the last two steps only; the VM's
+        // history covers the first two, so it fits (1.5 + 0 at each step,
+        // 6 at the others, under 7.2), though its least step added to the
+        // destination's quantile (6 + 1.5) would not.
+        let hot = host(
+            "hot",
+            4,
+            0.0,
+            vec![
+                Vm {
+                    demand: vec![1.5, 1.5],
+                    ..vm("short", 2, 1.5, 0.3)
+                },
+                // Of unknown memory: they stay.
+                Vm {
+                    memory_bytes: None,
+                    ..vm("a", 2, 2.0, 0.3)
+                },
+                Vm {
+                    memory_bytes: None,
+                    ..vm("b", 2, 2.0, 0.3)
+                },
+            ],
+        );
+        let mut dest = host("dest", 8, 4.0, vec![vm("d", 6, 3.0, 0.0)]);
+        dest.vms[0].demand = vec![0.0, 0.0, 6.0, 6.0];
+        let f = fleet(vec![hot, dest]);
+        let p = plan(&f, &PlanOptions::default());
+        assert_eq!(p.moves.len(), 1, "{:?} {:?}", p.moves, p.unfixed);
+        assert_eq!(f.hosts[0].vms[p.moves[0].vm].name, "short");
+    }
 }
