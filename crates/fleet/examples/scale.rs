@@ -1,7 +1,8 @@
 //! `fleet plan`'s own cost at fleet scale, without Prometheus: a synthetic
 //! fleet (stealscope_sim::openmetrics::synthetic_sized) replayed step by
 //! step to get what `read` would have assembled (demand history, wait,
-//! busy steal), then planned and predicted as `fleet plan` does.
+//! busy steal), then planned and predicted as `fleet plan` does; the
+//! plan and prediction's wall and CPU time and the peak RSS are printed.
 //! BENCHMARKS.md "Issue 31" has the runs.
 //!
 //! cargo run --release -p stealscope-fleet --example scale -- HOSTS CPUS STEPS
@@ -10,10 +11,13 @@ use rayon::prelude::*;
 use std::time::Instant;
 use stealscope_fleet::model::{Fleet, FleetFigures, Host, HostKey, NodeMem, Vm};
 use stealscope_fleet::{plan, predict, PlanOptions};
-use stealscope_sim::measured::{run_steps, summarize, HostRun};
+use stealscope_sim::measured::{run_steps_for, summarize, HostRun};
 use stealscope_sim::openmetrics::{synthetic_sized, SynthHost};
 
 const STEP_S: f64 = 900.0;
+/// The synthetic input's own replay, per step (not part of what is timed):
+/// at 900 s a step, building 10,000 hosts took some 20 minutes here.
+const INPUT_REPLAY_S: f64 = 10.0;
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// A host as `read` assembles it from its step runs (no culprits).
@@ -56,6 +60,19 @@ fn host_of(h: &SynthHost, r: &[HostRun]) -> Host {
     }
 }
 
+/// CPU seconds (user + system, all threads) and peak RSS in MiB so far:
+/// on a shared machine CPU time says more than wall time.
+fn usage() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        secs(r.ru_utime) + secs(r.ru_stime),
+        r.ru_maxrss as f64 / 1024.0,
+    )
+}
+
 fn arg(i: usize, default: u32) -> u32 {
     std::env::args()
         .nth(i)
@@ -68,7 +85,10 @@ fn main() {
     let synth = synthetic_sized(n, cpus, steps, STEP_S, 1);
     let hosts: Vec<Host> = synth
         .par_iter()
-        .map(|h| host_of(h, &run_steps(h.cpus, &h.measured(), STEP_S, 1)))
+        .map(|h| {
+            let r = run_steps_for(h.cpus, &h.measured(), STEP_S, INPUT_REPLAY_S, 1);
+            host_of(h, &r)
+        })
         .collect();
     let f = Fleet {
         window_s: STEP_S * steps as f64,
@@ -85,10 +105,12 @@ fn main() {
         max_moves: usize::MAX,
         ..PlanOptions::default()
     };
+    let (cpu0, _) = usage();
     let t1 = Instant::now();
     let p = plan(&f, &o);
     let plan_s = t1.elapsed().as_secs_f64();
     let pr = predict::predict(&f, &p);
+    let (cpu1, rss) = usage();
     println!(
         "hot {} moves {} unfixed {}: choice {plan_s:.2} s, prediction {:.2} s ({} runs)",
         p.hot.len(),
@@ -96,6 +118,11 @@ fn main() {
         p.unfixed.len(),
         pr.sim_seconds,
         pr.sim_runs
+    );
+    println!(
+        "plan + prediction: {:.2} s wall, {:.2} s CPU; peak RSS {rss:.0} MiB",
+        t1.elapsed().as_secs_f64(),
+        cpu1 - cpu0
     );
     let show = |x: &FleetFigures| {
         format!(

@@ -154,6 +154,22 @@ pub fn run_measured(
 /// Each step of `vms`' histories as its own run at that step's levels:
 /// what a scrape every step would have seen.
 pub fn run_steps(cpus: u32, vms: &[MeasuredVm], step_s: f64, seed: u64) -> Vec<HostRun> {
+    run_steps_for(cpus, vms, step_s, step_s, seed)
+}
+
+/// As [`run_steps`], each step replayed for `replay_s` (at most `step_s`)
+/// only: a step's levels are constant, so its shares settle within
+/// seconds, and a host whose balancer never lets them settle exactly is
+/// otherwise simulated tick by tick for the whole step. Every step lasts
+/// as long, so [`summarize`]'s shares weigh them as before.
+pub fn run_steps_for(
+    cpus: u32,
+    vms: &[MeasuredVm],
+    step_s: f64,
+    replay_s: f64,
+    seed: u64,
+) -> Vec<HostRun> {
+    let replay_s = replay_s.min(step_s);
     let steps = vms.iter().map(|v| v.levels.len()).max().unwrap_or(0);
     (0..steps)
         .map(|k| {
@@ -164,7 +180,7 @@ pub fn run_steps(cpus: u32, vms: &[MeasuredVm], step_s: f64, seed: u64) -> Vec<H
                     ..v.clone()
                 })
                 .collect();
-            run_measured(cpus, &at, step_s, step_s, seed ^ k as u64)
+            run_measured(cpus, &at, step_s, replay_s, seed ^ k as u64)
         })
         .collect()
 }
