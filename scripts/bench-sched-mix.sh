@@ -8,15 +8,25 @@
 # behind them (long waits, long ring walks), and O_DIRECT reads of a file
 # on the disk (hard and soft interrupts). Each phase prints the machine's
 # busy share and load average around it so a run taken while others
-# built can be rejected. Root. SECS per phase (default 20).
+# built can be rejected. Root. SECS per phase (default 20); HOLD names a
+# hold binary already built (the BPF programs' cost does not depend on
+# the Rust build's profile), else a release one is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${SECS:-20}
-hold=target/release/examples/hold
-cargo build -q --release -p stealscope-sched --example hold
+hold=${HOLD:-}
+if [ -z "$hold" ]; then
+  hold=target/release/examples/hold
+  cargo build -q --release -p stealscope-sched --example hold
+fi
+# The floor: empty programs on the same hooks (bench/floor.bpf.c), what a
+# run that does nothing costs here, the accounting's clock reads included.
+floor=${FLOOR:-target/release/examples/floor}
+[ -x "$floor" ] || cargo build -q --release -p stealscope-sched --example floor
 tmp=$(mktemp -d /work/bench-mix.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"; sysctl -q kernel.bpf_stats_enabled=0' EXIT
 cc -O2 -o "$tmp/pingpong" bench/pingpong.c
+clang-14 -target bpf -mcpu=v3 -O2 -c bench/floor.bpf.c -o "$tmp/floor.o"
 dd if=/dev/zero of="$tmp/odirect.img" bs=1M count=64 oflag=direct status=none
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 share() { echo "$1 $2" | awk '{printf "%.0f%%", 100*($3-$1)/($4-$2)}'; }
@@ -38,6 +48,8 @@ taskset -c 1 sh -c 'while :; do :; done' & spinner=$!
 sysctl -q kernel.bpf_stats_enabled=1
 phase() { # $1 label, then the command holding the programs
   local label=$1; shift
+  # Other sessions' benchmarks switch the accounting off when they end.
+  sysctl -q kernel.bpf_stats_enabled=1
   prog_ids >"$tmp/before"
   "$@" >"$tmp/hold.log" 2>&1 & holder=$!
   # Until its programs are attached (bpftrace prints "Attaching").
@@ -52,7 +64,7 @@ phase() { # $1 label, then the command holding the programs
   costs "$tmp/ours" >"$tmp/c0"
   sleep "$SECS"
   costs "$tmp/ours" >"$tmp/c1"
-  echo "== $label: busy $(share "$b0" "$(busy)"), loadavg $l0 -> $(cut -d' ' -f1 /proc/loadavg)"
+  echo "== $label: busy $(share "$b0" "$(busy)"), loadavg $l0 -> $(cut -d' ' -f1 /proc/loadavg), stats $(sysctl -n kernel.bpf_stats_enabled)"
   cat "$tmp/c1"
   kill -INT "$holder" 2>/dev/null || true
   wait "$holder" 2>/dev/null || true
@@ -60,6 +72,7 @@ phase() { # $1 label, then the command holding the programs
 phase "stealscope bpf (watching pingpong $ppa $ppb and spinner $spinner)" \
   env HOLD_ROUTE=bpf "$hold" $((SECS + 5)) "$ppa" "$ppb" "$spinner"
 tail -1 "$tmp/hold.log"
+phase "floor: empty programs on the same hooks" "$floor" "$tmp/floor.o" $((SECS + 5))
 if command -v bpftrace >/dev/null; then
   # bpftrace finds tracepoints through tracefs, which this VM leaves
   # unmounted; mounted for the phase (an unmount while another tool uses

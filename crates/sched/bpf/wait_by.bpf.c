@@ -270,6 +270,17 @@ static __always_inline struct cpu_state *this_cpu(void)
 	return bpf_map_lookup_elem(&cpus, &zero);
 }
 
+// CPU `cpu`'s state; `me` (this CPU's, already looked up) when it is this
+// one: the remote lookup is a helper call, the local one is not.
+static __always_inline struct cpu_state *cpu_state_of(u32 cpu,
+                                                      struct cpu_state *me)
+{
+	u32 zero = 0;
+	if (cpu == bpf_get_smp_processor_id())
+		return me;
+	return bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+}
+
 // Interrupt time on a CPU so far (hard and soft apart, see cpu_state).
 static __always_inline u64 irq_ns(struct cpu_state *cs)
 {
@@ -490,8 +501,7 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 		v->unknown_ns += k;
 		return;
 	}
-	u32 zero = 0;
-	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	struct cpu_state *cs = cpu_state_of(cpu, me);
 	struct ring *rg = bpf_map_lookup_elem(&rings, &cpu);
 	if (!cs || !rg) {
 		v->unknown_ns += k;
@@ -520,22 +530,20 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 
 // A victim leaves the queue of v->cpu (switched in, migrated, or found
 // out of step).
-static __always_inline void leave_queue(struct victim *v)
+static __always_inline void leave_queue(struct victim *v,
+                                        struct cpu_state *me)
 {
 	if (v->state != ST_QUEUED)
 		return;
-	u32 zero = 0;
-	u32 cpu = v->cpu;
-	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	struct cpu_state *cs = cpu_state_of(v->cpu, me);
 	if (cs)
 		__sync_fetch_and_add(&cs->nq, -1);
 }
 
 static __always_inline void queue_on(struct victim *v, u32 cpu, u64 now,
-                                    u64 kd)
+                                    u64 kd, struct cpu_state *me)
 {
-	u32 zero = 0;
-	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	struct cpu_state *cs = cpu_state_of(cpu, me);
 	v->state = ST_QUEUED;
 	v->since = now;
 	v->st_kd = kd;
@@ -651,7 +659,7 @@ int handle_switch(u64 *ctx)
 		}
 		resync(v, kd, pc, me);
 		v->pcount = pc + !!lq; // after sched_info_arrive
-		leave_queue(v);
+		leave_queue(v, me);
 		v->state = ST_RUNNING;
 		v->cpu = cpu;
 	}
@@ -663,10 +671,10 @@ int handle_switch(u64 *ctx)
 			now = rq_now(prev);
 		u64 kd = kdelay(prev, now);
 		resync(v, kd, prev->sched_info.pcount, me);
-		leave_queue(v); // a switch-in it missed
+		leave_queue(v, me); // a switch-in it missed
 		if (preempt || prev_state == 0) {
 			v->ep_kd = kd;
-			queue_on(v, this, now, kd);
+			queue_on(v, this, now, kd, me);
 		} else {
 			v->state = ST_SLEEPING;
 		}
@@ -700,11 +708,11 @@ int handle_switch(u64 *ctx)
 // becomes that CPU's provisional current, unless woken there since its
 // last switch already. sched_wakeup runs under the target's rq lock, as
 // that CPU's sched_switch does, so the two never write its ring at once.
-static __always_inline void note_woken(struct task_struct *p, u32 tid)
+static __always_inline void note_woken(struct task_struct *p, u32 tid,
+                                       struct cpu_state *me)
 {
-	u32 zero = 0;
 	u32 cpu = p->thread_info.cpu;
-	struct cpu_state *cs = bpf_map_lookup_percpu_elem(&cpus, &zero, cpu);
+	struct cpu_state *cs = cpu_state_of(cpu, me);
 	if (!cs || cs->nq <= 0)
 		return;
 	struct ring *rg = bpf_map_lookup_elem(&rings, &cpu);
@@ -745,7 +753,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	if (gated())
 		return 0;
 	u32 tid = p->pid;
-	note_woken(p, tid); // before this thread's own queue_on, as in R6
+	note_woken(p, tid, me); // before this thread's own queue_on, as in R6
 	// R1: a wake-up of a thread running or queued changes nothing.
 	struct victim *v = watched_victim(tid);
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
@@ -754,7 +762,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	u64 kd = kdelay(p, now);
 	resync(v, kd, p->sched_info.pcount, me);
 	v->ep_kd = kd;
-	queue_on(v, p->thread_info.cpu, now, kd);
+	queue_on(v, p->thread_info.cpu, now, kd, me);
 	return 0;
 }
 
@@ -792,8 +800,8 @@ int handle_migrate(u64 *ctx)
 	charge(v, tid, v->cpu, now, k, me);
 	v->acct += k;
 	resync(v, kd, p->sched_info.pcount, me);
-	leave_queue(v);
-	queue_on(v, dest, now, kd);
+	leave_queue(v, me);
+	queue_on(v, dest, now, kd, me);
 	return 0;
 }
 
