@@ -18,6 +18,12 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# A CI build starts from a clean clone: incremental compilation only adds
+# its caches' cost there.
+if [[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]]; then
+  export CARGO_INCREMENTAL=0
+fi
+
 echo "== Debian package, in the background: build (scripts/package.sh), then install"
 echo "   on a clean root (scripts/test-package.sh); done before any test runs"
 # Built while the debug build runs, not after the tests: the release build

@@ -197,11 +197,13 @@ fn without_the_collector_the_route_says_why() {
         )
     );
     assert!(m.0.starting("stealscope_guest_steal_seconds").is_empty());
-    assert!(s
-        .stderr
-        .lock()
-        .unwrap()
-        .contains("exact steal is off, steal in 10 ms units only"));
+    // The log line reaches the test through a reader thread: it may come
+    // a moment after the series.
+    wait_for("the log line", Duration::from_secs(5), || {
+        let log = s.stderr.lock().unwrap();
+        log.contains("exact steal is off, steal in 10 ms units only")
+            .then_some(())
+    });
     drop(s);
 
     if !require(is_root(), "root (to run serve as nobody)") {
