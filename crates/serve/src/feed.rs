@@ -81,6 +81,7 @@ impl Subscriber for Feed {
                 m.exact.apply(r);
             }
         });
+        self.shared.mark_sampled();
         self.last_error = None;
         Ok(())
     }
@@ -91,6 +92,7 @@ impl Subscriber for Feed {
             log(&msg);
         }
         self.last_error = Some(msg);
+        self.shared.mark_sampled();
         Ok(())
     }
 

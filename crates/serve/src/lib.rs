@@ -23,6 +23,10 @@ use stealscope_model::machine::DEFAULT_CLK_TCK;
 use stealscope_model::running::RunningCpuTimes;
 use stealscope_readers::ReadError;
 
+/// How long the first scrape may wait for the sampler's first reading:
+/// long beside one /proc/stat read, short beside a scrape timeout.
+const FIRST_SAMPLE_WAIT: Duration = Duration::from_secs(3);
+
 pub use http::Limits;
 
 #[derive(Debug, Clone)]
@@ -120,6 +124,11 @@ pub fn run(opts: Options) -> Result<(), ServeError> {
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
+    // The socket is bound, so a scraper that comes now waits in the
+    // backlog instead of getting a page without the CPU counters.
+    if !shared.wait_sampled(FIRST_SAMPLE_WAIT) {
+        log("no sample yet: answering before the first one");
+    }
     let scrapes = Arc::new(Scrapes::new(shared.clone()));
     log(&format!("listening on http://{addr}/metrics"));
     let served = runtime.block_on(async {

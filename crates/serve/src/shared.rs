@@ -4,13 +4,17 @@
 
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 use stealscope_output::metrics::{Exporter, Format, MetricsState, SharedState};
 
 #[derive(Default)]
 pub(crate) struct Shared {
     pub state: SharedState,
     generation: AtomicU64,
+    /// Set once the sampler has reported (a sample or an error), so the
+    /// first scrape is not answered from an empty state.
+    sampled: (Mutex<bool>, Condvar),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -23,6 +27,26 @@ impl Shared {
     pub fn update(&self, f: impl FnOnce(&mut MetricsState)) {
         f(&mut lock(&self.state));
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The sampler's first report is in.
+    pub fn mark_sampled(&self) {
+        let (done, cv) = &self.sampled;
+        let mut d = lock(done);
+        if !*d {
+            *d = true;
+            cv.notify_all();
+        }
+    }
+
+    /// Waits for the sampler's first report, at most `limit`; true if it came.
+    pub fn wait_sampled(&self, limit: Duration) -> bool {
+        let (done, cv) = &self.sampled;
+        let guard = lock(done);
+        let (guard, _) = cv
+            .wait_timeout_while(guard, limit, |d| !*d)
+            .unwrap_or_else(PoisonError::into_inner);
+        *guard
     }
 }
 

@@ -92,3 +92,36 @@ fn serve_and_record_see_the_same_windows() {
         "serve's steal {serve_steal} s, the steps' {total} ticks"
     );
 }
+
+/// A scraper that comes right after the socket is up gets the CPU counters,
+/// not an empty page: serve answers only after its first sample (or after
+/// a bounded wait). Bracketed by /proc/stat read before serve starts and
+/// after the scrape, per CPU and mode.
+#[test]
+fn the_first_scrape_already_has_the_cpu_counters() {
+    let root = std::path::Path::new("/");
+    let before = proc_stat(root);
+    let s = Serve::start(&[]);
+    let m = s.metrics();
+    let after = proc_stat(root);
+    // One tick of slack each way: the kernel's tick accounting and our
+    // own rounding to seconds.
+    let tick = 1.0 / clk_tck();
+    for (cpu, lo) in &before {
+        for (i, mode) in MODES.iter().enumerate() {
+            let key = format!("stealscope_cpu_seconds_total{{cpu=\"{cpu}\",mode=\"{mode}\"}}");
+            let v = m.get(&key).unwrap_or_else(|| {
+                panic!(
+                    "{key} missing from the first scrape:\n{}",
+                    s.stderr.lock().unwrap()
+                )
+            });
+            let hi = after[cpu][i];
+            assert!(
+                v >= lo[i] - tick && v <= hi + tick,
+                "{key} = {v}, outside /proc/stat's {}..{hi}",
+                lo[i]
+            );
+        }
+    }
+}
