@@ -106,6 +106,48 @@ fn noisy_set(r: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// Per vCPU: its run and steal and who its wait was charged to, most
+/// first: why a run's noisy-neighbour set is what it is (a loop that held
+/// its CPU while the balancer stacked vCPUs on the other shows up as
+/// vCPUs charged to each other).
+fn charges(r: &Value) -> String {
+    let mut parts = Vec::new();
+    for vm in r["vms"].as_array().unwrap() {
+        for c in vm["vcpus"].as_array().unwrap() {
+            let mut by: Vec<(String, f64)> = c["wait_by"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|w| {
+                            let who = format!(
+                                "{}:{}",
+                                w["kind"].as_str().unwrap_or("?"),
+                                w["name"].as_str().unwrap_or("?")
+                            );
+                            (who, w["seconds"].as_f64().unwrap_or(0.0))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            by.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let by: Vec<String> = by
+                .iter()
+                .take(4)
+                .map(|(w, s)| format!("{w} {s:.2}"))
+                .collect();
+            parts.push(format!(
+                "{}/{} run {:.0} % steal {:.0} %: {}",
+                vm["name"].as_str().unwrap_or("?"),
+                c["index"],
+                c["util_pct"].as_f64().unwrap_or(0.0),
+                c["host_steal_pct"].as_f64().unwrap_or(0.0),
+                by.join(", ")
+            ));
+        }
+    }
+    parts.join("\n  ")
+}
+
 /// Three valid runs back to back, or None when no series stayed valid.
 fn three_runs(backup: u32, vms: &[u64]) -> Option<Vec<(Value, Ran)>> {
     'series: for s in 0..SERIES_TRIES {
@@ -207,6 +249,7 @@ fn a_steady_messy_host_gives_the_same_verdict_run_after_run() {
                 eprintln!("  noisy: {} | {}", f["title"], f["evidence"]);
             }
         }
+        eprintln!("  {}", charges(r));
         assert_eq!(r["schema"], "stealscope/host/1");
         weight_finding_is_past_the_margin(r);
     }
