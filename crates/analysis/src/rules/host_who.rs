@@ -190,6 +190,27 @@ pub fn culprits(m: &MachineModel) -> Vec<Who> {
     runners
 }
 
+/// [`culprits`] and, after them, the listed host work that no wait was
+/// charged to: a rule judging by the host's structure needs to see a loop
+/// the balancer kept apart from the vCPUs in this run.
+pub fn culprits_and_host_work(m: &MachineModel) -> Vec<Who> {
+    let mut who = culprits(m);
+    for t in &m.host.host_work.top {
+        if who.iter().any(|w| same_culprit(&w.culprit, &t.culprit)) {
+            continue;
+        }
+        who.push(Who {
+            culprit: t.culprit.clone(),
+            share: 0.0,
+            neighbor_share: 0.0,
+            victims: Vec::new(),
+            run_cpus: Some(t.run_cpus),
+            displaced_share: 0.0,
+        });
+    }
+    who
+}
+
 /// A VM's vCPUs waiting for each other while all VMs' runnable vCPUs fit on
 /// the CPUs is displacement: other host work held CPUs the vCPUs would have
 /// used, and the balancer stacked them (per-VM groups make it do so: a
