@@ -3,7 +3,8 @@
 //! is missing) the recording's exact per-CPU steal against /proc/stat and
 //! every episode listed at threshold 0; unprivileged, or asked, the 100 Hz
 //! /proc/stat route with its reason in one line; a recording from before
-//! exact steal still reports, saying it polled.
+//! exact steal still reports, saying it polled. On a KVM guest the
+//! recording anchors kvm-clock at its start and end (issue 30 point 4).
 
 mod common;
 use common::*;
@@ -12,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use stealscope_model::exact_steal::{ExactSteal, StoredExactSteal, EXACT_STEAL_FILE};
 use stealscope_readers::recording::{
-    Header, Record, RecordingReader, StealEpisodeRecord, StealSource,
+    EndInfo, Header, KvmClockInfo, Record, RecordingReader, StealEpisodeRecord, StealSource,
 };
 use stealscope_testkit::proc_stat::{steal_now, steal_of, unit_ns};
 
@@ -55,15 +56,17 @@ struct Steal {
     stat0: String,
     stat1: String,
     exact: Option<StoredExactSteal>,
+    end: Option<EndInfo>,
 }
 
 fn read_steal(path: &Path) -> Steal {
     let mut r = RecordingReader::open(path).unwrap();
     let header = r.header().clone();
-    let (mut episodes, mut sides) = (Vec::new(), Vec::new());
+    let (mut episodes, mut sides, mut end) = (Vec::new(), Vec::new(), None);
     while let Some(rec) = r.next_record().unwrap() {
         match rec {
             Record::Steal(e) => episodes.extend(e),
+            Record::End(e) => end = Some(e),
             Record::Checkpoint { files, .. } => sides.push(files),
             _ => {}
         }
@@ -78,7 +81,62 @@ fn read_steal(path: &Path) -> Steal {
         exact: last
             .get(EXACT_STEAL_FILE)
             .map(|b| serde_json::from_slice(b).unwrap()),
+        end,
     }
+}
+
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    assert_eq!(unsafe { libc::clock_gettime(id, &mut ts) }, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn has_kvm_clock() -> bool {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/available_clocksource")
+        .is_ok_and(|s| s.split_whitespace().any(|c| c == "kvm-clock"))
+}
+
+/// kvm-clock anchored at the start, inside the run (CLOCK_MONOTONIC read
+/// by the test around it), ahead of CLOCK_BOOTTIME (kvm-clock counts from
+/// the VM's creation, before the guest booted), and again at the end at
+/// the same offset within 200 ppm of the run and 100 us.
+fn kvm_clock_is_anchored(s: &Steal, run: (u64, u64), boot_minus_mono: u64) {
+    let start = match &s.header.kvm_clock {
+        Some(KvmClockInfo::Anchored { anchor }) => *anchor,
+        other => {
+            assert!(
+                !has_kvm_clock(),
+                "kvm-clock is here, the recording says {other:?}"
+            );
+            return;
+        }
+    };
+    let end = s
+        .end
+        .as_ref()
+        .and_then(|e| e.kvm_clock)
+        .expect("an end anchor");
+    let offset =
+        |a: &stealscope_readers::kvmclock::KvmClockAnchor| a.kvm_ns as i64 - a.mono_ns as i64;
+    let drift = (offset(&end) - offset(&start)).unsigned_abs();
+    eprintln!(
+        "kvm-clock: {:.6} ms ahead of CLOCK_MONOTONIC at the start, {drift} ns apart at the end",
+        offset(&start) as f64 / 1e6
+    );
+    assert!(
+        start.mono_ns >= run.0 && end.mono_ns <= run.1,
+        "{start:?} {end:?} {run:?}"
+    );
+    assert!(
+        offset(&start) > boot_minus_mono as i64,
+        "{start:?}: behind CLOCK_BOOTTIME"
+    );
+    let allow = (end.mono_ns - start.mono_ns) / 5_000 + 100_000;
+    assert!(drift < allow, "{drift} ns of drift, allowed {allow}");
 }
 
 fn record(dir: &Path, args: &[&str]) -> (std::path::PathBuf, String) {
@@ -199,8 +257,14 @@ fn default_threshold_lists_only_long_episodes_and_report_shows_them() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    // Monotonic first: BOOTTIME is read later, so never behind it.
+    let mono = clock_ns(libc::CLOCK_MONOTONIC);
+    let boot_minus_mono = clock_ns(libc::CLOCK_BOOTTIME) - mono;
+    let t0 = clock_ns(libc::CLOCK_MONOTONIC);
     let (p, _) = record(dir.path(), &["--duration", "2s"]);
+    let t1 = clock_ns(libc::CLOCK_MONOTONIC);
     let s = read_steal(&p);
+    kvm_clock_is_anchored(&s, (t0, t1), boot_minus_mono);
     let Some(e) = measured(&s) else { return };
     assert!(s.episodes.iter().all(|x| x.ns >= 100_000));
     let over: u64 = e.cpus.iter().map(|c| c.episodes).sum();

@@ -33,8 +33,8 @@ use stealscope_model::observation::Side;
 use stealscope_readers::kvm_exits::ExitSample;
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::recording::{
-    CounterInfo, CulpritScan, EndInfo, Header, ProbeRecord, RecordingWriter, StealEpisodeRecord,
-    StealSource, ThreadTimes, VcpuEntry,
+    CounterInfo, CulpritScan, EndInfo, Header, KvmClockInfo, ProbeRecord, RecordingWriter,
+    StealEpisodeRecord, StealSource, ThreadTimes, VcpuEntry,
 };
 use stealscope_readers::{cpuid, interrupts, MemFs, ReadError, Source};
 use stealscope_who::SchedSample;
@@ -425,6 +425,8 @@ fn header(opts: &RecordOptions, side0: &MemFs, sampler: &Sampler, st: &Start) ->
         }),
         probes: opts.probes.clone(),
         steal: Some(st.steal.clone()),
+        // Only where our own process's clock pages are the machine's.
+        kvm_clock: st.live.then(KvmClockInfo::read_live),
         ..Header::new(st.rate_hz, st.unix_s, st.mono_ns)
     }
 }
@@ -487,6 +489,7 @@ impl<'a> Feed<'a> {
 /// Stops the probes, writes their last windows and the end frame.
 fn finish(feed: Feed, ended: Ended, start: Instant) -> Result<RecordSummary, ReadError> {
     let Feed {
+        root,
         mut w,
         mut sum,
         mut probes,
@@ -509,6 +512,9 @@ fn finish(feed: Feed, ended: Ended, start: Instant) -> Result<RecordSummary, Rea
         end_mono_ns: monotonic_ns(),
         reason: sum.reason.clone(),
         stat_samples: sum.stat_samples,
+        kvm_clock: is_live_root(&root)
+            .then(KvmClockInfo::read_live)
+            .and_then(|k| k.anchor()),
     };
     sum.bytes = w.finish(&end)?;
     Ok(sum)

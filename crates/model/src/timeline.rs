@@ -65,6 +65,10 @@ pub struct CulpritWindow {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StealMark {
     pub t_s: f64,
+    /// kvm-clock when it was seen (ns since the VM was created, the host's
+    /// clock for this VM), to join a host recording; None: not anchored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kvmclock_ns: Option<u64>,
     pub cpu: u32,
     pub ns: u64,
     /// The thread that had the CPU; None: idle steal.
@@ -173,6 +177,7 @@ mod tests {
         );
         let mark = |t_s, ns| StealMark {
             t_s,
+            kvmclock_ns: None,
             cpu: 0,
             ns,
             victim: None,

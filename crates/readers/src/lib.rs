@@ -24,6 +24,7 @@ pub mod kvm_debugfs;
 pub mod kvm_exits;
 pub mod kvm_params;
 pub mod kvm_stats;
+pub mod kvmclock;
 pub mod maps;
 pub mod mempolicy;
 pub use perf::msr_dev;

@@ -34,10 +34,11 @@ pub const MAX_MISS_NS: u64 = 100_000;
 /// interrupt came between them) is taken again.
 const MAX_ANCHOR_CYCLES: u64 = 20_000;
 
+/// A TSC reading and the CLOCK_MONOTONIC ns read at the same moment.
 #[derive(Debug, Clone, Copy)]
-struct Anchor {
-    tsc: u64,
-    ns: u64,
+pub(crate) struct Anchor {
+    pub tsc: u64,
+    pub ns: u64,
 }
 
 /// The map from TSC to CLOCK_MONOTONIC ns.
@@ -117,7 +118,7 @@ impl TscClock {
 /// taken again (three times at most) when the two are far apart, keeping
 /// the narrowest. A pair that reads backwards (the thread moved to a CPU
 /// whose TSC reads a little behind) is stamped with its first read.
-fn anchor() -> Anchor {
+pub(crate) fn anchor() -> Anchor {
     let mut best: Option<(u64, Anchor)> = None;
     for _ in 0..3 {
         let t0 = rdtsc();

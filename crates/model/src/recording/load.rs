@@ -13,10 +13,11 @@ use crate::timeline::{
 use std::collections::BTreeMap;
 use std::path::Path;
 use stealscope_readers::damage::{Damage, FileKind};
+use stealscope_readers::kvmclock::{kvm_between, KvmClockAnchor};
 use stealscope_readers::perf::{CounterCapture, CounterSample};
 use stealscope_readers::process::task_schedstat_path;
 use stealscope_readers::recording::{
-    CulpritScan, Header, IrqSample, ProbeRecord, Record, RecordingReader, StatSample,
+    CulpritScan, Header, IrqSample, KvmClockInfo, ProbeRecord, Record, RecordingReader, StatSample,
     StealEpisodeRecord, StealSource, VcpuSample,
 };
 use stealscope_readers::snapshot::{self, Hardware, Meta, RawSample, Snapshot};
@@ -56,6 +57,8 @@ struct Raw {
     notes: Vec<(u64, String)>,
     unknown: usize,
     complete: bool,
+    /// kvm-clock anchors at the start (header) and the end (end frame).
+    kvm: (Option<KvmClockAnchor>, Option<KvmClockAnchor>),
 }
 
 impl Raw {
@@ -102,7 +105,10 @@ impl Raw {
             Record::Culprits(c) => self.culprits.extend(c),
             Record::Steal(e) => self.steal.extend(e),
             Record::Note { t_ns, text } => self.notes.push((t_ns, text)),
-            Record::End(_) => self.complete = true,
+            Record::End(e) => {
+                self.complete = true;
+                self.kvm.1 = e.kvm_clock;
+            }
             Record::Unknown { .. } => self.unknown += 1,
         }
     }
@@ -362,6 +368,10 @@ fn build(
         t1_ns,
         origin: samples.first().map_or(t0_ns, |s| s.t_ns),
     };
+    raw.kvm.0 = header.kvm_clock.as_ref().and_then(|k| k.anchor());
+    if let Some(KvmClockInfo::Unavailable { reason }) = &header.kvm_clock {
+        notes.push(format!("no kvm-clock times: {reason}"));
+    }
     let mut timeline = timeline(&mut raw, span, notes);
     timeline.steal = Some(steal_route(&header));
     let hardware = Hardware {
@@ -489,7 +499,7 @@ fn timeline(raw: &mut Raw, span: Span, mut notes: Vec<String>) -> Timeline {
         steal_episodes: std::mem::take(&mut raw.steal)
             .into_iter()
             .filter(|e| span.inside(e.t_ns))
-            .map(|e| steal_mark(e, span))
+            .map(|e| steal_mark(e, span, raw.kvm))
             .collect(),
         notes,
     }
@@ -515,9 +525,16 @@ fn steal_route(h: &Header) -> StealRoute {
     }
 }
 
-fn steal_mark(e: StealEpisodeRecord, span: Span) -> StealMark {
+/// An episode on the time line, with its kvm-clock time when the recording
+/// anchored kvm-clock (between the start and end anchors).
+fn steal_mark(
+    e: StealEpisodeRecord,
+    span: Span,
+    kvm: (Option<KvmClockAnchor>, Option<KvmClockAnchor>),
+) -> StealMark {
     StealMark {
         t_s: span.rel(e.t_ns),
+        kvmclock_ns: kvm.0.map(|a| kvm_between(&a, kvm.1.as_ref(), e.t_ns)),
         cpu: e.cpu,
         ns: e.ns,
         victim: e.victim.map(|v| TaskExact {

@@ -94,6 +94,7 @@ fn write(path: &std::path::Path, complete: bool) {
             end_mono_ns: START + 2001 * MS,
             reason: "duration".into(),
             stat_samples: 201,
+            kvm_clock: None,
         };
         w.finish(&end).unwrap();
     } else {

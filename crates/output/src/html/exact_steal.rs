@@ -88,10 +88,12 @@ fn marks(t: &Timeline, m: &Measured, wall_s: f64) -> Markup {
 fn largest(t: &Timeline, procs: &[Victim]) -> Markup {
     html! {
         table class="vms exact-largest" {
-            tr { th { "time" } th { "CPU" } th { "ms" } th { "hit" } }
+            tr { th { "time" } th title="kvm-clock: this VM's clock on its host, to join a host recording" { "kvm-clock" } th { "CPU" } th { "ms" } th { "hit" } }
             @for m in t.largest_steal(crate::text::EXACT_LARGEST) {
                 tr {
-                    td class="num" { (format!("+{:.3} s", m.t_s)) } td class="num" { (m.cpu) }
+                    td class="num" { (format!("+{:.3} s", m.t_s)) }
+                    td class="num" { (m.kvmclock_ns.map_or("-".into(), |k| format!("{:.6} s", k as f64 / 1e9))) }
+                    td class="num" { (m.cpu) }
                     td class="num" { (format!("{:.3}", m.ns as f64 / 1e6)) } td { (victim(m, procs)) }
                 }
             }

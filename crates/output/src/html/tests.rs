@@ -480,7 +480,7 @@ proptest::proptest! {
                 }],
             }).collect(),
             steal: Some(StealRoute::Exact { threshold_ns: 0, stat_hz: 1.0 }),
-            steal_episodes: steal.into_iter().map(|(t_s, cpu, ns)| StealMark { t_s, cpu, ns, victim: None }).collect(),
+            steal_episodes: steal.into_iter().map(|(t_s, cpu, ns)| StealMark { t_s, kvmclock_ns: None, cpu, ns, victim: None }).collect(),
             notes: vec![],
         };
         let html = page(&l, &t);
@@ -645,6 +645,7 @@ fn exact_steal_episodes_are_drawn_with_their_victims() {
     let marks: Vec<StealMark> = (0..12u64)
         .map(|i| StealMark {
             t_s: i as f64 * 0.5,
+            kvmclock_ns: None,
             cpu: (i % 2) as u32,
             ns: 100_000 * (i + 1),
             victim: (i == 11).then(|| victim.clone()),

@@ -51,6 +51,16 @@ fn largest(out: &mut String, st: &Style, t: &Timeline, procs: &[Victim]) {
         st.bold("Largest episodes"),
         t.steal_episodes.len()
     );
+    if let Some(k) = top
+        .iter()
+        .find_map(|m| Some(m.kvmclock_ns? as f64 / 1e9 - m.t_s))
+    {
+        // One line, not a column: the time line's origin on kvm-clock.
+        let _ = writeln!(
+            out,
+            "  (+0 s is kvm-clock {k:.6} s: this VM's clock on its host)"
+        );
+    }
     for m in top {
         let _ = writeln!(
             out,

@@ -4,6 +4,7 @@
 
 use crate::cpuid::CpuidDump;
 use crate::interrupts::Interrupts;
+use crate::kvmclock::KvmClockAnchor;
 use crate::perf::{Counter, CounterSample, Missing};
 use crate::stat::ProcStat;
 use serde::{Deserialize, Serialize};
@@ -141,6 +142,38 @@ pub struct Header {
     /// (/proc/stat polled at `rate_hz`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steal: Option<StealSource>,
+    /// kvm-clock beside CLOCK_MONOTONIC at the start (a KVM guest's live
+    /// recording), or why not; None: not tried (a --root, or a recording
+    /// from before issue 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_clock: Option<KvmClockInfo>,
+}
+
+/// The start's kvm-clock anchor, or why there is none (one line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum KvmClockInfo {
+    Anchored { anchor: KvmClockAnchor },
+    Unavailable { reason: String },
+}
+
+impl KvmClockInfo {
+    /// The live machine's kvm-clock now, or why not.
+    pub fn read_live() -> KvmClockInfo {
+        match crate::kvmclock::KvmClock::open().and_then(|c| c.anchor()) {
+            Ok(anchor) => KvmClockInfo::Anchored { anchor },
+            Err(e) => KvmClockInfo::Unavailable {
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    pub fn anchor(&self) -> Option<KvmClockAnchor> {
+        match self {
+            KvmClockInfo::Anchored { anchor } => Some(*anchor),
+            KvmClockInfo::Unavailable { .. } => None,
+        }
+    }
 }
 
 /// Which route measured steal while recording, and why.
@@ -199,6 +232,7 @@ impl Header {
             counters: None,
             probes: Vec::new(),
             steal: None,
+            kvm_clock: None,
         }
     }
 }
@@ -210,6 +244,10 @@ pub struct EndInfo {
     /// "duration" or "signal".
     pub reason: String,
     pub stat_samples: u64,
+    /// kvm-clock at the end, with the header's the second anchor of the
+    /// episodes' kvm-clock times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_clock: Option<KvmClockAnchor>,
 }
 
 /// One vCPU thread in a vCPU table.

@@ -256,6 +256,10 @@ fn fixture() -> (Vec<u8>, Vec<Record>) {
         end_mono_ns: t2 + 5,
         reason: "signal".into(),
         stat_samples: 12,
+        kvm_clock: Some(crate::kvmclock::KvmClockAnchor {
+            mono_ns: t2 + 5,
+            kvm_ns: t2 + 77_000_005,
+        }),
     };
     w.finish(&end).unwrap();
     expect.push(Record::End(end));
