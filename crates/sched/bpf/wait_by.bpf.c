@@ -265,9 +265,9 @@ struct {
 	__type(value, struct charge);
 } charges SEC(".maps");
 
-// Per tid below the host's pid_max (the loader sizes it; at most 2^22,
-// the kernel's PID_MAX_LIMIT: 16 MiB), its slot in `vstates` plus one, 0
-// for a thread nobody watches: most switches involve none, and this
+// Per tid below 2^22 (the kernel's PID_MAX_LIMIT, whatever pid_max
+// becomes; the loader sizes it: 16 MiB), its slot in `vstates` plus one,
+// 0 for a thread nobody watches: most switches involve none, and this
 // lookup is inlined.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
