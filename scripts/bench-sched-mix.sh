@@ -10,7 +10,9 @@
 # busy share and load average around it so a run taken while others
 # built can be rejected. Root. SECS per phase (default 20); HOLD names a
 # hold binary already built (the BPF programs' cost does not depend on
-# the Rust build's profile), else a release one is built.
+# the Rust build's profile), else a release one is built. HOLD may name
+# several (space-separated, e.g. before and after a change): each gets a
+# phase, the list run REPS times (default 1) in turn under the one load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${SECS:-20}
@@ -39,11 +41,13 @@ costs() { # ns/event of the programs whose ids are in $1 (a file)
     END{if(C>0) printf "   %-28s %7.1f ns/event over %9d events\n", "ALL", T/C, C}'
 }
 # The load: started once, runs through both phases.
-taskset -c 1 "$tmp/pingpong" 1 0 $((3 * SECS + 20)) 2000 >"$tmp/pp.out" & pp=$!
+reps=${REPS:-1}
+phases=$(($(echo $hold | wc -w) * reps + 2))
+taskset -c 1 "$tmp/pingpong" 1 0 $((phases * (SECS + 4) + 20)) 2000 >"$tmp/pp.out" & pp=$!
 sleep 0.5
 read -r _ ppa ppb <"$tmp/pp.out"
 taskset -c 1 sh -c 'while :; do :; done' & spinner=$!
-( end=$((SECONDS + 3 * SECS + 15)); while [ $SECONDS -lt $end ]; do
+( end=$((SECONDS + phases * (SECS + 4) + 15)); while [ $SECONDS -lt $end ]; do
     dd if="$tmp/odirect.img" of=/dev/null bs=4k iflag=direct status=none; done ) & io=$!
 sysctl -q kernel.bpf_stats_enabled=1
 phase() { # $1 label, then the command holding the programs
@@ -69,9 +73,13 @@ phase() { # $1 label, then the command holding the programs
   kill -INT "$holder" 2>/dev/null || true
   wait "$holder" 2>/dev/null || true
 }
-phase "stealscope bpf (watching pingpong $ppa $ppb and spinner $spinner)" \
-  env HOLD_ROUTE=bpf "$hold" $((SECS + 5)) "$ppa" "$ppb" "$spinner"
-tail -1 "$tmp/hold.log"
+for _ in $(seq "$reps"); do
+  for h in $hold; do
+    phase "stealscope bpf $h (watching pingpong $ppa $ppb and spinner $spinner)" \
+      env HOLD_ROUTE=bpf "$h" $((SECS + 5)) "$ppa" "$ppb" "$spinner"
+    tail -1 "$tmp/hold.log"
+  done
+done
 phase "floor: empty programs on the same hooks" "$floor" "$tmp/floor.o" $((SECS + 5))
 if command -v bpftrace >/dev/null; then
   # bpftrace finds tracepoints through tracefs, which this VM leaves

@@ -15,12 +15,15 @@ CPU lost under 1% to steal in every phase; invalid rounds are printed and
 left out. Also printed: the other CPUs' busy share in each phase (the
 tools' user space and anything else), which is the cost that moved off the
 ping-pong CPU. Root. Usage: bench-sched-pingpong.py [--rounds N] [--secs S]
+[--target ROUND_TRIPS_PER_S]. HOLD names a hold binary already built (the BPF
+programs' cost does not depend on the build's profile), else a release one is
+built.
 """
 import argparse, os, re, signal, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PP = "/tmp/stealscope-pingpong"
-HOLD = os.path.join(ROOT, "target/release/examples/hold")
+HOLD = os.environ.get("HOLD") or os.path.join(ROOT, "target/release/examples/hold")
 CPU = 1
 
 
@@ -103,8 +106,9 @@ def main():
     ap.add_argument("--target", type=float, default=12000, help="round trips/s alone")
     a = ap.parse_args()
     subprocess.run(["cc", "-O2", "-o", PP, os.path.join(ROOT, "bench/pingpong.c")], check=True)
-    subprocess.run(["cargo", "build", "-q", "--release", "-p", "stealscope-sched", "--example", "hold"],
-                   cwd=ROOT, check=True)
+    if not os.environ.get("HOLD"):
+        subprocess.run(["cargo", "build", "-q", "--release", "-p", "stealscope-sched", "--example",
+                        "hold"], cwd=ROOT, check=True)
     # Pace: the spin per message that gives about --target round trips/s.
     iters = 40000
     for _ in range(4):
@@ -124,7 +128,7 @@ def main():
         steals = [before[1], after[1]] + [g[1] for _, g in got]
         ok = spread < 3.0 and max(steals) < 1.0 and all(g[3] for _, g in got)
         print(f"round {rnd}: alone {before[0]:.0f} / {after[0]:.0f} round trips/s "
-              f"({2 * base:.0f} switches/s, spread {spread:.1f}%, other CPUs {before[2]:.0f}%/"
+              f"({2 * base:.0f} switches/s, {1e6 / (2 * base):.1f} us a message with its switch, spread {spread:.1f}%, other CPUs {before[2]:.0f}%/"
               f"{after[2]:.0f}% busy, max steal {max(steals):.2f}%) -> {'valid' if ok else 'REJECTED'}")
         for n, (rate, steal, busy, attached) in got:
             loss = 100.0 * (1 - rate / base)

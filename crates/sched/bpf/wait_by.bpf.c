@@ -155,17 +155,11 @@ struct ring {
 	struct rec r[RING];
 };
 
-// Per watched thread: its state and cumulative counters (user space reads
-// and zero-fills these; layout shared with src/bpf.rs).
+// Per watched thread, its cumulative counters (user space reads them and
+// inserts each zeroed; layout shared with src/bpf.rs). A hash lookup, so
+// done only where a wait is charged: a switch-in or migration of a
+// queued thread, or a resync that finds a gap.
 struct victim {
-	u64 since; // queued on `cpu` since (this stretch)
-	u64 ep_kd; // kdelay() at the episode's start
-	u64 irq0; // irq_ns() of `cpu` at `since`
-	u64 st_kd; // kdelay() at the stretch's start
-	u64 acct; // kdelay() when last in step with the kernel
-	u64 pcount; // the kernel's pcount then (0: never in step yet)
-	u32 cpu;
-	u32 state;
 	u64 irq_ns;
 	u64 idle_ns;
 	u64 unknown_ns;
@@ -175,6 +169,25 @@ struct victim {
 	u64 over_1ms;
 	u64 over_10ms;
 	u64 buckets[BUCKETS];
+};
+
+// Per watched thread, the state the programs keep between its events (one
+// cache line; layout shared with src/bpf.rs, which zeroes it when it
+// watches the thread: ST_UNKNOWN, the first event tells the truth). In an
+// array at the thread's slot, found by two array loads the verifier
+// inlines (a hash lookup costs ~25 ns here, BENCHMARKS.md), so that a
+// switch or wake-up that ends no wait touches no hash.
+struct vstate {
+	u64 since; // queued on `cpu` since (this stretch)
+	u64 ep_kd; // kdelay() at the episode's start
+	u64 irq0; // irq_ns() of `cpu` at `since`
+	u64 st_kd; // kdelay() at the stretch's start
+	u64 acct; // kdelay() when last in step with the kernel
+	u64 pcount; // the kernel's pcount then (0: never in step yet)
+	u32 cpu;
+	u32 state;
+	u32 tid; // the watched thread (its key in `watched`)
+	u32 pad;
 };
 
 // A culprit is a thread as the kernel knows it at that moment: a reused
@@ -217,6 +230,16 @@ struct {
 	__type(value, u64);
 } gate SEC(".maps");
 
+// The watched threads' states, at the slots user space gives them (sized
+// by the loader like `watched`; 64 bytes each, preallocated: 8 MiB at
+// 131,072).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct vstate);
+} vstates SEC(".maps");
+
 // Sizes are the loader's (src/bpf.rs, from the host's CPU count; at least
 // 131,072 watched threads). Victims are allocated when user space inserts
 // them, not up front: one is 2.3 KiB, and 131,072 preallocated would be
@@ -242,26 +265,36 @@ struct {
 	__type(value, struct charge);
 } charges SEC(".maps");
 
-// One bit per tid below 2^22 (the kernel's PID_MAX_LIMIT), set for the
-// watched ones: most switches involve no watched thread, and an array
-// lookup (inlined by the verifier) is far cheaper than a hash lookup.
-#define TID_WORDS (1 << 16)
+// Per tid below 2^22 (the kernel's PID_MAX_LIMIT, whatever pid_max
+// becomes; the loader sizes it: 16 MiB), its slot in `vstates` plus one,
+// 0 for a thread nobody watches: most switches involve none, and this
+// lookup is inlined.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, TID_WORDS);
+	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, u64);
-} tidbits SEC(".maps");
+	__type(value, u32);
+} slots SEC(".maps");
 
-static __always_inline struct victim *watched_victim(u32 tid)
+// The state of thread `tid` if it is watched, else 0.
+static __always_inline struct vstate *watched_state(u32 tid)
 {
 	if (!tid)
 		return 0;
-	u32 w = tid >> 6;
-	u64 *bits = bpf_map_lookup_elem(&tidbits, &w);
-	if (bits && !((*bits >> (tid & 63)) & 1))
+	u32 *slot = bpf_map_lookup_elem(&slots, &tid);
+	if (!slot || !*slot)
 		return 0;
-	return bpf_map_lookup_elem(&watched, &tid); // also past the bitmap
+	u32 i = *slot - 1;
+	struct vstate *s = bpf_map_lookup_elem(&vstates, &i);
+	// The slot's owner: another while user space moves slots (R8: its
+	// events are missed, resync counts them).
+	return s && s->tid == tid ? s : 0;
+}
+
+// The counters of a watched thread.
+static __always_inline struct victim *victim_of(u32 tid)
+{
+	return bpf_map_lookup_elem(&watched, &tid);
 }
 
 static __always_inline struct cpu_state *this_cpu(void)
@@ -391,19 +424,21 @@ static __always_inline u64 scale(u64 x, struct ratio *r)
 // added that the program did not charge (an event it did not see; rare,
 // counted in `missed`) is `unknown`, so sums stay the kernel's. The first
 // call only takes the kernel's values as the starting point.
-static __always_inline void resync(struct victim *v, u64 kd, u64 pc,
+static __always_inline void resync(struct vstate *s, u64 kd, u64 pc,
                                    struct cpu_state *me)
 {
-	if (v->pcount) {
-		u64 gap = pc > v->pcount ? pc - v->pcount : 0;
-		if (kd > v->acct) {
-			v->unknown_ns += kd - v->acct;
+	if (s->pcount) {
+		u64 gap = pc > s->pcount ? pc - s->pcount : 0;
+		if (kd > s->acct) {
+			struct victim *v = victim_of(s->tid);
+			if (v)
+				v->unknown_ns += kd - s->acct;
 			gap += !gap;
 		}
 		me->missed += gap;
 	}
-	v->acct = kd;
-	v->pcount = pc;
+	s->acct = kd;
+	s->pcount = pc;
 }
 
 static __always_inline void add_culprit(struct victim *v, u32 vtid,
@@ -442,7 +477,7 @@ struct walk {
 	struct ring *rg;
 	struct cpu_state *me;
 	struct ratio rt;
-	u64 t0, t1, head, end, irq_end;
+	u64 t0, t1, head, end, irq_end, irq0;
 	u64 done; // k charged so far: scale(t1 - end)
 	u32 vtid;
 	u32 covered; // reached a record that starts at or before t0
@@ -466,7 +501,7 @@ static long walk_one(u64 i, struct walk *w)
 		return 0;
 	}
 	u64 lo = s > t0 ? s : t0;
-	u64 irq_lo = s > t0 ? r->irq_start : v->irq0;
+	u64 irq_lo = s > t0 ? r->irq_start : w->irq0;
 	u64 dur = end - lo;
 	u64 irq = w->irq_end > irq_lo ? w->irq_end - irq_lo : 0;
 	if (irq > dur)
@@ -493,10 +528,11 @@ static long walk_one(u64 i, struct walk *w)
 // backwards from the newest, each piece scaled from the measured m = t1 -
 // since onto k (the rq clock skips its update at a switch right after a
 // wake-up preemption, so m and k differ by a little).
-static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
+static __always_inline void charge(struct vstate *vs, struct victim *v,
                                    u64 t1, u64 k, struct cpu_state *me)
 {
-	u64 t0 = v->since;
+	u64 t0 = vs->since;
+	u32 cpu = vs->cpu;
 	if (t1 <= t0) {
 		v->unknown_ns += k;
 		return;
@@ -518,7 +554,8 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 		.head = cs->head,
 		.end = t1,
 		.irq_end = irq_ns(cs),
-		.vtid = vtid,
+		.irq0 = vs->irq0,
+		.vtid = vs->tid,
 	};
 	bpf_loop(RING, walk_one, &w, 0);
 	if (!w.covered && k > w.done) {
@@ -530,7 +567,7 @@ static __always_inline void charge(struct victim *v, u32 vtid, u32 cpu,
 
 // A victim leaves the queue of v->cpu (switched in, migrated, or found
 // out of step).
-static __always_inline void leave_queue(struct victim *v,
+static __always_inline void leave_queue(struct vstate *v,
                                         struct cpu_state *me)
 {
 	if (v->state != ST_QUEUED)
@@ -540,7 +577,7 @@ static __always_inline void leave_queue(struct victim *v,
 		__sync_fetch_and_add(&cs->nq, -1);
 }
 
-static __always_inline void queue_on(struct victim *v, u32 cpu, u64 now,
+static __always_inline void queue_on(struct vstate *v, u32 cpu, u64 now,
                                     u64 kd, struct cpu_state *me)
 {
 	struct cpu_state *cs = cpu_state_of(cpu, me);
@@ -596,6 +633,44 @@ static __always_inline void resolve_woken(struct ring *rg, u64 h,
 	me->missed += missed;
 }
 
+// A watched thread switched in on `cpu` at rq clock `now` (R2, R4, R7):
+// the stretch since it was queued is charged and its episode counted.
+static __always_inline void switch_in(struct vstate *s,
+                                      struct task_struct *next, u64 now,
+                                      u32 cpu, struct cpu_state *me)
+{
+	u64 kd = kdelay(next, now);
+	u64 lq = next->sched_info.last_queued;
+	u64 pc = next->sched_info.pcount;
+	struct victim *v;
+	if (s->state == ST_QUEUED && s->pcount && (v = victim_of(s->tid))) {
+		// Lengths are the kernel's: the wait sched_info_arrive adds
+		// to run_delay right after this tracepoint.
+		u64 k = kd > s->st_kd ? kd - s->st_kd : 0;
+		charge(s, v, now, k, me);
+		s->acct += k;
+		u64 ep = kd > s->ep_kd ? kd - s->ep_kd : 0;
+		// Counted when the kernel counts it (pcount grows only for a
+		// task it saw queued).
+		if (lq) {
+			u32 b = bucket(ep);
+			if (b < BUCKETS)
+				v->buckets[b] += 1;
+			v->count++;
+			v->sum_ns += ep;
+			if (ep > v->max_ns)
+				v->max_ns = ep;
+			v->over_1ms += ep > 1000000;
+			v->over_10ms += ep > 10000000;
+		}
+	}
+	resync(s, kd, pc, me);
+	s->pcount = pc + !!lq; // after sched_info_arrive
+	leave_queue(s, me);
+	s->state = ST_RUNNING;
+	s->cpu = cpu;
+}
+
 SEC("tp_btf/sched_switch")
 int handle_switch(u64 *ctx)
 {
@@ -629,54 +704,25 @@ int handle_switch(u64 *ctx)
 		me->missed++;
 	}
 
-	struct victim *v = watched_victim(ntid);
-	if (v) {
+	struct vstate *s = watched_state(ntid);
+	if (s) {
 		now = rq_now(next);
-		u32 cpu = this;
-		u64 kd = kdelay(next, now);
-		u64 lq = next->sched_info.last_queued;
-		u64 pc = next->sched_info.pcount;
-		if (v->state == ST_QUEUED && v->pcount) {
-			// Lengths are the kernel's: the wait sched_info_arrive
-			// adds to run_delay right after this tracepoint.
-			u64 k = kd > v->st_kd ? kd - v->st_kd : 0;
-			charge(v, ntid, v->cpu, now, k, me);
-			v->acct += k;
-			u64 ep = kd > v->ep_kd ? kd - v->ep_kd : 0;
-			// Counted when the kernel counts it (pcount grows only
-			// for a task it saw queued).
-			if (lq) {
-				u32 b = bucket(ep);
-				if (b < BUCKETS)
-					v->buckets[b] += 1;
-				v->count++;
-				v->sum_ns += ep;
-				if (ep > v->max_ns)
-					v->max_ns = ep;
-				v->over_1ms += ep > 1000000;
-				v->over_10ms += ep > 10000000;
-			}
-		}
-		resync(v, kd, pc, me);
-		v->pcount = pc + !!lq; // after sched_info_arrive
-		leave_queue(v, me);
-		v->state = ST_RUNNING;
-		v->cpu = cpu;
+		switch_in(s, next, now, this, me);
 	}
-	v = watched_victim(ptid);
-	if (v) {
+	s = watched_state(ptid);
+	if (s) {
 		// Still running in the kernel's eyes: last_queued is set from
 		// this same rq clock right after.
 		if (!now)
 			now = rq_now(prev);
 		u64 kd = kdelay(prev, now);
-		resync(v, kd, prev->sched_info.pcount, me);
-		leave_queue(v, me); // a switch-in it missed
+		resync(s, kd, prev->sched_info.pcount, me);
+		leave_queue(s, me); // a switch-in it missed
 		if (preempt || prev_state == 0) {
-			v->ep_kd = kd;
-			queue_on(v, this, now, kd, me);
+			s->ep_kd = kd;
+			queue_on(s, this, now, kd, me);
 		} else {
-			v->state = ST_SLEEPING;
+			s->state = ST_SLEEPING;
 		}
 	}
 
@@ -755,7 +801,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	u32 tid = p->pid;
 	note_woken(p, tid, me); // before this thread's own queue_on, as in R6
 	// R1: a wake-up of a thread running or queued changes nothing.
-	struct victim *v = watched_victim(tid);
+	struct vstate *v = watched_state(tid);
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
 		return 0;
 	u64 now = rq_now(p);
@@ -791,13 +837,15 @@ int handle_migrate(u64 *ctx)
 	if (gated())
 		return 0;
 	u32 tid = p->pid;
-	struct victim *v = watched_victim(tid);
+	struct vstate *v = watched_state(tid);
 	if (!v || v->state != ST_QUEUED || !v->pcount)
 		return 0;
 	u64 now = rq_now(p);
 	u64 kd = kdelay(p, now);
 	u64 k = kd > v->st_kd ? kd - v->st_kd : 0;
-	charge(v, tid, v->cpu, now, k, me);
+	struct victim *c = victim_of(tid);
+	if (c)
+		charge(v, c, now, k, me);
 	v->acct += k;
 	resync(v, kd, p->sched_info.pcount, me);
 	leave_queue(v, me);

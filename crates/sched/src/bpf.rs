@@ -7,6 +7,7 @@
 use crate::bpf_charges::{Charge, ChargeKey, ChargeTotals};
 pub use crate::bpf_info::ProgStats;
 use crate::bpf_ksym::RqPath;
+use crate::bpf_slots::{Slots, TID_LIMIT};
 use crate::error::{CollectError, Result};
 use crate::route::RouteImpl;
 use aya::maps::{Array, HashMap, MapData, PerCpuArray};
@@ -55,17 +56,10 @@ struct CpuState {
     head: u64,
 }
 
+/// A watched thread's counters (its state between events is a [`VState`]).
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct Victim {
-    since: u64,
-    ep_kd: u64,
-    irq0: u64,
-    st_kd: u64,
-    acct: u64,
-    pcount: u64,
-    cpu: u32,
-    state: u32,
     irq_ns: u64,
     idle_ns: u64,
     unknown_ns: u64,
@@ -77,12 +71,32 @@ struct Victim {
     buckets: [u64; BUCKETS],
 }
 
+/// A watched thread's state between events, which only the program reads;
+/// user space writes it once, when it gives the thread a slot: zero
+/// (ST_UNKNOWN, never in step with the kernel) but for the owner's tid.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct VState {
+    since: u64,
+    ep_kd: u64,
+    irq0: u64,
+    st_kd: u64,
+    acct: u64,
+    pcount: u64,
+    cpu: u32,
+    state: u32,
+    tid: u32,
+    pad: u32,
+}
+
 // SAFETY: plain C layouts without padding holes the kernel could leave
 // uninitialised in a way Rust cares about (all fields are integers).
 unsafe impl Pod for CpuState {}
 unsafe impl Pod for Victim {}
+unsafe impl Pod for VState {}
 
-const _: () = assert!(std::mem::size_of::<Victim>() == 120 + 8 * BUCKETS);
+const _: () = assert!(std::mem::size_of::<Victim>() == 64 + 8 * BUCKETS);
+const _: () = assert!(std::mem::size_of::<VState>() == 64);
 
 pub(crate) fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
     CollectError::Bpf {
@@ -133,6 +147,8 @@ fn load_attach(btf: &Btf, path: RqPath) -> std::result::Result<Ebpf, String> {
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("rings", cpus)
         .map_max_entries("watched", watch)
+        .map_max_entries("vstates", watch)
+        .map_max_entries("slots", TID_LIMIT)
         .map_max_entries("charges", charges)
         .load(object)
         .map_err(|e| explain(&chain(&e)))?;
@@ -157,7 +173,8 @@ fn load_attach(btf: &Btf, path: RqPath) -> std::result::Result<Ebpf, String> {
 /// host (128 CPUs at 8 vCPUs each is 1,024 vCPU threads before the
 /// emulator's), at least 131,072, and 512 per CPU beyond that. Entries are
 /// allocated as threads are watched (BPF_F_NO_PREALLOC), so the size
-/// costs only the hash buckets (16 bytes each) until used. `charges` is
+/// costs only the hash buckets (16 bytes each) until used; their states
+/// (`vstates`, 64 bytes each) are preallocated: 8 MiB. `charges` is
 /// preallocated (~100 bytes an entry): 512 pairs per CPU, at least 65,536
 /// (6 MiB), active in one interval (it is pruned after each read). A
 /// full map is counted: `unwatched`, `lost_events`.
@@ -186,7 +203,7 @@ fn require_kernel(major: u32, minor: u32) -> std::result::Result<(), String> {
 
 pub(crate) struct BpfRoute {
     ebpf: Ebpf,
-    watched: BTreeSet<u32>,
+    watched: Slots,
     /// Threads asked for that the map could not take (full).
     unwatched: u64,
     totals: ChargeTotals,
@@ -221,9 +238,13 @@ impl BpfRoute {
         let Some(ebpf) = loaded else {
             return Err(why.join("; "));
         };
+        let cap = ebpf.map("vstates").expect("map in object");
+        let cap = Array::<&MapData, VState>::try_from(cap)
+            .map_err(|e| bpf_err("vstates", e).to_string())?
+            .len();
         Ok(BpfRoute {
             ebpf,
-            watched: BTreeSet::new(),
+            watched: Slots::new(cap),
             unwatched: 0,
             totals: ChargeTotals::default(),
         })
@@ -247,32 +268,82 @@ impl BpfRoute {
             .collect()
     }
 
-    /// Inserts `new` victims (zeroed, BPF_NOEXIST: one already there keeps
-    /// its counters) after removing `gone`; the tids now in the map and
-    /// how many the full map refused.
-    fn insert_victims(&mut self, gone: &[u32], new: &[u32]) -> Result<(Vec<u32>, u64)> {
+    /// Watches `new` threads, each with a slot: its victim inserted
+    /// (zeroed, BPF_NOEXIST: one already there keeps its counters), then
+    /// its state, then its `slots` entry, so that a program finding the
+    /// slot finds the state. How many were refused (no slot, or the map
+    /// full).
+    fn insert_victims(&mut self, new: &[u32]) -> Result<u64> {
         const BPF_NOEXIST: u64 = 1;
+        let map = self.ebpf.map_mut("watched").expect("map in object");
+        let mut victims: HashMap<&mut MapData, u32, Victim> =
+            HashMap::try_from(map).map_err(|e| bpf_err("watched", e))?;
+        // SAFETY: Victim is plain integers; all-zero is its start state.
+        let zero: Victim = unsafe { std::mem::zeroed() };
+        let (mut added, mut full) = (Vec::new(), 0);
+        for &t in new {
+            let slot = match self.watched.pick() {
+                Some(s) if t < TID_LIMIT => s,
+                picked => {
+                    picked.into_iter().for_each(|s| self.watched.unpick(s));
+                    full += 1;
+                    continue;
+                }
+            };
+            match victims.insert(t, zero, BPF_NOEXIST) {
+                Ok(()) => added.push((t, slot)),
+                Err(e) => match os_error(&e) {
+                    Some(libc::EEXIST) => added.push((t, slot)),
+                    Some(libc::E2BIG) | Some(libc::ENOMEM) => {
+                        self.watched.unpick(slot);
+                        full += 1;
+                    }
+                    _ => return Err(bpf_err(&format!("watched insert {t}"), e)),
+                },
+            }
+        }
+        let map = self.ebpf.map_mut("vstates").expect("map in object");
+        let mut states: Array<&mut MapData, VState> =
+            Array::try_from(map).map_err(|e| bpf_err("vstates", e))?;
+        for &(tid, slot) in &added {
+            let st = VState {
+                tid,
+                ..VState::default()
+            };
+            states.set(slot, st, 0).map_err(|e| bpf_err("vstates", e))?;
+        }
+        for &(tid, slot) in &added {
+            self.set_slot(tid, slot + 1)?;
+            self.watched.hold(tid, slot);
+        }
+        Ok(full)
+    }
+
+    /// Stops watching `gone`: its `slots` entry first (the program stops
+    /// finding it), then its victim. The slots it held, to be freed once
+    /// this change's threads have theirs.
+    fn remove_victims(&mut self, gone: &[u32]) -> Result<Vec<u32>> {
+        for &t in gone {
+            self.set_slot(t, 0)?;
+        }
         let map = self.ebpf.map_mut("watched").expect("map in object");
         let mut victims: HashMap<&mut MapData, u32, Victim> =
             HashMap::try_from(map).map_err(|e| bpf_err("watched", e))?;
         for t in gone {
             let _ = victims.remove(t);
         }
-        // SAFETY: Victim is plain integers; all-zero is its start state
-        // (ST_UNKNOWN: the first switch tells the program the truth).
-        let zero: Victim = unsafe { std::mem::zeroed() };
-        let (mut added, mut full) = (Vec::new(), 0);
-        for &t in new {
-            match victims.insert(t, zero, BPF_NOEXIST) {
-                Ok(()) => added.push(t),
-                Err(e) => match os_error(&e) {
-                    Some(libc::EEXIST) => added.push(t),
-                    Some(libc::E2BIG) | Some(libc::ENOMEM) => full += 1,
-                    _ => return Err(bpf_err(&format!("watched insert {t}"), e)),
-                },
-            }
-        }
-        Ok((added, full))
+        Ok(gone
+            .iter()
+            .filter_map(|&t| self.watched.release(t))
+            .collect())
+    }
+
+    /// Sets thread `tid`'s entry in `slots` (its slot + 1, or 0: none).
+    fn set_slot(&mut self, tid: u32, value: u32) -> Result<()> {
+        let map = self.ebpf.map_mut("slots").expect("map in object");
+        let mut slots: Array<&mut MapData, u32> =
+            Array::try_from(map).map_err(|e| bpf_err("slots", e))?;
+        slots.set(tid, value, 0).map_err(|e| bpf_err("slots", e))
     }
 
     /// Deletes the `charges` entries `drop` selects.
@@ -300,28 +371,6 @@ impl BpfRoute {
     fn charges(&self) -> Result<HashMap<&MapData, ChargeKey, Charge>> {
         HashMap::try_from(self.ebpf.map("charges").expect("map in object"))
             .map_err(|e| bpf_err("charges", e))
-    }
-}
-
-/// Tids the program's bitmap covers (the kernel's PID_MAX_LIMIT); a tid
-/// past it is still found, by the slower hash lookup alone.
-const TID_BITS: u32 = 1 << 22;
-
-impl BpfRoute {
-    /// Sets or clears the `tidbits` bit of each tid, which lets the
-    /// program skip the hash lookup for threads nobody watches.
-    fn set_tid_bits(&mut self, tids: &[u32], on: bool) -> Result<()> {
-        let map = self.ebpf.map_mut("tidbits").expect("map in object");
-        let mut bits: Array<&mut MapData, u64> =
-            Array::try_from(map).map_err(|e| bpf_err("tidbits", e))?;
-        for &t in tids.iter().filter(|&&t| t < TID_BITS) {
-            let word = bits.get(&(t >> 6), 0).map_err(|e| bpf_err("tidbits", e))?;
-            let bit = 1u64 << (t & 63);
-            let word = if on { word | bit } else { word & !bit };
-            bits.set(t >> 6, word, 0)
-                .map_err(|e| bpf_err("tidbits", e))?;
-        }
-        Ok(())
     }
 }
 
@@ -353,17 +402,17 @@ impl RouteImpl for BpfRoute {
     /// threads it could not take are counted in `stats.unwatched`.
     fn watch(&mut self, tids: &[u32]) -> Result<()> {
         let want: BTreeSet<u32> = tids.iter().copied().filter(|&t| t != 0).collect();
-        let gone: Vec<u32> = self.watched.difference(&want).copied().collect();
-        let new: Vec<u32> = want.difference(&self.watched).copied().collect();
-        let (added, full) = self.insert_victims(&gone, &new)?;
+        let gone: Vec<u32> = self.watched.tids().filter(|t| !want.contains(t)).collect();
+        let new: Vec<u32> = want
+            .iter()
+            .copied()
+            .filter(|&t| !self.watched.contains(t))
+            .collect();
+        let freed = self.remove_victims(&gone)?;
+        let full = self.insert_victims(&new)?;
+        self.watched.free_later(freed);
         self.prune_charges(|k| gone.contains(&k.victim))?;
         self.totals.forget(&gone);
-        self.set_tid_bits(&gone, false)?;
-        self.set_tid_bits(&added, true)?;
-        for t in &gone {
-            self.watched.remove(t);
-        }
-        self.watched.extend(&added);
         self.unwatched = full;
         let map = self.ebpf.map_mut("gate").expect("map in object");
         let mut gate: Array<&mut MapData, u64> =

@@ -20,6 +20,7 @@ mod bpf;
 mod bpf_charges;
 mod bpf_info;
 mod bpf_ksym;
+mod bpf_slots;
 pub mod collector;
 pub mod error;
 pub mod event;
