@@ -34,6 +34,21 @@ fn root() -> bool {
     true
 }
 
+/// Pins the calling thread to `cpus`.
+fn pin_to(cpus: &[usize]) {
+    // SAFETY: set is a valid cpu_set_t for the calls' duration.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+            0
+        );
+    }
+}
+
 /// A spinning (or custom) thread: pinned, named, at a nice value.
 struct Spinner {
     tid: u32,
@@ -60,15 +75,8 @@ impl Spinner {
         let (tx, rx) = mpsc::channel();
         let (cpus, name, s) = (cpus.to_vec(), name.to_string(), stop.clone());
         let handle = std::thread::spawn(move || {
+            pin_to(&cpus);
             unsafe {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                for &c in &cpus {
-                    libc::CPU_SET(c, &mut set);
-                }
-                assert_eq!(
-                    libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-                    0
-                );
                 let cname = std::ffi::CString::new(name).unwrap();
                 libc::prctl(libc::PR_SET_NAME, cname.as_ptr());
                 let tid = libc::gettid();
@@ -349,13 +357,23 @@ fn a_tiny_buffer_under_a_high_switch_rate_counts_its_losses() {
         buffer_percent: 100,
         poll_ms: 1000,
     };
-    let mut route = TracefsRoute::start(opts).expect("tracefs route starts");
+    // The route's reader thread inherits CPU 1 from the thread that
+    // starts it, and there the nice -20 ping-pong leaves it ~1 % of the
+    // CPU: the 8 KB buffer overruns however idle CPU 0 is (from CPU 0 the
+    // reader kept up with 190k events a second and some runs lost none).
+    let mut route = std::thread::spawn(move || {
+        pin_to(&[1]);
+        TracefsRoute::start(opts)
+    })
+    .join()
+    .unwrap()
+    .expect("tracefs route starts");
     // Two threads on CPU 1 handing a byte back and forth: a switch each way.
     let (mut r1, mut w1) = std::io::pipe().unwrap();
     let (mut r2, mut w2) = std::io::pipe().unwrap();
     use std::io::{Read, Write};
     // pong is dropped after ping: ping's end closes the pipe pong reads.
-    let pong = Spinner::with("ss-pong", &[1], 0, move |_| {
+    let pong = Spinner::with("ss-pong", &[1], -20, move |_| {
         let mut b = [0u8; 1];
         while r1.read_exact(&mut b).is_ok() {
             if w2.write_all(b"y").is_err() {
@@ -369,7 +387,7 @@ fn a_tiny_buffer_under_a_high_switch_rate_counts_its_losses() {
     // machine that part alone was over the slack below.
     let pause = Arc::new(AtomicBool::new(false));
     let paused = pause.clone();
-    let ping = Spinner::with("ss-ping", &[1], 0, move |stop| {
+    let ping = Spinner::with("ss-ping", &[1], -20, move |stop| {
         let mut b = [0u8; 1];
         while !stop.load(Ordering::Relaxed) {
             if paused.load(Ordering::Relaxed) {
@@ -415,9 +433,13 @@ fn a_tiny_buffer_under_a_high_switch_rate_counts_its_losses() {
     assert!(after.stats.lost_events >= kernel);
     assert!(after.stats.lost_events > before.stats.lost_events);
     // What the gaps hide goes to unknown, never to a culprit: what is
-    // named is no more than the thread really waited (a few ms of slack
-    // for the reads' offset from schedstat's).
-    assert!(named <= wait + 5_000_000, "named {named} of {wait}");
+    // named is no more than the thread really waited, within the 2 % the
+    // routes promise (docs/who-stole.md) plus a few ms for the reads'
+    // offset from schedstat's. At ~95k waits a second each trace stamp
+    // sits ~160 ns from the rq clock's (a loaded run: 943 ms named of
+    // 928 ms), so a fixed slack alone does not hold.
+    let slack = wait / 50 + 5_000_000;
+    assert!(named <= wait + slack, "named {named} of {wait}");
 }
 
 /// A thread that sleeps most of the time (2 ms sleeps, 1 ms of work) and
