@@ -185,3 +185,24 @@ impl FleetFigures {
         }))
     }
 }
+
+/// A host for unit tests: one NUMA node with `free_bytes` free, no
+/// culprits, busy steal `busy` (CPU-seconds a second).
+#[cfg(test)]
+pub(crate) fn test_host(name: &str, cpus: u32, free_bytes: u64, busy: f64, vms: Vec<Vm>) -> Host {
+    Host {
+        key: HostKey {
+            instance: name.into(),
+            job: "j".into(),
+        },
+        name: name.into(),
+        cpus,
+        nodes: vec![NodeMem {
+            node: 0,
+            free_bytes,
+        }],
+        busy,
+        vms,
+        culprits: Vec::new(),
+    }
+}

@@ -358,7 +358,7 @@ fn reposition(order: &mut Vec<usize>, to: usize, loads: &[Load], f: &Fleet) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Culprit, HostKey, NodeMem};
+    use crate::model::{test_host, Culprit};
 
     fn vm(name: &str, vcpus: u32, demand: f64, wait: f64) -> Vm {
         Vm {
@@ -373,21 +373,7 @@ mod tests {
 
     fn host(name: &str, cpus: u32, idle: f64, vms: Vec<Vm>) -> Host {
         let wait: f64 = vms.iter().map(|v| v.wait).sum();
-        Host {
-            key: HostKey {
-                instance: name.into(),
-                job: "j".into(),
-            },
-            name: name.into(),
-            cpus,
-            nodes: vec![NodeMem {
-                node: 0,
-                free_bytes: 16 << 30,
-            }],
-            vms,
-            busy: (wait - idle).max(0.0),
-            culprits: Vec::new(),
-        }
+        test_host(name, cpus, 16 << 30, (wait - idle).max(0.0), vms)
     }
 
     fn fleet(hosts: Vec<Host>) -> Fleet {

@@ -169,7 +169,7 @@ fn final_states(f: &Fleet, p: &Plan) -> BTreeMap<usize, State> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Host, HostKey, NodeMem};
+    use crate::model::{test_host, Host};
     use crate::plan::{Move, Why};
 
     fn host(name: &str, cpus: u32, vms: &[(u32, f64, f64)]) -> Host {
@@ -185,21 +185,8 @@ mod tests {
                 wait,
             })
             .collect();
-        Host {
-            key: HostKey {
-                instance: name.into(),
-                job: "j".into(),
-            },
-            name: name.into(),
-            cpus,
-            nodes: vec![NodeMem {
-                node: 0,
-                free_bytes: 32 << 30,
-            }],
-            busy: vms.iter().map(|v| v.wait).sum(),
-            vms,
-            culprits: Vec::new(),
-        }
+        let busy = vms.iter().map(|v| v.wait).sum();
+        test_host(name, cpus, 32 << 30, busy, vms)
     }
 
     fn mv(from: usize, vm: usize, to: usize) -> Move {
