@@ -92,9 +92,10 @@ fn without(plan: &Plan, parts: &[Part]) -> Plan {
     } else {
         Vec::new()
     };
-    p.actions.retain(|a| {
-        !parts.iter().any(|x| x.has(a)) && !(Part::Memory.has(a) && unbound.contains(&a.pid()))
-    });
+    let left_out = |a: &Action| {
+        parts.iter().any(|x| x.has(a)) || (Part::Memory.has(a) && unbound.contains(&a.pid()))
+    };
+    p.actions.retain(|a| !left_out(a));
     p
 }
 
