@@ -24,15 +24,16 @@ pub enum ConfigError {
 #[serde(rename_all = "kebab-case")]
 pub enum Fairness {
     /// Every shared VM's process joins one cpu group (`shared_group`), so the
-    /// scheduler weighs vCPU threads, not VMs. Fairest between the vCPUs of
-    /// VMs of unequal size on one set of CPUs (the talk's host).
+    /// scheduler weighs vCPU threads, not VMs. The default: fairest between
+    /// the vCPUs of VMs of unequal size on contended CPUs (the walk-through
+    /// host, the talk's), though in the simulated fleet it moved idle steal
+    /// from a few large VMs onto many small ones (BENCHMARKS.md, issue 27).
     SharedGroup,
     /// Each VM keeps its own group, weighted by its vCPU count.
     Weights,
-    /// Leave CPU weights and groups alone. The default: in the simulated
-    /// fleet, weighing vCPUs instead of VMs moved steal from a few large VMs
-    /// onto many small ones (VM steal p90 1.30 % against 0.57 %, p99 15.1
-    /// against 13.0 %; BENCHMARKS.md, issue 27).
+    /// Leave CPU weights and groups alone (libvirt's per-VM groups kept):
+    /// in the simulated fleet the VM steal tail is lower this way (VM steal
+    /// p90 0.57 % against 1.30 %; BENCHMARKS.md, issue 27).
     None,
 }
 
@@ -107,7 +108,7 @@ impl Default for Config {
             manage: Vec::new(),
             dedicated: Vec::new(),
             housekeeping_cpus: String::new(),
-            fairness: Fairness::None,
+            fairness: Fairness::SharedGroup,
             shared_group: "/stealscope.shared".into(),
             vcpu_mapping: VcpuMapping::Pool,
             pin_above: 1.0,

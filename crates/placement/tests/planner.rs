@@ -270,21 +270,7 @@ fn fairness_shared_group_and_weights() {
     h.vms.push(vm(1, 2, 1.0, GIB, 0, &all));
     h.vms.push(vm(2, 1, 1.0, GIB, 0, &all));
     h.vms.push(vm(3, 1, 1.0, GIB, 0, &all));
-    // The default leaves each VM's group and weight as they are.
     let p = plan(&h, &cfg(), &History::default(), 0.0);
-    let fairness_actions = |p: &stealscope_placement::Plan| {
-        p.actions
-            .iter()
-            .filter(|a| matches!(a, Action::JoinGroup { .. } | Action::CpuWeight { .. }))
-            .count()
-    };
-    assert_eq!(fairness_actions(&p), 0, "{:#?}", p.actions);
-    let shared = Config {
-        fairness: Fairness::SharedGroup,
-        ..cfg()
-    };
-    let p = plan(&h, &shared, &History::default(), 0.0);
-    assert_eq!(fairness_actions(&p), 4, "3 joins and the group's weight");
     let joins = p
         .actions
         .iter()
@@ -765,7 +751,6 @@ fn host_work_pinned_to_a_cpu_keeps_that_cpu_light_and_is_never_starved() {
     ] {
         let c = Config {
             vcpu_mapping: mapping,
-            fairness: Fairness::SharedGroup,
             ..cfg()
         };
         let p = plan(&h, &c, &History::default(), 0.0);
@@ -786,11 +771,7 @@ fn host_work_pinned_to_a_cpu_keeps_that_cpu_light_and_is_never_starved() {
         assert_no_starving_weight(&h, &p);
     }
     // Left to the balancer (the default), nothing is pinned beside it either.
-    let shared = Config {
-        fairness: Fairness::SharedGroup,
-        ..cfg()
-    };
-    let p = plan(&h, &shared, &History::default(), 0.0);
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
     assert!(per_cpu(&h, &p).is_none());
     assert_no_starving_weight(&h, &p);
 }

@@ -183,7 +183,7 @@ fn talk_per_vm_groups_rob_the_big_vms_and_one_group_does_not() {
     assert!(big > small, "big VMs robbed more: {big} vs {small}");
     // One group for every vCPU (the talk's fix, and stealscope's shared group):
     // each vCPU weighs the same.
-    for name in ["per-host", "stealscope place (shared group)"] {
+    for name in ["per-host", "stealscope"] {
         let c = case(&r, name);
         assert!(c.spread_pp.max < 5.0, "{name}: spread {:?}", c.spread_pp);
     }
