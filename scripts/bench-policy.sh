@@ -18,6 +18,9 @@
 #   scripts/bench-policy.sh --readme         # only rewrite README.md's fleet table
 #   HOSTS="100" SEEDS="1" scripts/bench-policy.sh   # quicker
 #   PENALTIES="" scripts/bench-policy.sh            # without the penalty sweep
+#   KEEP=dir scripts/bench-policy.sh; KEEP=dir scripts/bench-policy.sh --readme
+#                        # runs kept in dir, and a run already there not redone
+#                        # (the same binary and scenarios: the sim is deterministic)
 # The fleet runs simulate every tick (`--every-tick`): summing steady
 # stretches, the simulator's fast path, moves the VM steal tails by tenths
 # of a point, as much as the policies differ (BENCHMARKS.md, issue 27).
@@ -28,23 +31,34 @@ HOSTS=${HOSTS:-"100 1000"}
 SEEDS=${SEEDS:-"1 2 3"}
 PENALTIES=${PENALTIES-"0.1 0.2 0.3 0.4 0.5"}
 [[ -x $BIN ]] || cargo build --release -q -p stealscope
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+if [[ -n ${KEEP:-} ]]; then
+  out=$KEEP
+  mkdir -p "$out"
+else
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
+# Runs "$@" into file $1 unless a kept run is there.
+sim() {
+  local f=$1
+  shift
+  [[ -s $f ]] || "$BIN" sim "$@" > "$f"
+}
 readme=false
 [[ ${1:-} == --readme ]] && { readme=true; HOSTS=100; }
 for h in $HOSTS; do
   for s in $SEEDS; do
-    "$BIN" sim scenarios/fleet.toml --hosts "$h" --seed "$s" --every-tick --json > "$out/fleet-$h-$s.json"
+    sim "$out/fleet-$h-$s.json" scenarios/fleet.toml --hosts "$h" --seed "$s" --every-tick --json
   done
 done
 if ! $readme; then
   nseeds=$(wc -w <<< "$SEEDS")
   for f in talk-cgroups talk-numa talk-idle-vms calibration-2cpu; do
-    "$BIN" sim "scenarios/$f.toml" --seeds "$nseeds" --every-tick --json > "$out/$f.json"
+    sim "$out/$f.json" "scenarios/$f.toml" --seeds "$nseeds" --every-tick --json
   done
   for p in $PENALTIES; do
     { cat scenarios/fleet.toml; printf '\n[numa]\nremote_penalty = %s\n' "$p"; } > "$out/fleet-penalty.toml"
-    "$BIN" sim "$out/fleet-penalty.toml" --hosts 100 --seed 1 --every-tick --json > "$out/penalty-$p.json"
+    sim "$out/penalty-$p.json" "$out/fleet-penalty.toml" --hosts 100 --seed 1 --every-tick --json
   done
 fi
 python3 - "$out" "$readme" "$HOSTS" "$SEEDS" <<'PY'

@@ -24,11 +24,16 @@ pub enum ConfigError {
 #[serde(rename_all = "kebab-case")]
 pub enum Fairness {
     /// Every shared VM's process joins one cpu group (`shared_group`), so the
-    /// scheduler weighs vCPU threads, not VMs. Measured fairest (BENCHMARKS.md).
+    /// scheduler weighs vCPU threads, not VMs. The default: fairest between
+    /// the vCPUs of VMs of unequal size on contended CPUs (the walk-through
+    /// host, the talk's), though in the simulated fleet it moved idle steal
+    /// from a few large VMs onto many small ones (BENCHMARKS.md, issue 27).
     SharedGroup,
     /// Each VM keeps its own group, weighted by its vCPU count.
     Weights,
-    /// Leave CPU weights and groups alone.
+    /// Leave CPU weights and groups alone (libvirt's per-VM groups kept):
+    /// in the simulated fleet the VM steal tail is lower this way (VM steal
+    /// p90 0.57 % against 1.30 %; BENCHMARKS.md, issue 27).
     None,
 }
 

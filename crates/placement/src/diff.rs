@@ -181,9 +181,14 @@ fn affinity(vm: &VmInput, p: &VmPlan, out: &mut Vec<Action>) {
     }
 }
 
-/// The VM's memory to its node, when enough of it is elsewhere.
+/// The VM's memory to its node, when enough of it is elsewhere and its
+/// vCPUs are bound there. A spilled VM's vCPUs run on every node, so
+/// memory sent home is no more local on average; it would only commit
+/// the VM to a second change when it comes home (in the simulated fleet a
+/// VM arriving on a busy node was spilled with its memory moved, then
+/// bound a pass later: two placement changes where numad makes one).
 fn memory(vm: &VmInput, p: &VmPlan, cfg: &Config, out: &mut Vec<Action>) {
-    let (Some(node), Some(m)) = (p.node, &vm.mem_by_node) else {
+    let (Some(node), Some(m), None) = (p.node, &vm.mem_by_node, &p.spill) else {
         return;
     };
     let from: BTreeMap<u32, u64> = m

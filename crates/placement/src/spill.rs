@@ -1,8 +1,9 @@
 //! Spilling: when a node's shared pool is overcommitted and another node's
 //! has room, some of its VMs' vCPUs may also run on the other nodes' pools
-//! while their memory stays home. Why: a node-bound VM waits behind its
-//! neighbours while CPUs idle on the other node (the steal that binding
-//! adds over the kernel alone); a spilled one loses only what its remote
+//! while their memory stays home (none is moved while a VM spills). Why:
+//! a node-bound VM waits behind its neighbours while CPUs idle on the
+//! other node (the steal that binding adds over the kernel alone); a
+//! spilled one loses only what its remote
 //! accesses cost (`plan::REMOTE_PENALTY`) for the part of its time the
 //! load balancer runs it there, which is far less than waiting. The VMs
 //! with the most demand spill first (fewest placement changes for the load
@@ -73,7 +74,7 @@ pub fn spill(plans: &mut [VmPlan], host: &HostInput, nodes: &[NodeState]) {
             }
             moved += plans[i].demand;
             let why = format!(
-                "node {}'s pool is overcommitted ({:.2} CPUs of demand per pool CPU) while other nodes have {:.1} CPUs to spare: its vCPUs may also run on {} (the load balancer moves what it must), its memory stays on node {}",
+                "node {}'s pool is overcommitted ({:.2} CPUs of demand per pool CPU) while other nodes have {:.1} CPUs to spare: its vCPUs may also run on {} (the load balancer moves what it must); node {} stays its home, its memory is not moved while it spills",
                 node.id,
                 pressure,
                 room,

@@ -401,7 +401,7 @@ proptest! {
                 prop_assert!(cpus.iter().all(|x| online.contains(x)));
                 if hk_used { prop_assert!(cpus.iter().all(|x| !housekeeping.contains(x))); }
                 // A spilled VM's vCPUs may use every node's pool (its memory
-                // stays on its node); any other stays inside its node.
+                // is not moved meanwhile); any other stays inside its node.
                 if let (Some(n), None) = (v.node, &v.spill) {
                     let ncpus = &h.topology.nodes[n as usize].cpus;
                     prop_assert!(cpus.iter().all(|x| ncpus.contains(x)));
@@ -419,6 +419,13 @@ proptest! {
         }
         for a in &p.actions {
             prop_assert!(!a.reason().is_empty());
+            // Memory moves only to the node holding every CPU its VM's
+            // vCPUs may run on (never ahead of them, as for a spilled VM).
+            if let Action::MigrateMemory { pid, to_node, .. } = a {
+                let v = p.vms.iter().find(|v| v.pid == *pid).unwrap();
+                let ncpus = &h.topology.nodes[*to_node as usize].cpus;
+                prop_assert!(v.vcpus.iter().all(|(_, _, c)| c.iter().all(|x| ncpus.contains(x))), "{:?}", v);
+            }
         }
     }
 }

@@ -2,8 +2,8 @@
 //! current layout. When the planner's whole plan is, smaller plans are
 //! tried in turn: without the shared group (the part whose effect the
 //! kernel's group weighing makes hardest to foresee: live, a shared v1
-//! group beside a pinned host loop starved the loop), then memory moves
-//! only, then nothing. The first not predicted worse is offered, with a
+//! group beside a pinned host loop starved the loop), then the memory
+//! moves of VMs whose vCPUs are already in place, then nothing. The first not predicted worse is offered, with a
 //! warning naming what was left out and the prediction that left it out.
 //! A saved plan (`place apply --plan`) and `--force` take the plan as it is.
 //! `place` and the simulator's stealscope policy both choose this way, so
@@ -76,9 +76,26 @@ pub fn never_worse(plan: Plan, predict: impl Fn(&Plan) -> Prediction) -> (Plan, 
     (plan, pred)
 }
 
+/// `plan` without `parts`. Leaving out a VM's affinity change leaves out
+/// its memory move too: memory sent to a node its vCPUs are not bound to
+/// is no more local on average than before, and commits the VM to a
+/// second change when its vCPUs follow (in the fleet the gate split
+/// first placements into two passes this way).
 fn without(plan: &Plan, parts: &[Part]) -> Plan {
     let mut p = plan.clone();
-    p.actions.retain(|a| !parts.iter().any(|x| x.has(a)));
+    let unbound: Vec<u32> = if parts.contains(&Part::Affinity) {
+        plan.actions
+            .iter()
+            .filter(|a| Part::Affinity.has(a))
+            .map(Action::pid)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let left_out = |a: &Action| {
+        parts.iter().any(|x| x.has(a)) || (Part::Memory.has(a) && unbound.contains(&a.pid()))
+    };
+    p.actions.retain(|a| !left_out(a));
     p
 }
 
@@ -125,4 +142,83 @@ pub fn in_sim(h: &Host, samples: &Samples, input: &HostInput, plan: Plan) -> Pla
         autogroups: &BTreeMap::new(),
     };
     never_worse(plan, |x| predict::predict(&inp, x)).0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::predict::Measures;
+    use stealscope_placement::Knob;
+
+    fn affinity(pid: u32) -> Action {
+        Action::Affinity {
+            vm: format!("vm{pid}"),
+            pid,
+            tid: pid + 1,
+            vcpu: Some(0),
+            cpus: vec![0],
+            from: vec![0, 1],
+            via: Knob::Direct,
+            reason: "test".into(),
+        }
+    }
+
+    fn memory(pid: u32) -> Action {
+        Action::MigrateMemory {
+            vm: format!("vm{pid}"),
+            pid,
+            to_node: 0,
+            bytes: 1 << 30,
+            from_nodes: BTreeMap::from([(1, 1 << 30)]),
+            via: Knob::Direct,
+            reason: "test".into(),
+        }
+    }
+
+    /// A prediction that calls any affinity change worse.
+    fn refuse_affinity(p: &Plan) -> Prediction {
+        let bad = p
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Affinity { .. }));
+        Prediction {
+            current: Measures::default(),
+            planned: Measures::default(),
+            noise: Measures::default(),
+            seeds: vec![1],
+            history_s: 60.0,
+            throughput_change_pct: 0.0,
+            worse: if bad {
+                vec!["mean steal".into()]
+            } else {
+                Vec::new()
+            },
+            vms: Vec::new(),
+            host_work: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn memory_is_left_out_with_the_vcpus_it_would_follow() {
+        // VM 1 is bound and its memory moved; VM 2's vCPUs are already in
+        // place, only its memory moves.
+        let plan = Plan {
+            actions: vec![affinity(1), memory(1), memory(2)],
+            ..Plan::default()
+        };
+        let (kept, pred) = never_worse(plan, refuse_affinity);
+        assert!(pred.refusal().is_none());
+        assert_eq!(kept.actions, vec![memory(2)]);
+        assert_eq!(kept.warnings.len(), 1, "{:?}", kept.warnings);
+    }
+
+    #[test]
+    fn a_plan_not_predicted_worse_is_kept_whole() {
+        let plan = Plan {
+            actions: vec![memory(1), memory(2)],
+            ..Plan::default()
+        };
+        let (kept, _) = never_worse(plan.clone(), refuse_affinity);
+        assert_eq!(kept, plan);
+    }
 }
