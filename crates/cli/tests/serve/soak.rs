@@ -410,8 +410,12 @@ fn assert_sums([b0, b1]: &[Bracketed; 2]) {
         b0.own.0, b0.own.1, b1.own.0, b1.own.1
     );
     let run = |m: &Exposition| m.get(&VCPU_WAIT.replace("wait", "run")).unwrap();
+    // Enough wait that the 1 ms sum check below means something. Not
+    // more: a clean CI run (load 213-571 beside the 10,000 threads) gave
+    // the restarted TCG guest, still booting, 3.1 s of run and 1.62 s of
+    // wait over the window, its culprits equal to it to the ms.
     assert!(
-        wait > 2.0,
+        wait > 0.5,
         "soakV's vCPU hardly waited: {wait} s (it ran {:.3} s)",
         run(&b1.m) - run(&b0.m)
     );
