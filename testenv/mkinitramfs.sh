@@ -98,9 +98,14 @@ for arg in $(cat /proc/cmdline); do
 done
 
 echo "stealscope-guest: $(nproc) cpus, busy=$busy"
+# Loop i is pinned to vCPU i mod nproc: the guest's scheduler would
+# otherwise move a lone loop between vCPUs, and a host-side measurement
+# of one second then sees its demand on one vCPU or split over two
+# (place_qemu's two plans of one host differed that way in CI).
 i=0
+n=$(nproc)
 while [ "$i" -lt "$busy" ]; do
-    ( while :; do :; done ) &
+    taskset -c $((i % n)) sh -c 'while :; do :; done' &
     i=$((i + 1))
 done
 
