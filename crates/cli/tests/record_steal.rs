@@ -15,6 +15,7 @@ use stealscope_model::exact_steal::{ExactSteal, StoredExactSteal, EXACT_STEAL_FI
 use stealscope_readers::recording::{
     EndInfo, Header, KvmClockInfo, Record, RecordingReader, StealEpisodeRecord, StealSource,
 };
+use stealscope_testkit::clock::{clock_ns, has_kvm_clock};
 use stealscope_testkit::proc_stat::{steal_now, steal_of, unit_ns};
 
 /// `report FILE` in text, its wrapped lines joined (words one space apart).
@@ -83,21 +84,6 @@ fn read_steal(path: &Path) -> Steal {
             .map(|b| serde_json::from_slice(b).unwrap()),
         end,
     }
-}
-
-fn clock_ns(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec for clock_gettime to fill.
-    assert_eq!(unsafe { libc::clock_gettime(id, &mut ts) }, 0);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn has_kvm_clock() -> bool {
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/available_clocksource")
-        .is_ok_and(|s| s.split_whitespace().any(|c| c == "kvm-clock"))
 }
 
 /// kvm-clock anchored at the start, inside the run (CLOCK_MONOTONIC read

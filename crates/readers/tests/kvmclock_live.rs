@@ -7,22 +7,8 @@
 //! the VM's creation, before the guest booted).
 
 use stealscope_readers::kvmclock::KvmClock;
+use stealscope_testkit::clock::{clock_ns, has_kvm_clock};
 use stealscope_testkit::require;
-
-fn clock_ns(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec for clock_gettime to fill.
-    assert_eq!(unsafe { libc::clock_gettime(id, &mut ts) }, 0);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn kvm_guest() -> bool {
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/available_clocksource")
-        .is_ok_and(|s| s.split_whitespace().any(|c| c == "kvm-clock"))
-}
 
 /// The boot-time kvm-clock the kernel printed, ns, if dmesg still has it.
 fn boot_sched_offset() -> Option<u64> {
@@ -41,7 +27,7 @@ fn boot_sched_offset() -> Option<u64> {
 
 #[test]
 fn kvm_clock_runs_with_the_guests_clocks() {
-    if !require(kvm_guest(), "a KVM guest with kvm-clock") {
+    if !require(has_kvm_clock(), "a KVM guest with kvm-clock") {
         return;
     }
     let c = KvmClock::open().expect("kvm-clock on a KVM guest");

@@ -11,6 +11,7 @@
 use std::io::Write;
 
 /// The variable naming the file skips are appended to.
+pub mod clock;
 pub mod proc_stat;
 
 pub const SKIP_LOG: &str = "STEALSCOPE_SKIP_LOG";
