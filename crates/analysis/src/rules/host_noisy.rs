@@ -22,7 +22,7 @@ use super::expected_share::Expected;
 use super::fair_share::Fair;
 use super::host::{HOST_STEAL_CLEAR_PCT, HOST_STEAL_CRITICAL_PCT, HOST_STEAL_WARN_PCT};
 use super::host_steal::mean_steal;
-use super::host_who::{basis, culprits_and_host_work, Who};
+use super::host_who::{basis, culprits_and_host_work, same_culprit, Who};
 use super::weight_fix::lower_weight;
 use crate::finding::{round, Finding, Severity};
 use crate::hysteresis::{holding, SUBJECT};
@@ -303,11 +303,7 @@ fn culprit_cpus(m: &MachineModel, w: &Who) -> Option<Vec<u32>> {
         .host_work
         .top
         .iter()
-        .find(|t| {
-            t.culprit.kind == w.culprit.kind
-                && t.culprit.name == w.culprit.name
-                && t.culprit.pid == w.culprit.pid
-        })
+        .find(|t| same_culprit(&t.culprit, &w.culprit))
         .and_then(|t| t.cpus_allowed.clone())
 }
 

@@ -64,7 +64,7 @@ pub fn basis(m: &MachineModel) -> String {
 
 /// The same culprit, its VM aside (a per-vCPU row and a host row name a
 /// culprit alike).
-fn same_culprit(a: &Culprit, b: &Culprit) -> bool {
+pub(super) fn same_culprit(a: &Culprit, b: &Culprit) -> bool {
     a.kind == b.kind && a.name == b.name && a.pid == b.pid
 }
 
