@@ -245,20 +245,11 @@ static __always_inline void emit(struct steal_cpu *c, struct task_struct *p,
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
-// Reads this CPU's steal clock and charges any advance since the last
-// reading to `p`, what the CPU had current meanwhile (pid 0: idle). The
-// common case, no advance, is a map lookup and three loads.
-static __always_inline void observe(struct task_struct *p)
+// Charges the advance of this CPU's steal clock from the last reading to
+// `now`, if any, to `p`, what the CPU had current meanwhile (pid 0: idle).
+static __always_inline void advance_to(struct steal_cpu *c,
+                                       struct task_struct *p, u64 now)
 {
-	u32 zero = 0;
-	struct steal_cpu *c = bpf_map_lookup_elem(&steal_cpus, &zero);
-	if (!c)
-		return;
-	c->runs++;
-	struct rq *rq = rq_of(p);
-	if (!rq)
-		return;
-	u64 now = steal_clock(rq);
 	if (!c->primed) { // steal before the collector started is not ours
 		c->primed = 1;
 		c->last = now;
@@ -287,6 +278,29 @@ static __always_inline void observe(struct task_struct *p)
 		emit(c, p, ns);
 }
 
+static __always_inline struct steal_cpu *this_cpu_state(void)
+{
+	u32 zero = 0;
+	struct steal_cpu *c = bpf_map_lookup_elem(&steal_cpus, &zero);
+	if (c)
+		c->runs++;
+	return c;
+}
+
+// Reads this CPU's steal clock and charges any advance since the last
+// reading to `p`. The common case, no advance, is a map lookup and three
+// loads.
+static __always_inline void observe(struct task_struct *p)
+{
+	struct steal_cpu *c = this_cpu_state();
+	if (!c)
+		return;
+	struct rq *rq = rq_of(p);
+	if (!rq)
+		return;
+	advance_to(c, p, steal_clock(rq));
+}
+
 // __schedule updated the rq clock (and with it the steal field) just
 // before this tracepoint: what accrued since the last reading is prev's.
 // Where __schedule skips that update (RQCF_ACT_SKIP, set by a wake-up
@@ -299,13 +313,46 @@ int steal_switch(u64 *ctx)
 	return 0;
 }
 
-// After the scheduler tick's hrtimer callback: the tick updated the rq
+// The tick, where the kernel can trace functions: account_steal_time()
+// is called by steal_account_process_time() at every tick and when a CPU
+// leaves nohz idle (account_idle_ticks), with `cputime` the steal clock's
+// advance since rq->prev_steal_time, which it then adds. So the clock now
+// is prev_steal_time + cputime: the same paravirt_steal_clock() that
+// prev_steal_time_rq holds as of its last rq update (since 6.13 equal to
+// it; before, that field could lag, and a lag only delays a charge to the
+// next reading). A tick with no steal, nearly all of them, returns after
+// one load from the trampoline's stack: no map, no task, no rq line, each
+// of which is cold after the VM exit that delivered the tick (the old
+// path below read them all: 212-217 ns a run beside spinners).
+// Current is the interrupted task, or idle on the way out of nohz idle:
+// idle steal. Loaded instead of steal_tick when fentry attaches.
+SEC("fentry/account_steal_time")
+int steal_account(u64 *ctx)
+{
+	u64 advance = ctx[0];
+	if (!advance)
+		return 0;
+	struct steal_cpu *c = this_cpu_state();
+	if (!c)
+		return 0;
+	struct task_struct *p = bpf_get_current_task_btf();
+	struct rq *rq = rq_of(p);
+	if (!rq || !__builtin_preserve_field_info(rq->prev_steal_time,
+	                                          BPF_FIELD_EXISTS))
+		return 0;
+	advance_to(c, p, rq->prev_steal_time + advance);
+	return 0;
+}
+
+// The fallback tick where fentry is unavailable (no BPF trampoline):
+// after the scheduler tick's hrtimer callback. The tick updated the rq
 // clock (sched_tick), so busy steal is seen within one tick, each episode
 // near its own time, rather than merged until the running task next
 // switches out. Current is the interrupted task (or idle). Other hrtimers
 // return after one load: a run doing only the map lookup and the
 // current-task helper here measured ~120 ns (a full tick run 125-146),
-// and a sleeper's timer fires thousands of times a second; the switch it leads to reads the steal clock anyway.
+// and a sleeper's timer fires thousands of times a second; the switch it
+// leads to reads the steal clock anyway.
 // Where the tick's callback is unknown (tick_fn 0), every hrtimer reads.
 // In low-resolution mode the tick is no hrtimer expiry (the clockevent
 // calls the handler): then busy steal is seen at the next switch only,

@@ -113,7 +113,12 @@ fn main() {
     };
     // SAFETY: sysconf has no preconditions.
     let unit = unit_ns();
-    println!("started ({}, tick only: {})", g.rq_path(), g.tick_only());
+    println!(
+        "started ({}, tick: {}{})",
+        g.rq_path(),
+        g.tick_hook().as_str(),
+        g.fentry_refused().map(|w| format!("; fentry: {w}")).unwrap_or_default()
+    );
     let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
     let (mut prev, mut stat0) = (g.read(), steal_now());
     let mut log = EpisodeFile::from_env();

@@ -1,6 +1,7 @@
 //! Exact steal inside a KVM guest (issue 30): loads the committed CO-RE
 //! object bpf/guest_steal.bpf.o with `aya` (no clang or libbpf at build or
-//! run time), attaches it to `sched_switch` and `hrtimer_expire_exit`, and
+//! run time), attaches it to `sched_switch` and to the tick ([`TickHook`]:
+//! fentry on `account_steal_time`, else `hrtimer_expire_exit`), and
 //! reads what it aggregated: per CPU busy and idle steal with an episode
 //! histogram, busy steal by task, and the episodes over a threshold from
 //! its ring buffer, which user space drains at each read (the program
@@ -13,7 +14,7 @@ use crate::bpf_ksym::RqPath;
 use crate::error::Result;
 use crate::guest_steal_ring::{EpisodeLog, RECENT};
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::BtfTracePoint;
+use aya::programs::{BtfTracePoint, FEntry};
 use aya::{Btf, Ebpf, EbpfLoader, Pod};
 use stealscope_readers::clock::monotonic_ns;
 use stealscope_who::guest_steal::{
@@ -23,12 +24,41 @@ use stealscope_who::hist::{EpisodeHist, BUCKETS};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/guest_steal.bpf.o");
 
-/// `tp_btf` programs and their tracepoints (why these two and no others:
+/// The switch's program and its tracepoint (why these hooks and no others:
 /// the comments on them in bpf/guest_steal.bpf.c).
-const PROGRAMS: &[(&str, &str)] = &[
-    ("steal_switch", "sched_switch"),
-    ("steal_tick", "hrtimer_expire_exit"),
-];
+const SWITCH: (&str, &str) = ("steal_switch", "sched_switch");
+
+/// How the collector sees steal at the tick (between a busy task's
+/// switches), best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickHook {
+    /// fentry on `account_steal_time`, which the tick (and nohz idle exit)
+    /// calls with the steal accrued: a tick without steal costs one load.
+    AccountSteal,
+    /// After the tick's hrtimer callback (its address from /proc/kallsyms).
+    TickTimer,
+    /// After every hrtimer (the tick's callback not found).
+    EveryHrtimer,
+}
+
+impl TickHook {
+    /// The program that serves this hook.
+    pub fn program(self) -> &'static str {
+        match self {
+            TickHook::AccountSteal => "steal_account",
+            TickHook::TickTimer | TickHook::EveryHrtimer => "steal_tick",
+        }
+    }
+
+    /// What it attaches to, as a person reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickHook::AccountSteal => "fentry account_steal_time",
+            TickHook::TickTimer => "hrtimer_expire_exit (tick only)",
+            TickHook::EveryHrtimer => "hrtimer_expire_exit (every hrtimer)",
+        }
+    }
+}
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 
@@ -107,8 +137,9 @@ pub struct GuestSteal {
     log: EpisodeLog,
     threshold_ns: u64,
     rq_path: RqPath,
-    /// The tick's hrtimer callback was found: steal_tick reads only then.
-    tick_known: bool,
+    tick: TickHook,
+    /// Why fentry was not used, when it was not.
+    fentry_refused: Option<String>,
 }
 
 /// A verifier log on one line: its first line and its last but the
@@ -122,11 +153,13 @@ fn one_line(msg: &str) -> String {
     while lines.len() > 1 && lines.last().is_some_and(|l| l.starts_with("processed ")) {
         lines.pop();
     }
-    match lines.as_slice() {
+    let line = match lines.as_slice() {
         [] => String::new(),
         [one] => (*one).to_string(),
         [first, .., last] => format!("{first} ... {last}"),
-    }
+    };
+    // A refusal before verification leaves the log empty.
+    line.trim_end_matches(" Verifier output:").to_string()
 }
 
 /// Why this kernel has no steal clock the program can read, if so: its
@@ -141,29 +174,58 @@ fn steal_fields_missing(btf_bytes: &[u8]) -> Option<String> {
     ))
 }
 
-/// The object loaded with the run queue reached by `path`, both programs
-/// attached, or why not.
+/// The object loaded with the run queue reached by `path`, the switch's
+/// program and a tick program attached (fentry where the kernel takes it,
+/// else the hrtimer one, with fentry's refusal), or why not.
 fn load_attach(
     btf: &Btf,
     path: RqPath,
     opts: StealOptions,
-    tick_fn: u64,
-) -> std::result::Result<Ebpf, String> {
+    tick_fn: Option<u64>,
+) -> std::result::Result<(Ebpf, TickHook, Option<String>), String> {
     let object = crate::bpf_ksym::resolve_runqueues(OBJECT, btf, path)?;
     let object = crate::bpf_ksym::as_bytes(&object, OBJECT.len());
     let mut ebpf = EbpfLoader::new()
         .override_global("episode_threshold_ns", &opts.threshold_ns, true)
-        .override_global("tick_fn", &tick_fn, true)
+        .override_global("tick_fn", &tick_fn.unwrap_or(0), true)
         .load(object)
         .map_err(|e| explain(&one_line(&chain(&e))))?;
-    for (name, tp) in PROGRAMS {
-        let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
-        prog.load(tp, btf)
-            .map_err(|e| explain(&format!("loading {name}: {}", one_line(&chain(&e)))))?;
-        prog.attach()
-            .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
-    }
-    Ok(ebpf)
+    let (name, tp) = SWITCH;
+    attach_tp(&mut ebpf, btf, name, tp)?;
+    let refused = match attach_fentry(&mut ebpf, btf) {
+        Ok(()) => return Ok((ebpf, TickHook::AccountSteal, None)),
+        Err(why) => why,
+    };
+    let tick = match tick_fn {
+        Some(_) => TickHook::TickTimer,
+        None => TickHook::EveryHrtimer,
+    };
+    attach_tp(&mut ebpf, btf, tick.program(), "hrtimer_expire_exit")?;
+    Ok((ebpf, tick, Some(refused)))
+}
+
+/// A `tp_btf` program loaded and attached to tracepoint `tp`, or why not
+/// (a refusal to load starts with "loading ").
+fn attach_tp(ebpf: &mut Ebpf, btf: &Btf, name: &str, tp: &str) -> std::result::Result<(), String> {
+    let prog: &mut BtfTracePoint = program(ebpf, name)?;
+    prog.load(tp, btf)
+        .map_err(|e| explain(&format!("loading {name}: {}", one_line(&chain(&e)))))?;
+    prog.attach()
+        .map_err(|e| explain(&format!("attaching {name} to {tp}: {}", chain(&e))))?;
+    Ok(())
+}
+
+/// fentry on `account_steal_time`, or why not (a kernel without BPF
+/// trampolines or one that refuses them, as this project's test machine
+/// does with EPERM; or the function inlined or renamed).
+fn attach_fentry(ebpf: &mut Ebpf, btf: &Btf) -> std::result::Result<(), String> {
+    let name = TickHook::AccountSteal.program();
+    let prog: &mut FEntry = program(ebpf, name)?;
+    prog.load("account_steal_time", btf)
+        .map_err(|e| format!("loading {name}: {}", one_line(&chain(&e))))?;
+    prog.attach()
+        .map_err(|e| format!("attaching {name}: {}", chain(&e)))?;
+    Ok(())
 }
 
 impl GuestSteal {
@@ -198,9 +260,9 @@ impl GuestSteal {
         // when the verifier refused this one, both reasons kept.
         let mut why = Vec::new();
         for path in [RqPath::CfsRq, RqPath::Runqueues] {
-            match load_attach(&btf, path, opts, tick_fn.unwrap_or(0)) {
-                Ok(ebpf) => {
-                    return GuestSteal::with(ebpf, path, opts, tick_fn.is_some())
+            match load_attach(&btf, path, opts, tick_fn) {
+                Ok((ebpf, tick, refused)) => {
+                    return GuestSteal::with(ebpf, path, opts, tick, refused)
                         .map_err(unavailable)
                 }
                 Err(e) if e.starts_with("loading ") => why.push(format!("{}: {e}", path.as_str())),
@@ -214,7 +276,8 @@ impl GuestSteal {
         mut ebpf: Ebpf,
         rq_path: RqPath,
         opts: StealOptions,
-        tick_known: bool,
+        tick: TickHook,
+        fentry_refused: Option<String>,
     ) -> std::result::Result<Self, String> {
         let map = ebpf
             .take_map("steal_episodes")
@@ -226,7 +289,8 @@ impl GuestSteal {
             log: EpisodeLog::new(RECENT),
             threshold_ns: opts.threshold_ns,
             rq_path,
-            tick_known,
+            tick,
+            fentry_refused,
         })
     }
 
@@ -235,10 +299,14 @@ impl GuestSteal {
         self.rq_path.as_str()
     }
 
-    /// Whether `steal_tick` reads only after the scheduler tick (its
-    /// callback found in /proc/kallsyms) rather than after every hrtimer.
-    pub fn tick_only(&self) -> bool {
-        self.tick_known
+    /// How steal is seen at the tick on this kernel.
+    pub fn tick_hook(&self) -> TickHook {
+        self.tick
+    }
+
+    /// Why the fentry tick hook was not used, when it was not (one line).
+    pub fn fentry_refused(&self) -> Option<&str> {
+        self.fentry_refused.as_deref()
     }
 
     /// Moves the episodes waiting in the kernel's ring into the recent
@@ -323,9 +391,9 @@ impl GuestSteal {
     /// The kernel's counters of each program (`bpf_prog_info`; run count
     /// and time only with `kernel.bpf_stats_enabled`).
     pub fn program_stats(&self) -> Result<Vec<(&'static str, ProgStats)>> {
-        PROGRAMS
+        [SWITCH.0, self.tick.program()]
             .iter()
-            .map(|(name, _)| {
+            .map(|name| {
                 let prog = self.ebpf.program(name).expect("program in object");
                 let fd = prog.fd().map_err(|e| bpf_err(name, e))?;
                 let st = crate::bpf_info::prog_stats(fd).map_err(|e| bpf_err(name, e))?;

@@ -196,6 +196,11 @@ fn reasons_are_one_line() {
     assert!(!l.contains('\n'), "{l}");
     assert!(l.starts_with("the BPF_PROG_LOAD") && l.ends_with("invalid access to map value"));
     assert_eq!(one_line("plain"), "plain");
+    // Refused before the verifier ran (fentry on this project's test VM).
+    assert_eq!(
+        one_line("the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1). Verifier output:\n"),
+        "the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1)."
+    );
     let with_stats = "load failed: 0: R1=ctx()\nR2 invalid mem access 'scalar'\nprocessed 10 insns (limit 1000000) max_states_per_insn 0\n";
     assert_eq!(
         one_line(with_stats),
