@@ -31,6 +31,7 @@ use stealscope_model::host::vm_labels;
 use stealscope_model::host::HostObservation;
 use stealscope_model::observation::Side;
 use stealscope_readers::kvm_exits::ExitSample;
+use stealscope_readers::kvmclock::{KvmClock, KvmClockError};
 use stealscope_readers::pread::PreadFile;
 use stealscope_readers::recording::{
     CounterInfo, CulpritScan, EndInfo, Header, KvmClockInfo, ProbeRecord, RecordingWriter,
@@ -162,6 +163,9 @@ struct Feed<'a> {
     sched_prev: Option<Arc<SchedSample>>,
     /// The guest steal collector, on the exact route.
     exact: Option<ExactRecorder>,
+    /// kvm-clock as opened at the start (each open forks a child that
+    /// touches its page), for the end frame's anchor.
+    kvm_clock: Option<KvmClock>,
 }
 
 impl Feed<'_> {
@@ -403,6 +407,8 @@ struct Start {
     live: bool,
     rate_hz: f64,
     steal: StealSource,
+    /// Only where our own process's clock pages are the machine's.
+    kvm_clock: Option<Result<KvmClock, KvmClockError>>,
 }
 
 fn header(opts: &RecordOptions, side0: &MemFs, sampler: &Sampler, st: &Start) -> Header {
@@ -425,8 +431,7 @@ fn header(opts: &RecordOptions, side0: &MemFs, sampler: &Sampler, st: &Start) ->
         }),
         probes: opts.probes.clone(),
         steal: Some(st.steal.clone()),
-        // Only where our own process's clock pages are the machine's.
-        kvm_clock: st.live.then(KvmClockInfo::read_live),
+        kvm_clock: st.kvm_clock.as_ref().map(KvmClockInfo::of),
         ..Header::new(st.rate_hz, st.unix_s, st.mono_ns)
     }
 }
@@ -482,6 +487,7 @@ impl<'a> Feed<'a> {
             sched_now: None,
             sched_prev: None,
             exact,
+            kvm_clock: None,
         }
     }
 }
@@ -489,12 +495,12 @@ impl<'a> Feed<'a> {
 /// Stops the probes, writes their last windows and the end frame.
 fn finish(feed: Feed, ended: Ended, start: Instant) -> Result<RecordSummary, ReadError> {
     let Feed {
-        root,
         mut w,
         mut sum,
         mut probes,
         mut windows,
         mut probe_notes,
+        kvm_clock,
         ..
     } = feed;
     if let Some(p) = probes.as_mut() {
@@ -512,9 +518,7 @@ fn finish(feed: Feed, ended: Ended, start: Instant) -> Result<RecordSummary, Rea
         end_mono_ns: monotonic_ns(),
         reason: sum.reason.clone(),
         stat_samples: sum.stat_samples,
-        kvm_clock: is_live_root(&root)
-            .then(KvmClockInfo::read_live)
-            .and_then(|k| k.anchor()),
+        kvm_clock: kvm_clock.and_then(|c| c.anchor().ok()),
     };
     sum.bytes = w.finish(&end)?;
     Ok(sum)
@@ -544,6 +548,7 @@ pub fn record(
         live,
         rate_hz: record_steal::stat_hz(opts.rate_hz, &steal),
         steal,
+        kvm_clock: live.then(KvmClock::open),
     };
     let header = header(opts, &side0, &sampler, &st);
     let mut w = RecordingWriter::create(file, path, &header)?;
@@ -556,6 +561,7 @@ pub fn record(
     let start = Instant::now();
     let sampler = sampler.starting_at(start);
     let mut feed = Feed::new(opts, w, notes, irq, start, probes, exact);
+    feed.kvm_clock = st.kvm_clock.and_then(Result::ok);
     feed.sum.steal = record_steal::describe(&st.steal, st.rate_hz);
     let ended = sampler.run(&Rate::new(st.rate_hz), &mut feed, stop)?;
     finish(feed, ended, start)

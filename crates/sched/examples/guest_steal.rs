@@ -117,7 +117,9 @@ fn main() {
         "started ({}, tick: {}{})",
         g.rq_path(),
         g.tick_hook().as_str(),
-        g.fentry_refused().map(|w| format!("; fentry: {w}")).unwrap_or_default()
+        g.fentry_refused()
+            .map(|w| format!("; fentry: {w}"))
+            .unwrap_or_default()
     );
     let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
     let (mut prev, mut stat0) = (g.read(), steal_now());

@@ -262,8 +262,7 @@ impl GuestSteal {
         for path in [RqPath::CfsRq, RqPath::Runqueues] {
             match load_attach(&btf, path, opts, tick_fn) {
                 Ok((ebpf, tick, refused)) => {
-                    return GuestSteal::with(ebpf, path, opts, tick, refused)
-                        .map_err(unavailable)
+                    return GuestSteal::with(ebpf, path, opts, tick, refused).map_err(unavailable)
                 }
                 Err(e) if e.starts_with("loading ") => why.push(format!("{}: {e}", path.as_str())),
                 Err(e) => return Err(unavailable(e)),

@@ -158,9 +158,15 @@ pub enum KvmClockInfo {
 }
 
 impl KvmClockInfo {
-    /// The live machine's kvm-clock now, or why not.
-    pub fn read_live() -> KvmClockInfo {
-        match crate::kvmclock::KvmClock::open().and_then(|c| c.anchor()) {
+    /// `clock` (as opened) anchored now, or why not.
+    pub fn of(
+        clock: &Result<crate::kvmclock::KvmClock, crate::kvmclock::KvmClockError>,
+    ) -> KvmClockInfo {
+        let anchor = match clock {
+            Ok(c) => c.anchor(),
+            Err(e) => Err(e.clone()),
+        };
+        match anchor {
             Ok(anchor) => KvmClockInfo::Anchored { anchor },
             Err(e) => KvmClockInfo::Unavailable {
                 reason: e.to_string(),
