@@ -111,6 +111,8 @@ def main():
     a.add_argument("--secs", type=int, default=20)
     a.add_argument("--rounds", type=int, default=3)
     a.add_argument("--max-busy", type=float, default=10.0)
+    a.add_argument("--loads", default="idle,busy",
+                   help="which conditions to run, comma-separated (idle, busy)")
     a = a.parse_args()
     old = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
     open("/proc/sys/kernel/bpf_stats_enabled", "w").write("1")
@@ -120,7 +122,7 @@ def main():
     print("|---" * 12 + "|")
     try:
         for i in range(a.rounds):
-            for cond in ("idle", "busy"):
+            for cond in a.loads.split(","):
                 spin = spinners(ncpu) if cond == "busy" else []
                 try:
                     with tempfile.TemporaryDirectory() as d:
