@@ -3,9 +3,9 @@
 //! A host is hot when its busy steal per vCPU is above `threshold` (the
 //! StealscopeHostBusySteal alert's 5 %) and most of its steal is busy
 //! steal; a host whose steal is mostly idle steal is fixed where it is
-//! (`place`) and none of its VMs moves. A hot host is fixed when its
-//! runnable demand (the `demand_quantile` of its per-step sum of VM run +
-//! wait) is under its CPUs less `headroom`. From each hot host, worst
+//! (`place`) and none of its VMs moves. A hot host is fixed when its demand (the
+//! `demand_quantile` of its per-step sum of what its VMs want,
+//! [`crate::want`]) is under its CPUs less `headroom`. From each hot host, worst
 //! first, the planner moves, in this order of preference: the smallest of
 //! the named culprits (host.noisy-neighbor) whose leaving alone fixes the
 //! host; else the smallest VM whose leaving alone fixes it; else the
@@ -368,6 +368,7 @@ mod tests {
             memory_bytes: Some(4 << 30),
             demand: vec![demand; 4],
             wait,
+            run: (demand - wait).max(0.0),
         }
     }
 
