@@ -375,6 +375,47 @@ mod tests {
         assert_eq!(duration_s(""), None);
     }
 
+    fn series(labels: &[(&str, &str)], points: &[f64]) -> Series {
+        Series {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: points
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (900.0 * i as f64, *v))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn demand_is_run_when_served_and_run_plus_wait_when_starved() {
+        let h = [("instance", "a:9464"), ("job", "j")];
+        let with = |more: &[(&'static str, &'static str)]| {
+            let mut l = h.to_vec();
+            l.extend_from_slice(more);
+            l
+        };
+        let inv = vec![
+            series(&with(&[("__name__", "stealscope_host_cpus")]), &[8.0]),
+            series(
+                &with(&[("__name__", "stealscope_vm_vcpus"), ("vm", "v")]),
+                &[2.0],
+            ),
+        ];
+        // Step 0: ran 1.0 of its 2 vCPUs, queued 0.3 (served); step 1:
+        // ran 1.5 and runnable all the time (starved).
+        let demand = vec![
+            series(&with(&[("vm", "v"), ("part", "run")]), &[1.0, 1.5]),
+            series(&with(&[("vm", "v")]), &[1.3, 2.0]),
+        ];
+        let f = assemble(&inv, &demand, &[], &[], 1800.0, 900.0);
+        let v = &f.hosts[0].vms[0];
+        assert_eq!(v.demand, vec![1.0, 2.0]);
+        assert!((v.run - 1.25).abs() < 1e-9, "{}", v.run);
+    }
+
     #[test]
     fn selectors() {
         assert!(check_selector("job=\"stealscope\",dc=~\"eu.*\"").is_ok());
