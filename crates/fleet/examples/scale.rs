@@ -10,6 +10,7 @@
 use rayon::prelude::*;
 use std::time::Instant;
 use stealscope_fleet::model::{Fleet, FleetFigures, Host, HostKey, NodeMem, Vm};
+use stealscope_fleet::want::want;
 use stealscope_fleet::{plan, predict, PlanOptions};
 use stealscope_sim::measured::{run_steps_for, summarize, HostRun};
 use stealscope_sim::openmetrics::{synthetic_sized, SynthHost};
@@ -32,11 +33,15 @@ fn host_of(h: &SynthHost, r: &[HostRun]) -> Host {
             uuid: v.uuid.clone(),
             vcpus: v.vm.vcpus,
             memory_bytes: Some((v.vm.mem_gib * GIB) as u64),
-            demand: r
-                .iter()
-                .map(|x| (x.vm_run[i] + x.vm_wait[i]) / x.secs)
-                .collect(),
+            demand: want(
+                &r.iter().map(|x| x.vm_run[i] / x.secs).collect::<Vec<_>>(),
+                &r.iter()
+                    .map(|x| (x.vm_run[i] + x.vm_wait[i]) / x.secs)
+                    .collect::<Vec<_>>(),
+                v.vm.vcpus,
+            ),
             wait: r.iter().map(|x| x.vm_wait[i]).sum::<f64>() / secs,
+            run: r.iter().map(|x| x.vm_run[i]).sum::<f64>() / secs,
         })
         .collect();
     let used = h.vms.iter().map(|v| v.vm.mem_gib).sum::<f64>() / h.nodes as f64;

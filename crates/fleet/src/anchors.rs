@@ -117,7 +117,7 @@ pub fn drs_like(f: &Fleet, threshold: f64, max_moves: usize) -> Plan {
 pub fn watcher_like(f: &Fleet, util_threshold: f64, max_moves: usize) -> Plan {
     let util = |i: usize| {
         let h = &f.hosts[i];
-        (h.vms.iter().map(Vm::mean_demand).sum::<f64>() - h.wait()) / h.cpus.max(1) as f64
+        h.vms.iter().map(|v| v.run).sum::<f64>() / h.cpus.max(1) as f64
     };
     let hosts: Vec<usize> = (0..f.hosts.len())
         .filter(|&i| util(i) > util_threshold)
@@ -125,7 +125,7 @@ pub fn watcher_like(f: &Fleet, util_threshold: f64, max_moves: usize) -> Plan {
     one_move_per_host(f, hosts, max_moves, |h, sized| {
         let host = &f.hosts[h];
         let over = util(h) - util_threshold;
-        let d = |i: usize| (host.vms[i].mean_demand() / host.cpus as f64 - over).abs();
+        let d = |i: usize| (host.vms[i].run / host.cpus as f64 - over).abs();
         sized.iter().copied().min_by(|a, b| d(*a).total_cmp(&d(*b)))
     })
 }

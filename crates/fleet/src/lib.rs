@@ -18,6 +18,7 @@ pub mod prom;
 pub mod read;
 pub mod render;
 pub mod status;
+pub mod want;
 
 pub use error::FleetError;
 pub use model::{Fleet, FleetFigures, Host, Unseen, Vm};

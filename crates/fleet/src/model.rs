@@ -24,11 +24,16 @@ pub struct Vm {
     pub uuid: String,
     pub vcpus: u32,
     pub memory_bytes: Option<u64>,
-    /// Run + wait of its vCPUs (CPUs), one value per step.
+    /// CPUs its vCPUs want, one value per step: [`crate::want`]'s estimate
+    /// from what they ran and how long they were runnable.
     #[serde(skip)]
     pub demand: Vec<f64>,
     /// Mean run-queue wait of all its vCPUs over the window (CPU-s/s).
     pub wait: f64,
+    /// Mean CPU time its vCPUs ran over the window (CPU-s/s): what a
+    /// utilisation threshold sees.
+    #[serde(skip)]
+    pub run: f64,
 }
 
 impl Vm {

@@ -183,6 +183,7 @@ mod tests {
                 memory_bytes: Some(2 << 30),
                 demand: vec![demand; 2],
                 wait,
+                run: (demand - wait).max(0.0),
             })
             .collect();
         let busy = vms.iter().map(|v| v.wait).sum();

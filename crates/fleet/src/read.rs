@@ -1,8 +1,9 @@
 //! Reads the fleet from Prometheus in four aggregated instant queries:
 //! 1. inventory: every host and VM fact series and `up`, in one selector
 //!    on `__name__`;
-//! 2. demand history: each VM's run + wait rate per step, as a subquery
-//!    over the window;
+//! 2. demand history: each VM's run and run + wait rate per step (told
+//!    apart by a `part` label), as one subquery over the window, from which
+//!    [`crate::want`] estimates what it wants;
 //! 3. wait and busy steal: each VM's mean wait over the window, and each
 //!    host's busy steal, split at every step of the history (wait less
 //!    idle CPU time, at least 0) and averaged (one `or`, told apart by the
@@ -15,6 +16,7 @@
 use crate::error::FleetError;
 use crate::model::{Culprit, Fleet, Host, HostKey, NodeMem, Unseen, Vm};
 use crate::prom::{Prom, Series};
+use crate::want::want;
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_who::Kind;
 
@@ -95,7 +97,7 @@ pub fn read(prom: &mut Prom, o: &ReadOptions) -> Result<Fleet, FleetError> {
     let demand = prom.query(
         "demand",
         &format!(
-            "sum by (instance, job, vm) (rate(stealscope_vcpu_run_seconds_total{0}[{s}]) + rate(stealscope_vcpu_wait_seconds_total{0}[{s}]))[{w}:{s}]",
+            "(label_replace(sum by (instance, job, vm) (rate(stealscope_vcpu_run_seconds_total{0}[{s}])), \"part\", \"run\", \"vm\", \".*\") or sum by (instance, job, vm) (rate(stealscope_vcpu_run_seconds_total{0}[{s}]) + rate(stealscope_vcpu_wait_seconds_total{0}[{s}])))[{w}:{s}]",
             sel("", &o.selector)
         ),
     )?;
@@ -145,6 +147,8 @@ struct Partial {
     up: Option<bool>,
     vms: BTreeMap<String, Vm>,
     has_vcpu_series: bool,
+    /// Per VM, CPUs its vCPUs ran, per step (`demand` holds run + wait).
+    run: BTreeMap<String, Vec<f64>>,
     busy: f64,
     /// (victim VM, culprit kind, culprit) -> wait.
     wait_by: Vec<(String, String, String, f64)>,
@@ -158,6 +162,7 @@ fn vm_entry<'a>(p: &'a mut Partial, name: &str) -> &'a mut Vm {
         memory_bytes: None,
         demand: Vec::new(),
         wait: 0.0,
+        run: 0.0,
     })
 }
 
@@ -194,7 +199,13 @@ pub fn assemble(
     for s in demand {
         let p = by.entry(key(s)).or_default();
         p.has_vcpu_series = true;
-        vm_entry(p, s.label("vm")).demand = align(s, &times);
+        let h = align(s, &times);
+        match s.labels.get("part").map(String::as_str) {
+            Some("run") => {
+                p.run.insert(s.label("vm").to_string(), h);
+            }
+            _ => vm_entry(p, s.label("vm")).demand = h,
+        }
     }
     for s in wait_idle {
         let p = by.entry(key(s)).or_default();
@@ -282,7 +293,16 @@ fn host_of(k: HostKey, p: Partial, unseen: &mut Vec<Unseen>) -> Option<Host> {
         unseen.push(Unseen::NoNodeMemory { host: name.clone() });
     }
     let culprits = culprits_of(&p.wait_by);
-    let vms: Vec<Vm> = p.vms.into_values().collect();
+    let mut vms: Vec<Vm> = p.vms.into_values().collect();
+    for v in &mut vms {
+        match p.run.get(&v.name) {
+            Some(run) => {
+                v.run = run.iter().sum::<f64>() / run.len().max(1) as f64;
+                v.demand = want(run, &v.demand, v.vcpus);
+            }
+            None => v.run = (v.mean_demand() - v.wait).max(0.0),
+        }
+    }
     for v in &vms {
         let missing: Vec<&str> = [
             (v.vcpus == 0, "vCPU count"),
@@ -353,6 +373,47 @@ mod tests {
         assert_eq!(duration_s("5"), None);
         assert_eq!(duration_s("1x"), None);
         assert_eq!(duration_s(""), None);
+    }
+
+    fn series(labels: &[(&str, &str)], points: &[f64]) -> Series {
+        Series {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: points
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (900.0 * i as f64, *v))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn demand_is_run_when_served_and_run_plus_wait_when_starved() {
+        let h = [("instance", "a:9464"), ("job", "j")];
+        let with = |more: &[(&'static str, &'static str)]| {
+            let mut l = h.to_vec();
+            l.extend_from_slice(more);
+            l
+        };
+        let inv = vec![
+            series(&with(&[("__name__", "stealscope_host_cpus")]), &[8.0]),
+            series(
+                &with(&[("__name__", "stealscope_vm_vcpus"), ("vm", "v")]),
+                &[2.0],
+            ),
+        ];
+        // Step 0: ran 1.0 of its 2 vCPUs, queued 0.3 (served); step 1:
+        // ran 1.5 and runnable all the time (starved).
+        let demand = vec![
+            series(&with(&[("vm", "v"), ("part", "run")]), &[1.0, 1.5]),
+            series(&with(&[("vm", "v")]), &[1.3, 2.0]),
+        ];
+        let f = assemble(&inv, &demand, &[], &[], 1800.0, 900.0);
+        let v = &f.hosts[0].vms[0];
+        assert_eq!(v.demand, vec![1.0, 2.0]);
+        assert!((v.run - 1.25).abs() < 1e-9, "{}", v.run);
     }
 
     #[test]
