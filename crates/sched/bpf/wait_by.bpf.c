@@ -430,7 +430,8 @@ static __always_inline struct ratio stretch_ratio(u64 m, u64 k)
 	}
 	if (kk >= (mm << 4))
 		kk = mm << 4;
-	r.f = mm ? (kk << 20) / mm : 0;
+	// Most stretches have k == m: no division then.
+	r.f = kk == mm ? 1 << 20 : mm ? (kk << 20) / mm : 0;
 	return r;
 }
 
@@ -851,7 +852,13 @@ static __always_inline void note_woken(struct task_struct *p, u32 tid,
 	cs->head = h + 1;
 }
 
-static __always_inline int on_wakeup(struct task_struct *p)
+// `fresh`: sched_wakeup_new, a thread that never ran. Its state is not
+// looked up (a new tid's `slots` line, cold, was ~160 ns of the ~310 this
+// program took, BENCHMARKS.md): the kernel has counted no wait of it yet
+// (pcount 0), so its first switch-in charges nothing and takes the
+// kernel's counters as its start (resync) whether or not it was queued
+// here. R6 still applies to it.
+static __always_inline int on_wakeup(struct task_struct *p, int fresh)
 {
 	struct cpu_state *me = this_cpu();
 	if (!me)
@@ -861,6 +868,8 @@ static __always_inline int on_wakeup(struct task_struct *p)
 		return 0;
 	u32 tid = p->pid;
 	note_woken(p, tid, me); // before this thread's own queue_on, as in R6
+	if (fresh)
+		return 0;
 	// R1: a wake-up of a thread running or queued changes nothing.
 	struct vstate *v = watched_state(tid);
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
@@ -876,13 +885,13 @@ static __always_inline int on_wakeup(struct task_struct *p)
 SEC("tp_btf/sched_wakeup")
 int handle_wakeup(u64 *ctx)
 {
-	return on_wakeup((void *)ctx[0]);
+	return on_wakeup((void *)ctx[0], 0);
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int handle_wakeup_new(u64 *ctx)
 {
-	return on_wakeup((void *)ctx[0]);
+	return on_wakeup((void *)ctx[0], 1);
 }
 
 // R3: a queued thread's stretch so far is charged on the CPU it leaves.
