@@ -43,11 +43,11 @@ costs() { # ns/event of the programs whose ids are in $1 (a file)
 # The load: started once, runs through both phases.
 reps=${REPS:-1}
 phases=$(($(echo $hold | wc -w) * reps + 2))
-taskset -c 1 "$tmp/pingpong" 1 0 $((phases * (SECS + 4) + 20)) 2000 >"$tmp/pp.out" & pp=$!
+taskset -c 1 "$tmp/pingpong" 1 0 $((phases * (SECS + 10) + 30)) 2000 >"$tmp/pp.out" & pp=$!
 sleep 0.5
 read -r _ ppa ppb <"$tmp/pp.out"
 taskset -c 1 sh -c 'while :; do :; done' & spinner=$!
-( end=$((SECONDS + phases * (SECS + 4) + 15)); while [ $SECONDS -lt $end ]; do
+( end=$((SECONDS + phases * (SECS + 10) + 25)); while [ $SECONDS -lt $end ]; do
     dd if="$tmp/odirect.img" of=/dev/null bs=4k iflag=direct status=none; done ) & io=$!
 sysctl -q kernel.bpf_stats_enabled=1
 phase() { # $1 label, then the command holding the programs

@@ -155,6 +155,27 @@ struct ring {
 	struct rec r[RING];
 };
 
+// One culprit's charges to a victim, in the victim itself: a walk adds to
+// it after a short scan on the key rather than a `charges` hash update
+// (~40 ns a stretch record, BENCHMARKS.md). Written once: the key, ns,
+// then `sum`, a digest of the key, which publishes it (0: free); user
+// space takes a slot whose digest matches (a read torn by a copy racing
+// the fill does not) and reads `ns` as a running total.
+struct cslot {
+	u64 ns;
+	u64 tstart;
+	char comm[16];
+	u32 tid;
+	u32 tgid;
+	u32 kthread;
+	u32 sum;
+};
+
+// Culprits a victim keeps in its own slots; later ones go to `charges`.
+// The slots stay their first culprits' for as long as the victim is
+// watched (a vCPU's culprits are mostly the same few threads).
+#define NSLOT 4
+
 // Per watched thread, its cumulative counters (user space reads them and
 // inserts each zeroed; layout shared with src/bpf.rs). A hash lookup, so
 // done only where a wait is charged: a switch-in or migration of a
@@ -168,6 +189,7 @@ struct victim {
 	u64 max_ns;
 	u64 over_1ms;
 	u64 over_10ms;
+	struct cslot slots[NSLOT];
 	u64 buckets[BUCKETS];
 };
 
@@ -242,8 +264,8 @@ struct {
 
 // Sizes are the loader's (src/bpf.rs, from the host's CPU count; at least
 // 131,072 watched threads). Victims are allocated when user space inserts
-// them, not up front: one is 2.3 KiB, and 131,072 preallocated would be
-// 300 MiB. Run-time allocation is safe in tracing programs from kernel 6.1
+// them, not up front: one is 2.5 KiB, and 131,072 preallocated would be
+// 330 MiB. Run-time allocation is safe in tracing programs from kernel 6.1
 // (bpf_mem_alloc), which the loader requires.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -253,8 +275,9 @@ struct {
 	__type(value, struct victim);
 } watched SEC(".maps");
 
-// Pruned by user space after each read (entries that did not grow since
-// the previous read), so it holds the pairs active in about one interval.
+// The charges of culprits past a victim's slots (NSLOT). Pruned by user
+// space after each read (entries that did not grow since the previous
+// read), so it holds the pairs active in about one interval.
 // Preallocated: the program inserts here, inside sched_switch, and a
 // run-time allocation there fails whenever a walk meets more new culprits
 // than the allocator's per-CPU cache holds (15 lost in a 2 s test).
@@ -407,7 +430,8 @@ static __always_inline struct ratio stretch_ratio(u64 m, u64 k)
 	}
 	if (kk >= (mm << 4))
 		kk = mm << 4;
-	r.f = mm ? (kk << 20) / mm : 0;
+	// Most stretches have k == m: no division then.
+	r.f = kk == mm ? 1 << 20 : mm ? (kk << 20) / mm : 0;
 	return r;
 }
 
@@ -441,6 +465,22 @@ static __always_inline void resync(struct vstate *s, u64 kd, u64 pc,
 	s->pcount = pc;
 }
 
+// The digest that publishes a filled slot (FNV-1a over its key's words;
+// src/bpf_charges.rs computes the same). Never 0, which means free.
+static __always_inline u32 slot_sum(u32 tid, u32 tgid, u32 kthread,
+                                    u64 tstart, u64 c0, u64 c1)
+{
+	u32 w[9] = { tid, tgid, kthread, (u32)tstart, (u32)(tstart >> 32),
+		     (u32)c0, (u32)(c0 >> 32), (u32)c1, (u32)(c1 >> 32) };
+	u32 h = 2166136261u;
+	for (int i = 0; i < 9; i++)
+		h = (h ^ w[i]) * 16777619u;
+	return h | 1;
+}
+
+// Charges `ns` to culprit `r` in victim `v`'s slots, or in `charges` once
+// they are full. Only the victim's own events charge it (a switch-in or
+// migration, both under its run queue's lock), so plain adds will do.
 static __always_inline void add_culprit(struct victim *v, u32 vtid,
                                         struct rec *r, u64 ns,
                                         struct cpu_state *me)
@@ -450,6 +490,28 @@ static __always_inline void add_culprit(struct victim *v, u32 vtid,
 	if (r->tid == 0 || r->woken) {
 		v->idle_ns += ns;
 		return;
+	}
+	u64 c0 = *(u64 *)r->comm, c1 = *(u64 *)(r->comm + 8);
+	for (int i = 0; i < NSLOT; i++) {
+		struct cslot *s = &v->slots[i];
+		if (!s->sum) { // slots fill in order: no match after a free one
+			s->ns = ns;
+			s->tstart = r->tstart;
+			*(u64 *)s->comm = c0;
+			*(u64 *)(s->comm + 8) = c1;
+			s->tid = r->tid;
+			s->tgid = r->tgid;
+			s->kthread = r->kthread;
+			asm volatile("" ::: "memory"); // the key before its digest
+			s->sum = slot_sum(r->tid, r->tgid, r->kthread, r->tstart,
+					  c0, c1);
+			return;
+		}
+		if (s->tid == r->tid && s->tstart == r->tstart &&
+		    *(u64 *)s->comm == c0 && *(u64 *)(s->comm + 8) == c1) {
+			s->ns += ns;
+			return;
+		}
 	}
 	struct charge_key k = { .victim = vtid, .tid = r->tid, .tstart = r->tstart };
 	__builtin_memcpy(k.comm, r->comm, 16);
@@ -790,7 +852,13 @@ static __always_inline void note_woken(struct task_struct *p, u32 tid,
 	cs->head = h + 1;
 }
 
-static __always_inline int on_wakeup(struct task_struct *p)
+// `fresh`: sched_wakeup_new, a thread that never ran. Its state is not
+// looked up (a new tid's `slots` line, cold, was ~160 ns of the ~310 this
+// program took, BENCHMARKS.md): the kernel has counted no wait of it yet
+// (pcount 0), so its first switch-in charges nothing and takes the
+// kernel's counters as its start (resync) whether or not it was queued
+// here. R6 still applies to it.
+static __always_inline int on_wakeup(struct task_struct *p, int fresh)
 {
 	struct cpu_state *me = this_cpu();
 	if (!me)
@@ -800,6 +868,8 @@ static __always_inline int on_wakeup(struct task_struct *p)
 		return 0;
 	u32 tid = p->pid;
 	note_woken(p, tid, me); // before this thread's own queue_on, as in R6
+	if (fresh)
+		return 0;
 	// R1: a wake-up of a thread running or queued changes nothing.
 	struct vstate *v = watched_state(tid);
 	if (!v || v->state == ST_RUNNING || v->state == ST_QUEUED)
@@ -815,13 +885,13 @@ static __always_inline int on_wakeup(struct task_struct *p)
 SEC("tp_btf/sched_wakeup")
 int handle_wakeup(u64 *ctx)
 {
-	return on_wakeup((void *)ctx[0]);
+	return on_wakeup((void *)ctx[0], 0);
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int handle_wakeup_new(u64 *ctx)
 {
-	return on_wakeup((void *)ctx[0]);
+	return on_wakeup((void *)ctx[0], 1);
 }
 
 // R3: a queued thread's stretch so far is charged on the CPU it leaves.

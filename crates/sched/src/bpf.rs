@@ -4,7 +4,7 @@
 //! interval. The charging rules live in the C program (mirroring
 //! [`crate::aggregate`]); this file only moves counters into the model.
 
-use crate::bpf_charges::{Charge, ChargeKey, ChargeTotals};
+use crate::bpf_charges::{CSlot, Charge, ChargeKey, ChargeTotals, NSLOT};
 pub use crate::bpf_info::ProgStats;
 use crate::bpf_ksym::RqPath;
 use crate::bpf_slots::{Slots, TID_LIMIT};
@@ -68,6 +68,8 @@ struct Victim {
     max_ns: u64,
     over_1ms: u64,
     over_10ms: u64,
+    /// Its first culprits' charges (the rest are in `charges`).
+    slots: [CSlot; NSLOT],
     buckets: [u64; BUCKETS],
 }
 
@@ -95,7 +97,7 @@ unsafe impl Pod for CpuState {}
 unsafe impl Pod for Victim {}
 unsafe impl Pod for VState {}
 
-const _: () = assert!(std::mem::size_of::<Victim>() == 64 + 8 * BUCKETS);
+const _: () = assert!(std::mem::size_of::<Victim>() == 64 + 48 * NSLOT + 8 * BUCKETS);
 const _: () = assert!(std::mem::size_of::<VState>() == 64);
 
 pub(crate) fn bpf_err(what: &str, e: impl std::error::Error) -> CollectError {
@@ -432,8 +434,10 @@ impl RouteImpl for BpfRoute {
     fn read(&mut self) -> Result<SchedSample> {
         let monotonic_ns = monotonic_ns();
         let mut threads = BTreeMap::new();
+        let mut slotted = Vec::new();
         for item in self.victims()?.iter() {
             let (tid, v) = item.map_err(|e| bpf_err("watched read", e))?;
+            slotted.extend(v.slots.iter().filter_map(|s| s.charge(tid)));
             threads.insert(
                 tid,
                 ThreadWaits {
@@ -452,6 +456,7 @@ impl RouteImpl for BpfRoute {
             .iter()
             .collect::<std::result::Result<_, _>>()
             .map_err(|e| bpf_err("charges read", e))?;
+        self.totals.fold_slots(&slotted, monotonic_ns);
         let idle = self.totals.fold(&entries, monotonic_ns);
         self.prune_charges(|k| idle.contains(k))?;
         for (tid, t) in threads.iter_mut() {

@@ -10,6 +10,10 @@
 //! that long is dropped from the victim's totals. Without it they grow
 //! with every pair that ever met (issue 29: 10,000 vCPU threads that wait
 //! behind each other grew serve's heap by 0.25 MB/s for as long as it ran).
+//!
+//! A victim's first few culprits are charged in slots inside the victim
+//! itself ([`CSlot`], no hash update on the program's hot path); those are
+//! never reset while it is watched, so they are folded as running totals.
 
 use aya::Pod;
 use std::collections::{BTreeMap, HashMap};
@@ -35,12 +39,75 @@ pub(crate) struct Charge {
     pub kthread: u32,
 }
 
+/// Culprit slots in each victim (NSLOT in bpf/wait_by.bpf.c).
+pub(crate) const NSLOT: usize = 4;
+
+/// One culprit's running total in a victim's own slots (`struct cslot`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CSlot {
+    pub ns: u64,
+    pub tstart: u64,
+    pub comm: [u8; 16],
+    pub tid: u32,
+    pub tgid: u32,
+    pub kthread: u32,
+    /// The key's digest, written after the key: 0 is a free slot.
+    pub sum: u32,
+}
+
 // SAFETY: plain C layouts of integers without padding.
 unsafe impl Pod for ChargeKey {}
 unsafe impl Pod for Charge {}
+unsafe impl Pod for CSlot {}
 
 const _: () = assert!(std::mem::size_of::<ChargeKey>() == 32);
 const _: () = assert!(std::mem::size_of::<Charge>() == 16);
+const _: () = assert!(std::mem::size_of::<CSlot>() == 48);
+
+impl CSlot {
+    /// The program's `slot_sum`: FNV-1a over the key's 32-bit words, never 0.
+    fn digest(&self) -> u32 {
+        let c0 = u64::from_le_bytes(self.comm[..8].try_into().expect("8 bytes"));
+        let c1 = u64::from_le_bytes(self.comm[8..].try_into().expect("8 bytes"));
+        let words = [
+            self.tid,
+            self.tgid,
+            self.kthread,
+            self.tstart as u32,
+            (self.tstart >> 32) as u32,
+            c0 as u32,
+            (c0 >> 32) as u32,
+            c1 as u32,
+            (c1 >> 32) as u32,
+        ];
+        let h = words
+            .iter()
+            .fold(2_166_136_261u32, |h, &w| (h ^ w).wrapping_mul(16_777_619));
+        h | 1
+    }
+
+    /// The charge this slot holds for `victim`, if it is published: a
+    /// free slot, or one whose copy raced its fill (digest off), is none
+    /// this time (its total is read whole at the next read).
+    pub(crate) fn charge(&self, victim: u32) -> Option<(ChargeKey, Charge)> {
+        if self.sum == 0 || self.sum != self.digest() {
+            return None;
+        }
+        let key = ChargeKey {
+            victim,
+            tid: self.tid,
+            tstart: self.tstart,
+            comm: self.comm,
+        };
+        let c = Charge {
+            ns: self.ns,
+            tgid: self.tgid,
+            kthread: self.kthread,
+        };
+        Some((key, c))
+    }
+}
 
 fn comm(b: &[u8; 16]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
@@ -60,6 +127,9 @@ struct Total {
 pub(crate) struct ChargeTotals {
     /// Each map entry's value at the previous read.
     seen: HashMap<ChargeKey, u64>,
+    /// Each victim slot's running total when last read (kept until its
+    /// victim is forgotten: a slot is never reset while watched).
+    slot_seen: HashMap<ChargeKey, u64>,
     totals: BTreeMap<u32, BTreeMap<Thread, Total>>,
     /// A culprit quiet this long leaves a victim's totals (None: never).
     pub retire_after: Option<u64>,
@@ -86,24 +156,45 @@ impl ChargeTotals {
                 _ => c.ns,
             };
             seen.insert(*k, c.ns);
-            let culprit = Thread {
-                tid: k.tid,
-                tgid: c.tgid,
-                comm: comm(&k.comm),
-                kthread: c.kthread != 0,
-            };
-            let t = self
-                .totals
-                .entry(k.victim)
-                .or_default()
-                .entry(culprit)
-                .or_insert(Total { ns: 0, grew_ns: 0 });
-            t.ns += grew;
-            t.grew_ns = now_ns;
+            self.add(k, c, grew, now_ns);
         }
         self.seen = seen;
         self.retire(now_ns);
         idle
+    }
+
+    /// Folds the published slots of the victims just read (before
+    /// [`Self::fold`], which retires): each adds what it grew since it was
+    /// last read. A slot missing from one read (its fill raced the copy)
+    /// keeps its last total, so the next read adds only what is new.
+    pub(crate) fn fold_slots(&mut self, entries: &[(ChargeKey, Charge)], now_ns: u64) {
+        for (k, c) in entries {
+            let grew = match self.slot_seen.insert(*k, c.ns) {
+                Some(p) if c.ns >= p => c.ns - p,
+                _ => c.ns,
+            };
+            if grew > 0 {
+                self.add(k, c, grew, now_ns);
+            }
+        }
+    }
+
+    /// Adds `grew` to the victim's total for the culprit `k`, `c` names.
+    fn add(&mut self, k: &ChargeKey, c: &Charge, grew: u64, now_ns: u64) {
+        let culprit = Thread {
+            tid: k.tid,
+            tgid: c.tgid,
+            comm: comm(&k.comm),
+            kthread: c.kthread != 0,
+        };
+        let t = self
+            .totals
+            .entry(k.victim)
+            .or_default()
+            .entry(culprit)
+            .or_insert(Total { ns: 0, grew_ns: 0 });
+        t.ns += grew;
+        t.grew_ns = now_ns;
     }
 
     /// Drops every culprit quiet for [`Self::retire_after`].
@@ -122,6 +213,7 @@ impl ChargeTotals {
             self.totals.remove(v);
         }
         self.seen.retain(|k, _| !victims.contains(&k.victim));
+        self.slot_seen.retain(|k, _| !victims.contains(&k.victim));
     }
 
     /// A victim's cumulative charges by culprit.
@@ -168,6 +260,63 @@ mod tests {
             .filter(|(c, _)| c.tid == tid && c.comm == name)
             .map(|(_, &ns)| ns)
             .sum()
+    }
+
+    fn slot(tid: u32, name: &str, ns: u64) -> CSlot {
+        let mut comm = [0u8; 16];
+        comm[..name.len()].copy_from_slice(name.as_bytes());
+        CSlot {
+            ns,
+            tstart: 0x1234_5678_9abc,
+            comm,
+            tid,
+            tgid: 4200,
+            kthread: 0,
+            sum: 0,
+        }
+    }
+
+    #[test]
+    fn a_slot_is_read_only_once_published_whole() {
+        let mut s = slot(4242, "CPU 0/KVM", 7);
+        assert!(s.charge(9).is_none(), "free (sum 0)");
+        // FNV-1a of the key's words, computed apart (python3, struct).
+        s.sum = 0xe5e2_3a8b;
+        let (k, c) = s.charge(9).expect("published");
+        assert_eq!(
+            (k.victim, k.tid, k.tstart, c.ns, c.tgid),
+            (9, 4242, 0x1234_5678_9abc, 7, 4200)
+        );
+        assert_eq!(&k.comm[..9], b"CPU 0/KVM");
+        // A copy that raced the fill: the digest seen, part of the key not.
+        let mut torn = s;
+        torn.tgid = 0;
+        assert!(torn.charge(9).is_none());
+        torn = s;
+        torn.comm[8] = 0;
+        assert!(torn.charge(9).is_none());
+    }
+
+    #[test]
+    fn slot_totals_add_what_grew_and_a_skipped_read_counts_once() {
+        let mut t = ChargeTotals::default();
+        let a = key(1, 10, 5, "burn");
+        t.fold_slots(&[(a, charge(100, 10))], 1);
+        t.fold_slots(&[(a, charge(250, 10))], 2);
+        assert_eq!(total(&t, 1, 10, "burn"), 250);
+        // Not seen in one read (torn), then seen again: only the growth.
+        t.fold_slots(&[], 3);
+        t.fold_slots(&[(a, charge(300, 10))], 4);
+        assert_eq!(total(&t, 1, 10, "burn"), 300);
+        // Slots and the map's spill add up for one victim.
+        let b = key(1, 11, 5, "spill");
+        t.fold_slots(&[(a, charge(300, 10))], 5);
+        t.fold(&[(b, charge(40, 11))], 5);
+        assert_eq!(total(&t, 1, 10, "burn") + total(&t, 1, 11, "spill"), 340);
+        // Watched anew after forget: its slots start from zero again.
+        t.forget(&[1]);
+        t.fold_slots(&[(a, charge(30, 10))], 6);
+        assert_eq!(total(&t, 1, 10, "burn"), 30);
     }
 
     #[test]

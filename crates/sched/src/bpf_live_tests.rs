@@ -76,25 +76,35 @@ fn seventy_thousand_threads_are_watched_and_rewatching_resets_none() {
     h2.join().unwrap();
 }
 
-// The charges map is emptied of pairs that stopped growing, while the
-// totals a sample reports keep them.
+// A victim's first culprits are charged in its own slots, the rest in the
+// charges map, and every one is reported; the map is emptied of pairs that
+// stopped growing, while the totals a sample reports keep them.
 #[test]
-fn idle_charges_leave_the_map_and_stay_in_the_totals() {
+fn culprits_past_the_slots_spill_and_idle_charges_leave_the_map() {
     let Some(mut r) = route() else { return };
     let stop = Arc::new(AtomicBool::new(false));
     let (victim, h1) = spinner(&stop);
-    let (hog, h2) = spinner(&stop);
+    // More hogs than a victim has slots: at least two spill to the map.
+    let hogs: Vec<(u32, std::thread::JoinHandle<()>)> = (0..crate::bpf_charges::NSLOT + 2)
+        .map(|_| spinner(&stop))
+        .collect();
     r.watch(&[victim]).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(800));
     let a = r.read().unwrap();
     let entries = r.charge_entries();
     stop.store(true, Ordering::Relaxed);
     h1.join().unwrap();
-    h2.join().unwrap();
+    let hogs: Vec<u32> = hogs
+        .into_iter()
+        .map(|(t, h)| {
+            h.join().unwrap();
+            t
+        })
+        .collect();
     // The victim has exited: nothing charges it any more.
     let _ = r.read().unwrap();
     let c = r.read().unwrap();
-    let hog_ns = |s: &stealscope_who::SchedSample| -> u64 {
+    let hog_ns = |s: &stealscope_who::SchedSample, hog: u32| -> u64 {
         s.threads[&victim]
             .by_thread
             .iter()
@@ -102,10 +112,19 @@ fn idle_charges_leave_the_map_and_stay_in_the_totals() {
             .map(|(_, &ns)| ns)
             .sum()
     };
-    assert!(entries > 0);
+    assert!(entries > 0, "some culprits spilled to the map");
     assert_eq!(r.charge_entries(), 0, "idle pairs pruned (had {entries})");
-    assert!(hog_ns(&a) > 0);
-    assert!(hog_ns(&c) >= hog_ns(&a), "totals kept after the prune");
+    for &hog in &hogs {
+        assert!(
+            hog_ns(&a, hog) > 0,
+            "hog {hog} charged: {:?}",
+            a.threads[&victim]
+        );
+        assert!(
+            hog_ns(&c, hog) >= hog_ns(&a, hog),
+            "totals kept after the prune"
+        );
+    }
 }
 
 // A culprit that execs is named by its new comm from then on: the same
