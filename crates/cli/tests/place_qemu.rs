@@ -128,7 +128,7 @@ fn place_on_real_qemu_vms() {
         // small test VMs off the node.
         // The whole plan (never_worse off): this test drives every
         // actuator; which part of a plan is offered is place_safe's test.
-        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nshared_group = \"{SHARED}\"\n{NO_MARGIN}{WHOLE_PLAN}"),
+        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nfairness = \"shared-group\"\nshared_group = \"{SHARED}\"\n{NO_MARGIN}{WHOLE_PLAN}"),
     )
     .unwrap();
 
@@ -139,7 +139,7 @@ fn place_on_real_qemu_vms() {
     std::fs::write(
         &pinned_cfg,
         format!(
-            "manage = [\"{ded_name}\", \"{shr_name}\"]\nshared_group = \"{SHARED}\"\nvcpu_mapping = \"pinned\"\n{NO_MARGIN}{WHOLE_PLAN}"
+            "manage = [\"{ded_name}\", \"{shr_name}\"]\nfairness = \"shared-group\"\nshared_group = \"{SHARED}\"\nvcpu_mapping = \"pinned\"\n{NO_MARGIN}{WHOLE_PLAN}"
         ),
     )
     .unwrap();
@@ -477,7 +477,7 @@ fn place_on_real_qemu_vms() {
         // small test VMs off the node.
         // The whole plan (never_worse off): this test drives every
         // actuator; which part of a plan is offered is place_safe's test.
-        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nshared_group = \"{SHARED}\"\n{NO_MARGIN}{WHOLE_PLAN}"),
+        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\ndedicated = [\"{ded_name}\"]\nfairness = \"shared-group\"\nshared_group = \"{SHARED}\"\n{NO_MARGIN}{WHOLE_PLAN}"),
     )
     .unwrap();
     for p in pids {

@@ -24,16 +24,26 @@ pub enum ConfigError {
 #[serde(rename_all = "kebab-case")]
 pub enum Fairness {
     /// Every shared VM's process joins one cpu group (`shared_group`), so the
-    /// scheduler weighs vCPU threads, not VMs. The default: fairest between
-    /// the vCPUs of VMs of unequal size on contended CPUs (the walk-through
-    /// host, the talk's), though in the simulated fleet it moved idle steal
-    /// from a few large VMs onto many small ones (BENCHMARKS.md, issue 27).
+    /// scheduler weighs vCPU threads, not VMs. Fair between the vCPUs of VMs
+    /// of unequal size on contended CPUs (the walk-through host, the
+    /// talk's), but in the simulated fleet it moved idle steal from a few
+    /// large VMs onto many small ones (BENCHMARKS.md, issue 27).
     SharedGroup,
     /// Each VM keeps its own group, weighted by its vCPU count.
     Weights,
+    /// Each VM keeps its own group; weighted by its vCPU count only while
+    /// its node's pool is overcommitted (see `diff::WEIGH_ABOVE`), back to
+    /// the default weight when the pool has room again. Overcommitted, the
+    /// steal is busy steal and groups of equal weight would give a 2-vCPU
+    /// VM's vCPUs half of what a 1-vCPU VM's gets (the walk-through host);
+    /// with room, the steal is the balancer's idle steal, and per-VM groups
+    /// left alone kept the simulated fleet's VM steal tail lowest
+    /// (BENCHMARKS.md, issue 27). The default.
+    Auto,
     /// Leave CPU weights and groups alone (libvirt's per-VM groups kept):
     /// in the simulated fleet the VM steal tail is lower this way (VM steal
-    /// p90 0.57 % against 1.30 %; BENCHMARKS.md, issue 27).
+    /// p90 0.57 % against 1.30 %; BENCHMARKS.md, issue 27), but the
+    /// walk-through host's vCPUs end 11.8 pp apart.
     None,
 }
 
@@ -108,7 +118,7 @@ impl Default for Config {
             manage: Vec::new(),
             dedicated: Vec::new(),
             housekeeping_cpus: String::new(),
-            fairness: Fairness::SharedGroup,
+            fairness: Fairness::Auto,
             shared_group: "/stealscope.shared".into(),
             vcpu_mapping: VcpuMapping::Pool,
             pin_above: 1.0,

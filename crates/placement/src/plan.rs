@@ -131,7 +131,7 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
     crate::spill::spill(&mut out.vms, host, &nodes);
     crate::mapping::map_pools(&mut out.vms, host, &nodes, cfg);
     out.vms.sort_by_key(|p| p.pid);
-    let (actions, warnings) = crate::diff::actions(host, cfg, &out.vms);
+    let (actions, warnings) = crate::diff::actions(host, cfg, &out.vms, &out.node_pressure);
     out.actions = actions;
     out.warnings.extend(warnings);
     out

@@ -270,7 +270,7 @@ fn fairness_shared_group_and_weights() {
     h.vms.push(vm(1, 2, 1.0, GIB, 0, &all));
     h.vms.push(vm(2, 1, 1.0, GIB, 0, &all));
     h.vms.push(vm(3, 1, 1.0, GIB, 0, &all));
-    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let p = plan(&h, &shared_group(), &History::default(), 0.0);
     let joins = p
         .actions
         .iter()
@@ -301,6 +301,64 @@ fn fairness_shared_group_and_weights() {
         .collect();
     // vm1 has 2 vCPUs: 2048; the others already have 1024: no action.
     assert_eq!(w, BTreeMap::from([(1, 2048)]));
+}
+
+fn shared_group() -> Config {
+    Config {
+        fairness: Fairness::SharedGroup,
+        ..cfg()
+    }
+}
+
+fn weights_of(p: &stealscope_placement::Plan) -> BTreeMap<u32, u64> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CpuWeight { pid, value, .. } => Some((*pid, *value)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The default (`auto`): per-VM groups left alone while the pool has room,
+/// weighed by vCPUs while it is overcommitted by half, and the weight this
+/// rule set given back once the pool has room again.
+#[test]
+fn auto_fairness_weighs_only_overcommitted_pools() {
+    assert_eq!(cfg().fairness, Fairness::Auto);
+    let all: Vec<u32> = (0..2).collect();
+    let with = |util: f64, weight: u64| {
+        let mut h = host(1, 2, false, 64 * GIB, 0.8);
+        h.vms.push(vm(1, 2, util, GIB, 0, &all));
+        h.vms.push(vm(2, 1, util, GIB, 0, &all));
+        h.vms.push(vm(3, 1, util, GIB, 0, &all));
+        h.vms[0].cpu_weight = Some(weight);
+        h
+    };
+    let joins = |p: &stealscope_placement::Plan| {
+        p.actions
+            .iter()
+            .filter(|a| matches!(a, Action::JoinGroup { .. }))
+            .count()
+    };
+    // 4 busy vCPUs on 2 CPUs (2.0 per CPU): vm1's 2 vCPUs weigh 2048.
+    let p = plan(&with(1.0, 1024), &cfg(), &History::default(), 0.0);
+    assert_eq!(weights_of(&p), BTreeMap::from([(1, 2048)]));
+    assert_eq!(joins(&p), 0, "no shared group");
+    // 1.2 CPUs of demand on 2: left alone.
+    let p = plan(&with(0.3, 1024), &cfg(), &History::default(), 0.0);
+    assert!(weights_of(&p).is_empty(), "{:?}", p.actions);
+    // Weighed earlier, now with room: back to the default weight...
+    let p = plan(&with(0.3, 2048), &cfg(), &History::default(), 0.0);
+    assert_eq!(weights_of(&p), BTreeMap::from([(1, 1024)]));
+    // ...but a weight the operator set otherwise stays.
+    let p = plan(&with(0.3, 3000), &cfg(), &History::default(), 0.0);
+    assert!(weights_of(&p).is_empty(), "{:?}", p.actions);
+    // Between the two thresholds (1.4 per CPU): as it is, either way.
+    for w in [1024, 2048] {
+        let p = plan(&with(0.7, w), &cfg(), &History::default(), 0.0);
+        assert!(weights_of(&p).is_empty(), "{w}: {:?}", p.actions);
+    }
 }
 
 #[test]
@@ -751,7 +809,7 @@ fn host_work_pinned_to_a_cpu_keeps_that_cpu_light_and_is_never_starved() {
     ] {
         let c = Config {
             vcpu_mapping: mapping,
-            ..cfg()
+            ..shared_group()
         };
         let p = plan(&h, &c, &History::default(), 0.0);
         let m = per_cpu(&h, &p).expect("an overcommitted pool of busy vCPUs is pinned");
@@ -771,9 +829,23 @@ fn host_work_pinned_to_a_cpu_keeps_that_cpu_light_and_is_never_starved() {
         assert_no_starving_weight(&h, &p);
     }
     // Left to the balancer (the default), nothing is pinned beside it either.
-    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let p = plan(&h, &shared_group(), &History::default(), 0.0);
     assert!(per_cpu(&h, &p).is_none());
     assert_no_starving_weight(&h, &p);
+    // The default fairness (`auto`, the pool at 2.0 per CPU with the loop):
+    // each VM's group weighs at most a thread per vCPU, so on any CPU a VM's
+    // group weighs no more than its threads there would at top level.
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    assert!(per_cpu(&h, &p).is_none());
+    for (pid, w) in weights_of(&p) {
+        let vcpus = h.vms.iter().find(|v| v.pid == pid).unwrap().vcpus.len() as u64;
+        assert!(w <= 1024 * vcpus, "vm{pid}: weight {w} for {vcpus} vCPU(s)");
+    }
+    assert_eq!(
+        weights_of(&p).get(&1),
+        Some(&2048),
+        "web weighs as its 2 vCPUs"
+    );
 }
 
 /// The shared group's weight on each CPU (its weight x its demand there /

@@ -156,7 +156,14 @@ impl Policy {
         };
         self.actions += n;
         self.placement_changes += moved;
-        self.idle_until_change = n == 0;
+        // Idle until the host changes only once every vCPU was measured: a
+        // VM that arrived since the last pass had no demand yet and got no
+        // action, and would otherwise wait, unplaced, for the next arrival.
+        let measured = input
+            .vms
+            .iter()
+            .all(|v| v.vcpus.iter().all(|(_, t)| t.util.is_some()));
+        self.idle_until_change = n == 0 && measured;
         n
     }
 
