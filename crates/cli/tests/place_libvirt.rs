@@ -168,7 +168,7 @@ fn place_on_a_real_libvirt_domain() {
     std::fs::write(
         &cfg,
         format!(
-            "manage = [\"{dom}\"]\nhousekeeping_cpus = \"{}\"\n{WHOLE_PLAN}",
+            "manage = [\"{dom}\"]\nhousekeeping_cpus = \"{}\"\nfairness = \"weights\"\n{WHOLE_PLAN}",
             online[0]
         ),
     )

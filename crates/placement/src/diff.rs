@@ -67,7 +67,12 @@ pub fn actions(
             continue;
         };
         if p.class == Class::Shared {
-            let pool = p.node.and_then(|n| pressure.get(&n).copied());
+            // A VM that spans nodes shares every node's pool: the most
+            // loaded one decides.
+            let pool = match p.node {
+                Some(n) => pressure.get(&n).copied(),
+                None => pressure.values().copied().reduce(f64::max),
+            };
             let joined = fairness(vm, cfg, (&shared_group, &own), pool, &mut out);
             if joined {
                 shared_vcpus += vm.vcpus.len();

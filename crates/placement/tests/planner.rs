@@ -361,6 +361,24 @@ fn auto_fairness_weighs_only_overcommitted_pools() {
     }
 }
 
+/// place_libvirt's host: CPU 0 for housekeeping, a busy 2-vCPU VM on the
+/// one pool CPU left. No single node fits it (it spans), and the pool it
+/// spans is overcommitted (2.0 per CPU): auto weighs it as it would a VM
+/// on one node.
+#[test]
+fn auto_fairness_weighs_a_vm_that_spans_an_overcommitted_pool() {
+    let mut h = host(1, 2, false, 64 * GIB, 0.8);
+    let all = h.topology.cpus.clone();
+    h.vms.push(vm(1, 2, 1.0, GIB, 0, &all));
+    h.vms[0].cpu_weight = Some(1024);
+    let c = Config {
+        housekeeping_cpus: "0".into(),
+        ..cfg()
+    };
+    let p = plan(&h, &c, &History::default(), 0.0);
+    assert_eq!(weights_of(&p), BTreeMap::from([(1, 2048)]), "{:?}", p.actions);
+}
+
 #[test]
 fn conflicts_refuse_unless_overridden() {
     let mut h = host(2, 2, false, 8 * GIB, 0.5);
