@@ -340,8 +340,12 @@ impl GuestSteal {
     /// episode seen before it is in them, one seen after is not.
     pub fn read_into(&mut self, out: Option<&mut Vec<StealEpisode>>) -> Result<GuestStealSample> {
         let t = monotonic_ns();
-        let cpus = self.read_cpus()?;
+        // Tasks first: steal charged between the two reads (a reader
+        // preempted for milliseconds under load) is then in the CPUs'
+        // totals and not yet in a task's, so a task's steal never exceeds
+        // its CPU's within a sample or between two.
         let tasks = self.read_tasks()?;
+        let cpus = self.read_cpus()?;
         self.drain_into(out);
         Ok(GuestStealSample {
             monotonic_ns: t,
