@@ -342,8 +342,10 @@ impl GuestSteal {
         let t = monotonic_ns();
         // Tasks first: steal charged between the two reads (a reader
         // preempted for milliseconds under load) is then in the CPUs'
-        // totals and not yet in a task's, so a task's steal never exceeds
-        // its CPU's within a sample or between two.
+        // totals and not yet in a task's, so within a sample a task's
+        // steal never exceeds its CPU's. Between two samples the first's
+        // gap can still move a task's difference over its CPU's by what
+        // accrued while it was read.
         let tasks = self.read_tasks()?;
         let cpus = self.read_cpus()?;
         self.drain_into(out);
