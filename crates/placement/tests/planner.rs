@@ -376,7 +376,12 @@ fn auto_fairness_weighs_a_vm_that_spans_an_overcommitted_pool() {
         ..cfg()
     };
     let p = plan(&h, &c, &History::default(), 0.0);
-    assert_eq!(weights_of(&p), BTreeMap::from([(1, 2048)]), "{:?}", p.actions);
+    assert_eq!(
+        weights_of(&p),
+        BTreeMap::from([(1, 2048)]),
+        "{:?}",
+        p.actions
+    );
 }
 
 #[test]
