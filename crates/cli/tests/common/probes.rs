@@ -81,14 +81,27 @@ pub fn rt_probe_threads(pid: Option<u32>) -> Vec<String> {
 }
 
 pub fn trace_instances() -> Vec<String> {
-    std::fs::read_dir("/sys/kernel/tracing/instances")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("stealscope-probe-"))
-                .collect()
-        })
-        .unwrap_or_default()
+    // Where the probe finds tracefs: its own mount point, or debugfs'
+    // automount when only that is there (a machine where something
+    // unmounted /sys/kernel/tracing: the probe then used the other).
+    [
+        "/sys/kernel/tracing/instances",
+        "/sys/kernel/debug/tracing/instances",
+    ]
+    .iter()
+    .flat_map(|dir| {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("stealscope-probe-"))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    })
+    .collect::<std::collections::BTreeSet<_>>()
+    .into_iter()
+    .collect()
 }
 
 pub fn tracefs_mounted() -> bool {
