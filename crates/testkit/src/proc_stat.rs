@@ -20,6 +20,26 @@ pub fn steal_now() -> BTreeMap<u32, u64> {
     steal_of(&std::fs::read_to_string("/proc/stat").expect("/proc/stat"))
 }
 
+/// Time all CPUs spent running anything (user, nice, system, irq and
+/// softirq of the aggregate `cpu` line), in /proc/stat units: with the
+/// run time of the tasks a test watches, it tells how much CPU others took.
+pub fn busy_of(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq
+    Some([0, 1, 2, 5, 6].iter().filter_map(|&i| f.get(i)).sum())
+}
+
+/// [`busy_of`] read from /proc/stat now, in ns.
+pub fn busy_ns_now() -> u64 {
+    let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    busy_of(&text).expect("/proc/stat: no aggregate cpu line") * unit_ns()
+}
+
 /// One /proc/stat unit in ns.
 pub fn unit_ns() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -34,5 +54,7 @@ mod tests {
         let t = "cpu  1 2 3 4 5 6 7 99 0 0\ncpu0 1 2 3 4 5 6 7 40 0 0\ncpu1 1 2 3 4 5 6 7 59 0 0\nintr 5\n";
         let s = super::steal_of(t);
         assert_eq!(s.into_iter().collect::<Vec<_>>(), vec![(0, 40), (1, 59)]);
+        // user + nice + system + irq + softirq of the aggregate line.
+        assert_eq!(super::busy_of(t), Some(1 + 2 + 3 + 6 + 7));
     }
 }
