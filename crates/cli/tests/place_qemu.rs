@@ -427,7 +427,9 @@ fn place_on_real_qemu_vms() {
     std::fs::write(format!("{own}/cgroup.procs"), shr.to_string()).unwrap();
     std::fs::write(
         &cfg,
-        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\nfairness = \"weights\"\n"),
+        // The whole plan: on a busy host the prediction may leave the
+        // weight out, and this step needs it in the plan.
+        format!("manage = [\"{ded_name}\", \"{shr_name}\"]\nfairness = \"weights\"\n{WHOLE_PLAN}"),
     )
     .unwrap();
     let plan = json(&place(
