@@ -13,9 +13,20 @@ if ! cargo deb --version >/dev/null 2>&1; then
   cargo install cargo-deb --locked --quiet --version '^3.8' >&2
 fi
 
-echo "== release build" >&2
-cargo build --release --locked -p stealscope --bin stealscope >&2
 bin=target/release/stealscope
+if [[ ${1:-} == --from-debug ]]; then
+  # CI (scripts/test.sh): the package's files, scripts, units, man pages and
+  # serve answering are what is tested there, not the optimizer, so the
+  # binary the test build already made is packaged (without its line tables,
+  # which a release build does not have) instead of a second build of the
+  # whole tree.
+  echo "== the test build's binary, stripped (--from-debug)" >&2
+  mkdir -p target/release
+  objcopy --strip-debug target/debug/stealscope "$bin"
+else
+  echo "== release build" >&2
+  cargo build --release --locked -p stealscope --bin stealscope >&2
+fi
 
 echo "== man pages and completions" >&2
 gen=target/release/package

@@ -3,6 +3,8 @@
 # then checks formatting, lints and runs every test. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase says when it starts, so that a slow suite says where it went.
+phase() { echo "== $* [$(date -u +%T), ${SECONDS} s in]"; }
 
 need_apt=()
 for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter \
@@ -13,68 +15,72 @@ for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-export
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
-  echo "== installing ${need_apt[*]}"
+  phase "installing ${need_apt[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
 # A CI build starts from a clean clone: incremental compilation only adds
-# its caches' cost there. And CI builds the package's binary at opt-level 1,
-# not the release profile's 3: it tests the package (its files, maintainer
-# scripts, units, man pages, serve answering), not the optimizer, and the
-# third level cost the suite's budget most of a minute on two CPUs.
-# scripts/package.sh run by hand builds what ships, at opt-level 3.
+# its caches' cost there.
 if [[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]]; then
-  export CARGO_INCREMENTAL=0 CARGO_PROFILE_RELEASE_OPT_LEVEL=1
+  export CARGO_INCREMENTAL=0
 fi
 
-echo "== Debian package, in the background: build (scripts/package.sh), then install"
-echo "   on a clean root (scripts/test-package.sh); done before any test runs"
-# Built beside the debug build, and done before any test runs, so that no
-# timed test shares the machine with it. (The two builds share two CPUs:
-# the phase is bound by their total work, 435 s either way on 2026-12-06.)
+phase "the package test's clean root, in the background (scripts/test-package.sh)"
+# It waits on the network and the disk rather than the CPUs.
 mkdir -p target
 # A session of its own, so that a failure below stops the whole of it.
-setsid bash -euo pipefail -c '
-  scripts/test-package.sh --prepare-root
-  deb=$(scripts/package.sh | tail -n 1)
-  scripts/test-package.sh "$deb"
-' >target/package.log 2>&1 &
-package=$!
-trap 'kill -- -"$package" 2>/dev/null || true' EXIT
+setsid scripts/test-package.sh --prepare-root >target/package.log 2>&1 &
+root=$!
+trap 'kill -- -"$root" 2>/dev/null || true' EXIT
 
-echo "== guest kernel and initramfs for the QEMU tests"
+phase "guest kernel and initramfs for the QEMU tests"
 testenv/setup.sh
 
-echo "== fixtures: regenerate with fixtures/gen, fail on drift"
+phase "fixtures: regenerate with fixtures/gen, fail on drift"
 python3 fixtures/gen/gen_fixtures.py --check
 python3 fixtures/gen/check_fixtures.py >/dev/null
-echo "== BPF object rebuilt from source gives the committed bytes"
+phase "BPF object rebuilt from source gives the committed bytes"
 scripts/build-bpf.sh --check
 
-echo "== module cycles"
+phase "module cycles"
 python3 scripts/check-module-cycles.py
-echo "== commit messages since the baseline"
+phase "commit messages since the baseline"
 scripts/check-commits.sh
-echo "== cargo fmt"
+phase "cargo fmt"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+phase "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "== cargo test"
+phase "test build (cargo test --no-run)"
 # Each test that skips (a part missing here) appends "<test>: <why>" to the
 # skip log (crates/testkit); under CI a skip is already a failure.
 export STEALSCOPE_SKIP_LOG="$PWD/target/skipped.log"
 rm -f "$STEALSCOPE_SKIP_LOG"
 cargo test --workspace --no-run --quiet
-echo "== Debian package (started at the beginning)"
-if ! wait "$package"; then
+phase "Debian package: built (scripts/package.sh), installed on a clean root"
+echo "   (scripts/test-package.sh), before any test runs"
+# Under CI the package holds the test build's binary (package.sh
+# --from-debug): CI tests the package's files, maintainer scripts, units,
+# man pages and serve answering, not the optimizer, and a second build of
+# the whole tree at release settings cost the suite minutes on two CPUs.
+# scripts/package.sh run by hand builds what ships, at opt-level 3.
+from=()
+[[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]] && from=(--from-debug)
+if ! wait "$root" || ! {
+  deb=$(scripts/package.sh "${from[@]}" 2>>target/package.log | tail -n 1) &&
+    scripts/test-package.sh "$deb" >>target/package.log 2>&1
+}; then
   cat target/package.log
   echo "test.sh: the package build or its test failed (target/package.log)" >&2
   exit 1
 fi
 grep -E '^(==|   )' target/package.log
+phase "cargo test"
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test.log
-echo "== tests skipped at run time, and ignored ones"
+phase "the slowest test binaries"
+grep -E '^ +Running |finished in ' target/test.log |
+  paste - - | awk '{print $NF, $2}' | sort -rn | head -12
+phase "tests skipped at run time, and ignored ones"
 skipped=0
 [[ -f $STEALSCOPE_SKIP_LOG ]] && skipped=$(wc -l <"$STEALSCOPE_SKIP_LOG")
 echo "$skipped test(s) skipped:"
