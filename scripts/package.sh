@@ -58,4 +58,7 @@ echo "== cargo deb" >&2
 # --no-build: the binary above (with its commit in --version) is packaged.
 deb=$(cargo deb -p stealscope --no-build --locked --output target/debian 2>&2 | tail -n 1)
 [ -f "$deb" ] || { echo "package.sh: cargo deb did not report a .deb ($deb)" >&2; exit 1; }
+# Not left where a release build's binary belongs: cargo could take the
+# newer file for its own output and never build the release one.
+[[ ${1:-} == --from-debug ]] && rm -f "$bin"
 realpath "$deb"
