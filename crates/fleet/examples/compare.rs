@@ -7,6 +7,7 @@
 //!
 //! PREFIX=1 also prints what each move of the last gain plan and of the
 //! DRS-like rule removed, and the hot and fix-locally hosts' steal;
+//! AT_DRS=1 adds the gain plan cut one move short of the DRS-like rule's;
 //! DIFF=1 each host's busy steal after the per-host and first gain plan.
 
 use rayon::prelude::*;
@@ -162,6 +163,14 @@ fn main() {
         prefixes(&f, live, &truth, &before, &plans[plans.len() - 1].1);
     }
     plans.push(("drs-like".into(), drs_like(&f, 0.05, 10_000), false));
+    if std::env::var("AT_DRS").is_ok() {
+        // The gain planner cut one move short of the DRS-like rule's count.
+        let o = PlanOptions {
+            max_moves: plans[plans.len() - 1].1.moves.len().saturating_sub(1),
+            ..opts(Planner::Gain, 0.01)
+        };
+        plans.push(("gain, DRS-1".into(), plan(&f, &o), true));
+    }
     if std::env::var("PREFIX").is_ok() {
         prefixes(&f, live, &truth, &before, &plans[plans.len() - 1].1);
         hot_and_local(&f, live);
