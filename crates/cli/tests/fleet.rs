@@ -305,8 +305,10 @@ fn one_seed(n: u32, seed: u64) {
     // STEALSCOPE_FLEET_PLAN_ARGS: more `fleet plan` flags, to measure
     // another planner on the same fleet.
     let extra = env_or("STEALSCOPE_FLEET_PLAN_ARGS", "");
-    let mut args = vec!["--max-moves", "500"];
-    args.extend(extra.split_whitespace());
+    let mut args: Vec<&str> = extra.split_whitespace().collect();
+    if !args.contains(&"--max-moves") {
+        args.extend(["--max-moves", "500"]);
+    }
     let plan = plan_json(&b.url, b.end, &args);
     // The silent host is named, not planned for.
     let unseen = plan["not_seen"].to_string();
