@@ -6,9 +6,10 @@
 //!
 //! The estimate: busy steal is the vCPU wait idle CPUs cannot absorb, so at
 //! each step of the history a host's busy steal is about its demand
-//! ([`crate::want`]) over its CPUs. A VM leaving removes the part of that
-//! excess it carried; arriving, it adds its demand over the destination's
-//! CPUs less headroom. On a host, among VMs within 5 % of the best, a named
+//! ([`crate::want`]) over its CPUs; the excess is counted over its CPUs
+//! less headroom, so that a source is left with room. A VM leaving removes
+//! the part of that excess it carried; arriving, it adds its demand over
+//! the destination's CPUs less headroom. On a host, among VMs within 5 % of the best, a named
 //! culprit goes first (the thief moves, not its victims), else the
 //! smallest (less to copy, less added where it lands).
 
@@ -59,8 +60,8 @@ const NEAR: f64 = 0.95;
 
 /// A source's excess is counted over its CPUs less headroom, as a
 /// destination's is: counted over all its CPUs (its busy steal), a source
-/// was left at its CPUs, its VMs still queueing, and 24 % more VMs stayed
-/// over 10 % steal at 200 hosts (BENCHMARKS.md, issue 31).
+/// was left at its CPUs, its VMs still queueing, and more VMs stayed over
+/// 10 % steal at 200 hosts (110-138 against 98-100; BENCHMARKS.md, issue 31).
 fn cap(loads: &[Load], hi: usize) -> f64 {
     loads[hi].limit
 }
