@@ -109,7 +109,11 @@ fn main() {
     let gain = std::env::args().nth(4).is_some_and(|a| a == "gain");
     let o = PlanOptions {
         max_moves: usize::MAX,
-        planner: if gain { Planner::Gain } else { Planner::PerHost },
+        planner: if gain {
+            Planner::Gain
+        } else {
+            Planner::PerHost
+        },
         ..PlanOptions::default()
     };
     let (cpu0, _) = usage();
