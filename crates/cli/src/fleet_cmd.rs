@@ -6,7 +6,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use std::time::{Duration, Instant};
 use stealscope_fleet::prom::Prom;
 use stealscope_fleet::render::{self, Target};
-use stealscope_fleet::{plan, predict, read, status, PlanOptions, ReadOptions};
+use stealscope_fleet::{plan, predict, read, status, PlanOptions, Planner, ReadOptions};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -41,6 +41,15 @@ pub struct Source {
     pub json: bool,
 }
 
+/// How `fleet plan` chooses its moves (stealscope_fleet::Planner).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlannerArg {
+    /// Host by host, worst first, until each is under its limit
+    PerHost,
+    /// Across all hot hosts, the move that removes most busy steal first
+    Gain,
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommandsArg {
     Virsh,
@@ -63,6 +72,13 @@ pub enum FleetCmd {
         /// Keep this share of a host's CPUs free of runnable demand, percent
         #[arg(long, default_value_t = 10.0)]
         headroom: f64,
+        /// How moves are chosen
+        #[arg(long, value_enum, default_value = "per-host")]
+        planner: PlannerArg,
+        /// Gain-ranked: stop when the next move would remove less busy
+        /// steal than this share of its host's vCPU time, percent
+        #[arg(long, default_value_t = 1.0)]
+        min_gain: f64,
         /// Print only the commands for one tool (stealscope runs none)
         #[arg(long, value_enum)]
         commands: Option<CommandsArg>,
@@ -105,12 +121,19 @@ pub fn run(a: &FleetArgs) -> Result<(), Error> {
             max_moves,
             threshold,
             headroom,
+            planner,
+            min_gain,
             commands,
         } => {
             let o = PlanOptions {
                 threshold: percent("threshold", *threshold)?,
                 headroom: percent("headroom", *headroom)?,
                 max_moves: *max_moves,
+                planner: match planner {
+                    PlannerArg::PerHost => Planner::PerHost,
+                    PlannerArg::Gain => Planner::Gain,
+                },
+                min_gain: percent("min-gain", *min_gain)?,
                 ..PlanOptions::default()
             };
             let (prom, fleet) = open(src)?;

@@ -6,7 +6,8 @@
 //! Also the anchors' rules on the same fleet (reported), and bad input.
 //!
 //! STEALSCOPE_FLEET_HOSTS (default 24) and STEALSCOPE_FLEET_SEEDS (default
-//! "1") size it; BENCHMARKS.md has the 200-host, 3-seed run.
+//! "1") size it, STEALSCOPE_FLEET_PLAN_ARGS adds `fleet plan` flags;
+//! BENCHMARKS.md has the 200-host, 3-seed run.
 
 mod common;
 
@@ -301,7 +302,14 @@ fn one_seed(n: u32, seed: u64) {
     let silent = vec![hosts.len() - 1];
     let live: Vec<SynthHost> = hosts[..hosts.len() - 1].to_vec();
     let b = backfill(&hosts, silent, |_| true);
-    let plan = plan_json(&b.url, b.end, &["--max-moves", "500"]);
+    // STEALSCOPE_FLEET_PLAN_ARGS: more `fleet plan` flags, to measure
+    // another planner on the same fleet.
+    let extra = env_or("STEALSCOPE_FLEET_PLAN_ARGS", "");
+    let mut args: Vec<&str> = extra.split_whitespace().collect();
+    if !args.contains(&"--max-moves") {
+        args.extend(["--max-moves", "500"]);
+    }
+    let plan = plan_json(&b.url, b.end, &args);
     // The silent host is named, not planned for.
     let unseen = plan["not_seen"].to_string();
     assert!(

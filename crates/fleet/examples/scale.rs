@@ -5,13 +5,13 @@
 //! plan and prediction's wall and CPU time and the peak RSS are printed.
 //! BENCHMARKS.md "Issue 31" has the runs.
 //!
-//! cargo run --release -p stealscope-fleet --example scale -- HOSTS CPUS STEPS
+//! cargo run --release -p stealscope-fleet --example scale -- HOSTS CPUS STEPS [gain]
 
 use rayon::prelude::*;
 use std::time::Instant;
 use stealscope_fleet::model::{Fleet, FleetFigures, Host, HostKey, NodeMem, Vm};
 use stealscope_fleet::want::want;
-use stealscope_fleet::{plan, predict, PlanOptions};
+use stealscope_fleet::{plan, predict, PlanOptions, Planner};
 use stealscope_sim::measured::{run_steps_for, summarize, HostRun};
 use stealscope_sim::openmetrics::{synthetic_sized, SynthHost};
 
@@ -106,8 +106,14 @@ fn main() {
         "{n} hosts of {cpus} CPUs, {vms} VMs, {steps} steps: fleet built in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+    let gain = std::env::args().nth(4).is_some_and(|a| a == "gain");
     let o = PlanOptions {
         max_moves: usize::MAX,
+        planner: if gain {
+            Planner::Gain
+        } else {
+            Planner::PerHost
+        },
         ..PlanOptions::default()
     };
     let (cpu0, _) = usage();

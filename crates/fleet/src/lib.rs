@@ -11,6 +11,7 @@
 pub mod anchors;
 pub mod commands;
 pub mod error;
+pub mod gain;
 pub mod model;
 pub mod plan;
 pub mod predict;
@@ -22,5 +23,5 @@ pub mod want;
 
 pub use error::FleetError;
 pub use model::{Fleet, FleetFigures, Host, Unseen, Vm};
-pub use plan::{plan, Plan, PlanOptions};
+pub use plan::{plan, Plan, PlanOptions, Planner};
 pub use read::{read, ReadOptions};

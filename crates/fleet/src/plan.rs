@@ -14,7 +14,9 @@
 //! to the least loaded host where its demand history added to the host's
 //! stays under that host's limit and one NUMA node has free memory for all
 //! of it; hosts with busy steal of their own, or idle steal over the
-//! threshold, take none. At most `max_moves`.
+//! threshold, take none. At most `max_moves`. With `Planner::Gain` the
+//! moves are chosen across hosts by the busy steal each removes instead
+//! ([`crate::gain`]); the same hosts are hot and the same take VMs.
 
 use crate::model::{quantile, Fleet, Host, Vm};
 use serde::Serialize;
@@ -28,6 +30,21 @@ pub struct PlanOptions {
     /// Which quantile of the per-step demand counts as the host's.
     pub demand_quantile: f64,
     pub max_moves: usize,
+    /// How moves are chosen.
+    pub planner: Planner,
+    /// The gain-ranked planner stops when the next move would remove less
+    /// busy steal than this share of its host's vCPU time (0.01 = 1 pp).
+    pub min_gain: f64,
+}
+
+/// How the moves are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planner {
+    /// Host by host, worst first, until each is under its limit.
+    PerHost,
+    /// One move at a time across all hot hosts, the one that removes the
+    /// most busy steal first ([`crate::gain`]).
+    Gain,
 }
 
 impl Default for PlanOptions {
@@ -37,6 +54,8 @@ impl Default for PlanOptions {
             headroom: 0.1,
             demand_quantile: 0.95,
             max_moves: 20,
+            planner: Planner::PerHost,
+            min_gain: 0.01,
         }
     }
 }
@@ -53,6 +72,8 @@ pub enum Why {
     LargestCulprit { share: f64 },
     /// The largest VM: one step of several.
     Largest,
+    /// The VM whose leaving removes the most busy steal; one of several.
+    MostRemoved,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -87,29 +108,28 @@ pub struct Plan {
 }
 
 /// A host's load as the planner tracks it through the batch.
-struct Load {
-    series: Vec<f64>,
+pub(crate) struct Load {
+    pub(crate) series: Vec<f64>,
     /// The quantile of `series` (`PlanOptions::demand_quantile`).
-    level: f64,
-    limit: f64,
-    free: Vec<(u32, u64)>,
-    /// VMs still on it (indexes into the host's `vms`), and ones arriving.
-    here: Vec<usize>,
-    arrived: bool,
-    takes: bool,
+    pub(crate) level: f64,
+    pub(crate) limit: f64,
+    pub(crate) free: Vec<(u32, u64)>,
+    /// VMs still on it (indexes into the host's `vms`).
+    pub(crate) here: Vec<usize>,
+    pub(crate) takes: bool,
 }
 
-fn add(series: &mut [f64], d: &[f64], sign: f64) {
+pub(crate) fn add(series: &mut [f64], d: &[f64], sign: f64) {
     for (s, x) in series.iter_mut().zip(d) {
         *s += sign * x;
     }
 }
 
-fn level(series: &[f64], q: f64) -> f64 {
+pub(crate) fn level(series: &[f64], q: f64) -> f64 {
     quantile(&mut series.to_vec(), q)
 }
 
-fn movable(v: &Vm) -> bool {
+pub(crate) fn movable(v: &Vm) -> bool {
     v.vcpus > 0 && v.memory_bytes.is_some() && !v.demand.is_empty()
 }
 
@@ -151,8 +171,13 @@ pub fn plan(f: &Fleet, o: &PlanOptions) -> Plan {
     // Destinations by load ratio, least loaded first (kept so as they fill).
     let mut order: Vec<usize> = (0..f.hosts.len()).filter(|&i| loads[i].takes).collect();
     order.sort_by(|a, b| ratio(f, &loads, *a).total_cmp(&ratio(f, &loads, *b)));
-    for hi in p.hot.clone() {
-        fix_host(f, o, hi, &mut loads, &mut order, &mut p);
+    match o.planner {
+        Planner::PerHost => {
+            for hi in p.hot.clone() {
+                fix_host(f, o, hi, &mut loads, &mut order, &mut p);
+            }
+        }
+        Planner::Gain => crate::gain::choose(f, o, &mut loads, &mut order, &mut p),
     }
     p
 }
@@ -168,7 +193,6 @@ fn load_of(h: &Host, steps: usize, o: &PlanOptions) -> Load {
         limit: h.cpus as f64 * (1.0 - o.headroom),
         free: h.nodes.iter().map(|n| (n.node, n.free_bytes)).collect(),
         here: (0..h.vms.len()).collect(),
-        arrived: false,
         // A host with busy steal of its own (half the threshold), idle
         // steal to fix first (its cause, such as pinning, is not in the
         // metrics, so no prediction would hold), or unknown memory takes none.
@@ -321,7 +345,7 @@ fn destination(
     best.map(|b| (b.1, b.2))
 }
 
-fn apply(
+pub(crate) fn apply(
     f: &Fleet,
     o: &PlanOptions,
     (from, vm, to, node): (usize, usize, usize, u32),
@@ -333,7 +357,6 @@ fn apply(
     loads[from].level = level(&loads[from].series, o.demand_quantile);
     add(&mut loads[to].series, &v.demand, 1.0);
     loads[to].level = level(&loads[to].series, o.demand_quantile);
-    loads[to].arrived = true;
     let mem = v.memory_bytes.unwrap_or(0);
     if let Some(n) = loads[to].free.iter_mut().find(|n| n.0 == node) {
         n.1 = n.1.saturating_sub(mem);
@@ -351,7 +374,7 @@ fn ratio(f: &Fleet, loads: &[Load], d: usize) -> f64 {
 /// Keeps the destinations ordered by mean load ratio: only `to`'s load
 /// changed, so it alone moves (re-sorting all of them after every move
 /// made the choice quadratic in the fleet's size).
-fn reposition(order: &mut Vec<usize>, to: usize, loads: &[Load], f: &Fleet) {
+pub(crate) fn reposition(order: &mut Vec<usize>, to: usize, loads: &[Load], f: &Fleet) {
     if let Some(k) = order.iter().position(|&d| d == to) {
         order.remove(k);
     }

@@ -156,6 +156,7 @@ fn why(w: &Why) -> String {
         Why::Smallest => "smallest that fixes".into(),
         Why::LargestCulprit { share } => format!("largest culprit {:.0} %", share * 100.0),
         Why::Largest => "largest (1 of more)".into(),
+        Why::MostRemoved => "removes most (1 of more)".into(),
     }
 }
 
