@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use stealscope_model::host::starve::{OwnWait, STARVE_FILE};
 use stealscope_model::host::stored::READ_TIMES;
 use stealscope_model::observation::{collect, Observation, Side};
-use stealscope_readers::kmsg::RuleRecords;
 use stealscope_readers::own_threads;
 use stealscope_readers::perf::CounterCapture;
+use stealscope_readers::rule_records::RuleRecords;
 use stealscope_readers::snapshot::{Hardware, Meta, RawSample, Snapshot, FORMAT};
 use stealscope_readers::{cpuid, MemFs, ReadError, Recorder, RootFs, Source};
 

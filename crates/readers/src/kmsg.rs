@@ -60,34 +60,6 @@ pub fn keep_rule_records(raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A source whose /dev/kmsg holds only the records some rule reads, as a
-/// snapshot keeps it: what is recorded and parsed is that much, not the
-/// whole log (hundreds of records, each parsed for nothing).
-pub struct RuleRecords<S>(pub S);
-
-impl<S: crate::Source> crate::Source for RuleRecords<S> {
-    fn read(&self, path: &str) -> crate::Result<Option<Vec<u8>>> {
-        let data = self.0.read(path)?;
-        Ok(if path == PATH {
-            data.map(|d| keep_rule_records(&d))
-        } else {
-            data
-        })
-    }
-
-    fn list(&self, dir: &str) -> crate::Result<Option<Vec<String>>> {
-        self.0.list(dir)
-    }
-
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-
-    fn now_ns(&self) -> Option<u64> {
-        self.0.now_ns()
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KmsgRecord {
     pub seq: Option<u64>,
@@ -145,29 +117,6 @@ mod tests {
             kept,
             "6,1,0,-;Hypervisor detected: KVM\n4,3,9,-;clocksource: Marking clocksource 'tsc' as unstable\n"
         );
-    }
-
-    #[test]
-    fn a_source_s_log_holds_only_the_kept_records() {
-        use crate::{MemFs, Source};
-        let raw = b"6,1,0,-;Hypervisor detected: KVM\n6,2,5,-;usb \xff\xfe plugged\n4,3,9,-;x86/PTI: page tables isolation: enabled \xff\n";
-        let src = RuleRecords(MemFs::new("t").with(PATH, raw).with("/proc/x", "1\n"));
-        let kept = src.read(PATH).unwrap().unwrap();
-        assert_eq!(kept, keep_rule_records(raw));
-        // A kept record keeps its bytes; the dropped one is gone.
-        assert_eq!(
-            kept,
-            b"6,1,0,-;Hypervisor detected: KVM\n4,3,9,-;x86/PTI: page tables isolation: enabled \xff\n"
-        );
-        let msgs: Vec<String> = parse(&String::from_utf8_lossy(&kept))
-            .into_iter()
-            .map(|r| r.message)
-            .collect();
-        assert_eq!(msgs.len(), 2);
-        assert!(RULE_MARKERS.iter().all(|(m, _)| read_by_rules(m)));
-        assert!(!read_by_rules("systemd[1]: Hostname set"));
-        assert_eq!(src.read("/proc/x").unwrap().unwrap(), b"1\n");
-        assert_eq!(src.read("/nope").unwrap(), None);
     }
 
     #[test]

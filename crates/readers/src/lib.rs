@@ -36,6 +36,7 @@ pub mod process;
 pub mod psi;
 pub mod qmp;
 pub mod recording;
+pub mod rule_records;
 pub mod snapshot;
 pub mod source;
 pub mod stat;
