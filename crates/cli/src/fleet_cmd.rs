@@ -73,7 +73,7 @@ pub enum FleetCmd {
         #[arg(long, default_value_t = 10.0)]
         headroom: f64,
         /// How moves are chosen
-        #[arg(long, value_enum, default_value = "per-host")]
+        #[arg(long, value_enum, default_value = "gain")]
         planner: PlannerArg,
         /// Gain-ranked: stop when the next move would remove less busy
         /// steal than this share of its host's vCPU time, percent

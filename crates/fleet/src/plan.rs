@@ -54,7 +54,7 @@ impl Default for PlanOptions {
             headroom: 0.1,
             demand_quantile: 0.95,
             max_moves: 20,
-            planner: Planner::PerHost,
+            planner: Planner::Gain,
             min_gain: 0.01,
         }
     }
