@@ -99,7 +99,27 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
             shared.push(vm);
         }
     }
+    // Each node starts with the demand of the shared VMs on it now, and a
+    // VM's own is taken off while it is placed: a VM (biggest first) then
+    // chooses against the load it would join or leave, not against the
+    // VMs planned before it only (a fresh VM went to the node that looked
+    // empty because its VMs came later).
+    let held: BTreeMap<u32, usize> = shared
+        .iter()
+        .filter_map(|vm| {
+            let id = current_node(vm, &ctx)?;
+            Some((vm.pid, nodes.iter().position(|n| n.id == id)?))
+        })
+        .collect();
+    for vm in &shared {
+        if let Some(&i) = held.get(&vm.pid) {
+            nodes[i].load += vm.demand();
+        }
+    }
     for vm in shared {
+        if let Some(&i) = held.get(&vm.pid) {
+            nodes[i].load -= vm.demand();
+        }
         let p = place_shared(vm, &mut nodes, &ctx);
         out.vms.push(p);
     }

@@ -111,6 +111,42 @@ fn shared_vms_are_spread_by_demand_and_stay_in_one_node() {
 }
 
 #[test]
+fn a_fresh_vm_goes_where_the_vms_already_placed_leave_room() {
+    let mut h = host(2, 4, false, 64 * GIB, 0.8);
+    let n0 = h.topology.nodes[0].cpus.clone();
+    let n1 = h.topology.nodes[1].cpus.clone();
+    let all = h.topology.cpus.clone();
+    // Node 0 carries three busy 1-vCPU VMs, node 1 one: both bound there.
+    for pid in 1..=3 {
+        h.vms.push(vm(pid, 1, 0.9, GIB, 0, &n0));
+    }
+    h.vms.push(vm(4, 1, 0.9, GIB, 1, &n1));
+    // A fresh 2-vCPU VM (planned first: the biggest) with its memory
+    // spread evenly and its vCPUs anywhere: on no node yet.
+    let mut fresh = vm(5, 2, 0.5, GIB, 0, &all);
+    fresh.mem_by_node = Some(BTreeMap::from([(0, GIB / 2), (1, GIB / 2)]));
+    h.vms.push(fresh);
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    let f = vm_plan(&p, 5);
+    assert_eq!(f.node, Some(1), "{:?}", f.reasons);
+    // The placed VMs stay: node 0 holds its 2.7 CPUs of demand.
+    for pid in 1..=3 {
+        assert_eq!(vm_plan(&p, pid).node, Some(0));
+    }
+    // Pressure after the plan: node 0 2.7 / 4, node 1 (0.9 + 1.0) / 4.
+    assert!(
+        (p.node_pressure[&0] - 0.675).abs() < 0.01,
+        "{:?}",
+        p.node_pressure
+    );
+    assert!(
+        (p.node_pressure[&1] - 0.475).abs() < 0.01,
+        "{:?}",
+        p.node_pressure
+    );
+}
+
+#[test]
 fn a_node_without_room_for_the_memory_is_not_chosen_and_the_reason_has_numbers() {
     let mut h = host(2, 4, false, 16 * GIB, 0.1); // 1.6 GiB free per node
     let all = h.topology.cpus.clone();

@@ -12,7 +12,7 @@
 
 use crate::cpuset::CpuSet;
 use crate::host::{Host, CGROUP_MOUNT};
-use crate::policy_samples::Samples;
+use crate::policy_samples::{Samples, KEEP_S};
 use crate::scenario::PolicyKind;
 use std::collections::BTreeMap;
 use stealscope_placement::action::{Action, CgroupRef, Knob};
@@ -52,6 +52,9 @@ pub struct Policy {
     pub idle_until_change: bool,
     /// Demand samples for the prediction (stealscope only).
     samples: Samples,
+    /// The changes of the last plan the prediction trimmed to nothing, and
+    /// when (see `Policy::stealscope`).
+    trimmed_away: Option<(Vec<Action>, f64)>,
     trim: Option<Trim>,
 }
 
@@ -75,6 +78,7 @@ impl Policy {
             passes: 0,
             idle_until_change: false,
             samples: Samples::default(),
+            trimmed_away: None,
             trim,
         }
     }
@@ -156,14 +160,16 @@ impl Policy {
         };
         self.actions += n;
         self.placement_changes += moved;
-        // Idle until the host changes only once every vCPU was measured: a
-        // VM that arrived since the last pass had no demand yet and got no
-        // action, and would otherwise wait, unplaced, for the next arrival.
+        // numad idles until the host changes, once every vCPU was measured
+        // (a VM that arrived since the last pass had no demand yet): it
+        // rebinds only VMs it finds unbound. The stealscope daemon plans
+        // every interval, as demand changes: a pass that changed nothing
+        // says nothing of the next one.
         let measured = input
             .vms
             .iter()
             .all(|v| v.vcpus.iter().all(|(_, t)| t.util.is_some()));
-        self.idle_until_change = n == 0 && measured;
+        self.idle_until_change = n == 0 && measured && self.kind == PolicyKind::Numad;
         n
     }
 
@@ -213,7 +219,7 @@ impl Policy {
         if p.refused.is_some() {
             return (0, 0);
         }
-        let p = self.never_worse(h, input, p);
+        let p = self.never_worse(h, input, p, now);
         let mut changes = 0;
         let mut moved = std::collections::BTreeSet::new();
         for a in &p.actions {
@@ -234,12 +240,29 @@ impl Policy {
     }
 
     /// `p`, or the largest part of it the prediction from the samples
-    /// does not call worse, as `place` chooses.
-    fn never_worse(&self, h: &Host, input: &HostInput, p: Plan) -> Plan {
-        match self.trim.filter(|_| self.cfg.never_worse) {
-            Some(trim) if !p.actions.is_empty() => trim(h, &self.samples, input, p),
-            _ => p,
+    /// does not call worse, as `place` chooses. The same changes trimmed to
+    /// nothing less than the samples' window ago are not predicted again
+    /// (most of the samples are the same; each prediction replays several
+    /// short simulations): nothing is changed.
+    fn never_worse(&mut self, h: &Host, input: &HostInput, p: Plan, now: f64) -> Plan {
+        let Some(trim) = self.trim.filter(|_| self.cfg.never_worse) else {
+            return p;
+        };
+        if p.actions.is_empty() {
+            return p;
         }
+        let changes: Vec<Action> = p.actions.iter().map(change).collect();
+        if let Some((last, at)) = &self.trimmed_away {
+            if *last == changes && now - at < KEEP_S {
+                return Plan {
+                    actions: Vec::new(),
+                    ..p
+                };
+            }
+        }
+        let kept = trim(h, &self.samples, input, p);
+        self.trimmed_away = kept.actions.is_empty().then_some((changes, now));
+        kept
     }
 
     /// What `place` would read on this host: topology, memory per node,
@@ -366,6 +389,37 @@ fn host_work(h: &Host, util: &impl Fn(usize) -> Option<f64>) -> HostWork {
     w
 }
 
+/// An action without its reason and the state it read before (the same
+/// change asked again reads other numbers).
+fn change(a: &Action) -> Action {
+    let mut a = a.clone();
+    match &mut a {
+        Action::Affinity { reason, from, .. } => {
+            reason.clear();
+            from.clear();
+        }
+        Action::CpuWeight { reason, from, .. } => {
+            reason.clear();
+            *from = None;
+        }
+        Action::JoinGroup { reason, from, .. } => {
+            reason.clear();
+            *from = None;
+        }
+        Action::MigrateMemory {
+            reason,
+            bytes,
+            from_nodes,
+            ..
+        } => {
+            reason.clear();
+            *bytes = 0;
+            from_nodes.clear();
+        }
+    }
+    a
+}
+
 fn vm_of(h: &Host, pid: u32) -> Option<usize> {
     let i = pid.checked_sub(1000)? as usize;
     (i < h.vms.len() && h.vms[i].alive).then_some(i)
@@ -458,5 +512,89 @@ fn apply(h: &mut Host, a: &Action) -> bool {
             }
             None => false,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demand::Demand;
+    use crate::host::VmThreads;
+    use crate::scenario::Cgroups;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Two nodes of 2 CPUs, one busy 2-vCPU VM allowed everywhere with its
+    /// memory spread: the planner binds it to a node.
+    fn spread_vm_host() -> Host {
+        let mut h = Host::new(4, 2, false, 16.0, Cgroups::PerVm);
+        let threads = VmThreads {
+            emulator: None,
+            vcpu_wakeups_per_s: 0.0,
+        };
+        h.add_vm(
+            "a".into(),
+            2,
+            Demand::Busy,
+            1,
+            vec![1.0, 1.0],
+            CpuSet::all(4),
+            None,
+            false,
+            threads,
+            0.0,
+            &mut |_, _| 0,
+        );
+        h
+    }
+
+    static PREDICTED: AtomicUsize = AtomicUsize::new(0);
+
+    /// A prediction that calls every plan worse: nothing is applied.
+    fn refuse_all(_: &Host, _: &Samples, _: &HostInput, p: Plan) -> Plan {
+        PREDICTED.fetch_add(1, Ordering::SeqCst);
+        Plan {
+            actions: Vec::new(),
+            ..p
+        }
+    }
+
+    #[test]
+    fn stealscope_plans_every_interval_and_predicts_a_refused_plan_once_a_window() {
+        let mut h = spread_vm_host();
+        let mut p = Policy::new(PolicyKind::Stealscope, Config::default(), Some(refuse_all));
+        let plan_now = |p: &Policy, h: &Host, t: f64| {
+            plan(&p.input(h), &p.cfg, &History::default(), t)
+                .actions
+                .len()
+        };
+        p.observe(&h, 10.0);
+        assert!(plan_now(&p, &h, 10.0) > 0, "the planner binds the VM");
+        assert_eq!(p.pass(&mut h, 10.0), 0);
+        assert_eq!(PREDICTED.load(Ordering::SeqCst), 1);
+        // Nothing changed, yet the next pass is the next interval: demand
+        // may change without the host changing.
+        assert_eq!(p.due(), 20.0);
+        // The same plan within the samples' window: not predicted again.
+        p.observe(&h, 10.0);
+        assert_eq!(p.pass(&mut h, 20.0), 0);
+        assert_eq!(PREDICTED.load(Ordering::SeqCst), 1);
+        assert_eq!(p.due(), 30.0);
+        // A window later it is.
+        p.observe(&h, 60.0);
+        assert_eq!(p.pass(&mut h, 80.0), 0);
+        assert_eq!(PREDICTED.load(Ordering::SeqCst), 2);
+        assert_eq!(h.tasks.iter().filter(|t| t.allowed.len() < 4).count(), 0);
+    }
+
+    #[test]
+    fn numad_idles_once_every_vm_is_bound() {
+        let mut h = spread_vm_host();
+        let mut p = Policy::new(PolicyKind::Numad, Config::default(), None);
+        p.observe(&h, 15.0);
+        assert!(p.pass(&mut h, 15.0) > 0);
+        assert_eq!(p.due(), 30.0);
+        p.observe(&h, 15.0);
+        assert_eq!(p.pass(&mut h, 30.0), 0);
+        assert_eq!(p.due(), f64::INFINITY);
     }
 }
