@@ -11,7 +11,6 @@
 pub mod anchors;
 pub mod commands;
 pub mod error;
-pub mod gain;
 pub mod model;
 pub mod plan;
 pub mod predict;

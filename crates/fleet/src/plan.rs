@@ -16,7 +16,11 @@
 //! of it; hosts with busy steal of their own, or idle steal over the
 //! threshold, take none. At most `max_moves`. With `Planner::Gain` the
 //! moves are chosen across hosts by the busy steal each removes instead
-//! ([`crate::gain`]); the same hosts are hot and the same take VMs.
+//! ([`gain`]); the same hosts are hot and the same take VMs.
+
+/// The gain-ranked choice of moves ([`Planner::Gain`]): inside this module
+/// because it works on the batch state the planner keeps.
+mod gain;
 
 use crate::model::{quantile, Fleet, Host, Vm};
 use serde::Serialize;
@@ -43,7 +47,7 @@ pub enum Planner {
     /// Host by host, worst first, until each is under its limit.
     PerHost,
     /// One move at a time across all hot hosts, the one that removes the
-    /// most busy steal first ([`crate::gain`]).
+    /// most busy steal first ([`gain`]).
     Gain,
 }
 
@@ -177,7 +181,7 @@ pub fn plan(f: &Fleet, o: &PlanOptions) -> Plan {
                 fix_host(f, o, hi, &mut loads, &mut order, &mut p);
             }
         }
-        Planner::Gain => crate::gain::choose(f, o, &mut loads, &mut order, &mut p),
+        Planner::Gain => gain::choose(f, o, &mut loads, &mut order, &mut p),
     }
     p
 }

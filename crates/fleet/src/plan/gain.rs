@@ -13,8 +13,8 @@
 //! culprit goes first (the thief moves, not its victims), else the
 //! smallest (less to copy, less added where it lands).
 
+use super::{apply, movable, reposition, Load, Move, Plan, PlanOptions, Unfixed, Why};
 use crate::model::{Fleet, Vm};
-use crate::plan::{apply, movable, reposition, Load, Move, Plan, PlanOptions, Unfixed, Why};
 
 /// Mean over the steps of the demand above `cap`, CPUs.
 pub fn excess(series: &[f64], cap: f64) -> f64 {
