@@ -123,6 +123,17 @@ pub(crate) struct Load {
     pub(crate) takes: bool,
 }
 
+impl Load {
+    /// The NUMA node with the most free memory, if it holds `mem` bytes.
+    pub(crate) fn node_for(&self, mem: u64) -> Option<u32> {
+        self.free
+            .iter()
+            .filter(|n| n.1 >= mem)
+            .max_by_key(|n| n.1)
+            .map(|n| n.0)
+    }
+}
+
 pub(crate) fn add(series: &mut [f64], d: &[f64], sign: f64) {
     for (s, x) in series.iter_mut().zip(d) {
         *s += sign * x;
@@ -322,13 +333,7 @@ fn destination(
         if l.level + least > l.limit + 1e-9 {
             continue;
         }
-        let Some(node) = l
-            .free
-            .iter()
-            .filter(|n| n.1 >= mem)
-            .max_by_key(|n| n.1)
-            .map(|n| n.0)
-        else {
+        let Some(node) = l.node_for(mem) else {
             continue;
         };
         let mut s = l.series.clone();

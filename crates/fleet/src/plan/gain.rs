@@ -221,13 +221,7 @@ fn destination(v: &Vm, loads: &[Load], order: &[usize]) -> Option<(usize, u32, f
     let mut fits = 0;
     for &d in order {
         let l = &loads[d];
-        let Some(node) = l
-            .free
-            .iter()
-            .filter(|n| n.1 >= mem)
-            .max_by_key(|n| n.1)
-            .map(|n| n.0)
-        else {
+        let Some(node) = l.node_for(mem) else {
             continue;
         };
         let cost = added(&l.series, &v.demand, l.limit);
