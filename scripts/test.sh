@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase says when it starts, so that a slow suite says where it went.
 phase() { echo "== $* [$(date -u +%T), ${SECONDS} s in]"; }
+# CI is any value but empty, 0 or false (the tests' rule, crates/testkit).
+is_ci() { [[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]]; }
 
 need_apt=()
 for pkg in qemu-system-x86 busybox-static cpio prometheus prometheus-node-exporter \
@@ -22,7 +24,7 @@ fi
 
 # A CI build starts from a clean clone: incremental compilation only adds
 # its caches' cost there.
-if [[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]]; then
+if is_ci; then
   export CARGO_INCREMENTAL=0
 fi
 
@@ -65,7 +67,7 @@ echo "   (scripts/test-package.sh), before any test runs"
 # the whole tree at release settings cost the suite minutes on two CPUs.
 # scripts/package.sh run by hand builds what ships, at opt-level 3.
 from=()
-[[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]] && from=(--from-debug)
+is_ci && from=(--from-debug)
 if ! wait "$root" || ! {
   deb=$(scripts/package.sh "${from[@]}" 2>>target/package.log | tail -n 1) &&
     scripts/test-package.sh "$deb" >>target/package.log 2>&1
@@ -88,7 +90,7 @@ echo "$skipped test(s) skipped:"
 ignored=$(grep -cE '^test .* \.\.\. ignored' target/test.log || true)
 echo "$ignored test(s) ignored (#[ignore], each with its reason):"
 grep -E '^test .* \.\.\. ignored' target/test.log | sed 's/^test /  /' || true
-if [[ $skipped -gt 0 ]] && [[ -n ${CI:-} && ${CI} != 0 && ${CI} != false ]]; then
+if [[ $skipped -gt 0 ]] && is_ci; then
   echo "test.sh: $skipped test(s) skipped under CI=$CI" >&2
   exit 1
 fi

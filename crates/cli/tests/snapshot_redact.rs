@@ -281,7 +281,6 @@ fn redacted_fixtures_hide_names_and_keep_every_figure() {
     }
     .unwrap();
     let dir = repo().join("fixtures/snapshots");
-    let mut hosts = 0;
     let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -329,7 +328,7 @@ fn redacted_fixtures_hide_names_and_keep_every_figure() {
             .collect()
     });
     assert_eq!(named.len(), entries.len());
-    hosts += named.iter().filter(|&&n| n > 2).count();
+    let hosts = named.iter().filter(|&&n| n > 2).count();
     assert!(hosts >= 6, "host fixtures with two or more VMs: {hosts}");
 }
 
