@@ -232,10 +232,17 @@ struct VictimTally {
 }
 
 impl VictimTally {
-    /// Enough to judge a share: 20 ms, or 100 episodes (with 100, one
+    /// Enough to stop collecting: 20 ms, or 100 episodes (with 100, one
     /// charged elsewhere moves the share about 1 %).
-    fn enough(&self) -> bool {
+    fn ample(&self) -> bool {
         self.busy_ns >= 20_000_000 || self.busy_episodes >= 100
+    }
+
+    /// Enough to judge a share against the 90 % bar: 50 episodes, so the
+    /// bar fails only if about five of them went elsewhere. Real steal
+    /// here comes when it comes: a quiet host gave 92 episodes in 120 s.
+    fn enough(&self) -> bool {
+        self.ample() || self.busy_episodes >= 50
     }
 
     fn add(&mut self, d: &GuestStealSample, cpu: u32, tid: u32) {
@@ -265,7 +272,8 @@ impl VictimTally {
 // run time (schedstat) covers 95 % of it (a build or a VM on the machine
 // may take the CPU for a while). Real steal here is small and comes when
 // it comes: windows are added until the counted ones hold 20 ms of busy
-// steal or 100 episodes of it, up to 12 (120 s).
+// steal or 100 episodes of it, up to 12 (120 s); 50 episodes are the
+// least it judges.
 #[test]
 fn a_pinned_busy_thread_takes_its_cpus_busy_steal() {
     let _one = one_at_a_time();
@@ -278,7 +286,7 @@ fn a_pinned_busy_thread_takes_its_cpus_busy_steal() {
     std::thread::sleep(Duration::from_millis(100));
     let mut tally = VictimTally::default();
     let window = Duration::from_secs(10);
-    while tally.windows + tally.skipped < 12 && !tally.enough() {
+    while tally.windows + tally.skipped < 12 && !tally.ample() {
         let t0 = Instant::now();
         let a = g.read().unwrap();
         let read_ns = t0.elapsed().as_nanos() as u64;
