@@ -5,7 +5,9 @@
 # does nothing). From kernel.bpf_stats_enabled (run_time_ns / run_cnt over
 # each phase, from bpftool). Phases of SECS (default 5) each: a thread per
 # CPU sleeping 100 us at a time (timers, switches, warm caches), then a
-# spinner per CPU (only the tick interrupts it). The load average is
+# spinner per CPU (only the tick interrupts it); with IDLE=1 first a
+# phase of nothing of ours (an idle guest: every run on cold caches).
+# The load average is
 # printed around each phase so runs under other work can be rejected.
 # Root. HOLD_DIR holds the guest_steal and floor examples (default
 # target/debug/examples, built if missing).
@@ -49,6 +51,7 @@ phase() { # label, then the command to run on each CPU
   echo "== $label: loadavg $l0 -> $(cut -d' ' -f1 /proc/loadavg), stats $(sysctl -n kernel.bpf_stats_enabled)"
   join "$tmp/s0" "$tmp/s1" | awk '{r=$5-$3; if (r>0) printf "   %-14s %7.1f ns a run over %8d runs\n", $1, ($4-$2)/r, r}'
 }
+[ "${IDLE:-0}" = 1 ] && phase "idle: nothing of ours" sleep 3600
 phase "sleepers (100 us) on every CPU" "$tmp/sleeper"
 phase "spinners on every CPU" sh -c 'while :; do :; done'
 sysctl -q kernel.bpf_stats_enabled=0
