@@ -177,9 +177,10 @@ struct cslot {
 #define NSLOT 4
 
 // Per watched thread, its cumulative counters (user space reads them and
-// inserts each zeroed; layout shared with src/bpf.rs). A hash lookup, so
-// done only where a wait is charged: a switch-in or migration of a
-// queued thread, or a resync that finds a gap.
+// writes each zeroed; layout shared with src/bpf.rs), in `fast` at the
+// thread's slot when the slot is below that array's size, else in the
+// `watched` hash. Looked up only where a wait is charged: a switch-in or
+// migration of a queued thread, or a resync that finds a gap.
 struct victim {
 	u64 irq_ns;
 	u64 idle_ns;
@@ -209,7 +210,7 @@ struct vstate {
 	u32 cpu;
 	u32 state;
 	u32 tid; // the watched thread (its key in `watched`)
-	u32 pad;
+	u32 slot; // its index here (and in `fast`, if below its size)
 };
 
 // A culprit is a thread as the kernel knows it at that moment: a reused
@@ -262,11 +263,23 @@ struct {
 	__type(value, struct vstate);
 } vstates SEC(".maps");
 
-// Sizes are the loader's (src/bpf.rs, from the host's CPU count; at least
-// 131,072 watched threads). Victims are allocated when user space inserts
-// them, not up front: one is 2.5 KiB, and 131,072 preallocated would be
-// 330 MiB. Run-time allocation is safe in tracing programs from kernel 6.1
-// (bpf_mem_alloc), which the loader requires.
+// The victims of the first slots (the loader sizes it: 16 per CPU, at
+// least 1,024, 2.4 MiB), preallocated and found by an array index the
+// verifier inlines: a hash lookup was ~15 ns of the ~178 a switch took
+// where a watched wait ends (BENCHMARKS.md). Slots are given lowest first,
+// so a host that never watches more threads at once never uses the hash.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct victim);
+} fast SEC(".maps");
+
+// The victims of slots past `fast`. Sizes are the loader's (src/bpf.rs,
+// from the host's CPU count; at least 131,072 watched threads). Allocated
+// when user space inserts them, not up front: one is 2.5 KiB, and 131,072
+// preallocated would be 330 MiB. Run-time allocation is safe in tracing
+// programs from kernel 6.1 (bpf_mem_alloc), which the loader requires.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -314,10 +327,13 @@ static __always_inline struct vstate *watched_state(u32 tid)
 	return s && s->tid == tid ? s : 0;
 }
 
-// The counters of a watched thread.
-static __always_inline struct victim *victim_of(u32 tid)
+// The counters of the watched thread whose state is `s`: in `fast` (NULL
+// past its end) or else in the hash.
+static __always_inline struct victim *victim_of(struct vstate *s)
 {
-	return bpf_map_lookup_elem(&watched, &tid);
+	u32 i = s->slot;
+	struct victim *v = bpf_map_lookup_elem(&fast, &i);
+	return v ? v : bpf_map_lookup_elem(&watched, &s->tid);
 }
 
 static __always_inline struct cpu_state *this_cpu(void)
@@ -454,7 +470,7 @@ static __always_inline void resync(struct vstate *s, u64 kd, u64 pc,
 	if (s->pcount) {
 		u64 gap = pc > s->pcount ? pc - s->pcount : 0;
 		if (kd > s->acct) {
-			struct victim *v = victim_of(s->tid);
+			struct victim *v = victim_of(s);
 			if (v)
 				v->unknown_ns += kd - s->acct;
 			gap += !gap;
@@ -705,7 +721,7 @@ static __always_inline void switch_in(struct vstate *s,
 	u64 lq = next->sched_info.last_queued;
 	u64 pc = next->sched_info.pcount;
 	struct victim *v;
-	if (s->state == ST_QUEUED && s->pcount && (v = victim_of(s->tid))) {
+	if (s->state == ST_QUEUED && s->pcount && (v = victim_of(s))) {
 		// Lengths are the kernel's: the wait sched_info_arrive adds
 		// to run_delay right after this tracepoint.
 		u64 k = kd > s->st_kd ? kd - s->st_kd : 0;
@@ -913,7 +929,7 @@ int handle_migrate(u64 *ctx)
 	u64 now = rq_now(p);
 	u64 kd = kdelay(p, now);
 	u64 k = kd > v->st_kd ? kd - v->st_kd : 0;
-	struct victim *c = victim_of(tid);
+	struct victim *c = victim_of(v);
 	if (c)
 		charge(v, c, now, k, me);
 	v->acct += k;
