@@ -10,63 +10,21 @@
 //! AT_DRS=1 adds the gain plan cut one move short of the DRS-like rule's;
 //! DIFF=1 each host's busy steal after the per-host and first gain plan.
 
+mod common;
+
+use common::{fleet, host_of};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use stealscope_fleet::anchors::{drs_like, watcher_like};
-use stealscope_fleet::model::{Fleet, FleetFigures, Host, HostKey, NodeMem, Vm};
+use stealscope_fleet::model::{Fleet, FleetFigures, Host};
 use stealscope_fleet::predict::predict;
-use stealscope_fleet::want::want;
 use stealscope_fleet::{plan, Plan, PlanOptions, Planner};
-use stealscope_sim::measured::{run_steps, summarize, HostRun, Summary};
+use stealscope_sim::measured::{run_steps, summarize, Summary};
 use stealscope_sim::openmetrics::{synthetic, SynthHost};
 
 const STEP_S: f64 = 900.0;
 const STEPS: usize = 96;
-const GIB: f64 = (1u64 << 30) as f64;
-
-/// A host as `read` assembles it from its step runs (no culprits).
-fn host_of(h: &SynthHost, r: &[HostRun]) -> Host {
-    let secs: f64 = r.iter().map(|x| x.secs).sum();
-    let per = |g: &dyn Fn(&HostRun) -> f64| r.iter().map(g).collect::<Vec<_>>();
-    let vms = h
-        .vms
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Vm {
-            name: v.vm.name.clone(),
-            uuid: v.uuid.clone(),
-            vcpus: v.vm.vcpus,
-            memory_bytes: Some((v.vm.mem_gib * GIB) as u64),
-            demand: want(
-                &per(&|x| x.vm_run[i] / x.secs),
-                &per(&|x| (x.vm_run[i] + x.vm_wait[i]) / x.secs),
-                v.vm.vcpus,
-            ),
-            wait: r.iter().map(|x| x.vm_wait[i]).sum::<f64>() / secs,
-            run: r.iter().map(|x| x.vm_run[i]).sum::<f64>() / secs,
-        })
-        .collect();
-    let used = h.vms.iter().map(|v| v.vm.mem_gib).sum::<f64>() / h.nodes as f64;
-    let free = ((h.mem_gib_per_node - used).max(0.0) * GIB) as u64;
-    Host {
-        key: HostKey {
-            instance: h.instance(),
-            job: "stealscope".into(),
-        },
-        name: h.name.clone(),
-        cpus: h.cpus,
-        nodes: (0..h.nodes)
-            .map(|node| NodeMem {
-                node,
-                free_bytes: free,
-            })
-            .collect(),
-        vms,
-        busy: summarize(r).busy_steal,
-        culprits: Vec::new(),
-    }
-}
 
 fn key(h: &SynthHost) -> String {
     let vms: Vec<&str> = h.vms.iter().map(|v| v.vm.name.as_str()).collect();
@@ -137,12 +95,7 @@ fn main() {
         .par_iter()
         .map(|h| host_of(h, &run_steps(h.cpus, &h.measured(), STEP_S, 1)))
         .collect();
-    let f = Fleet {
-        window_s: STEP_S * STEPS as f64,
-        step_s: STEP_S,
-        hosts,
-        unseen: Vec::new(),
-    };
+    let f = fleet(hosts, STEP_S, STEPS);
     let pinned: Vec<usize> = (0..live.len())
         .filter(|&i| live[i].vms.iter().any(|v| v.vm.pinned.is_some()))
         .collect();

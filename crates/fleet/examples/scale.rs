@@ -5,65 +5,24 @@
 //! plan and prediction's wall and CPU time and the peak RSS are printed.
 //! BENCHMARKS.md "Issue 31" has the runs.
 //!
-//! cargo run --release -p stealscope-fleet --example scale -- HOSTS CPUS STEPS [gain]
+//! cargo run --release -p stealscope-fleet --example scale -- HOSTS CPUS STEPS [gain|per-host]
+//!
+//! The planner is `fleet plan`'s default (gain) unless named.
 
+mod common;
+
+use common::{fleet, host_of};
 use rayon::prelude::*;
 use std::time::Instant;
-use stealscope_fleet::model::{Fleet, FleetFigures, Host, HostKey, NodeMem, Vm};
-use stealscope_fleet::want::want;
+use stealscope_fleet::model::{FleetFigures, Host};
 use stealscope_fleet::{plan, predict, PlanOptions, Planner};
-use stealscope_sim::measured::{run_steps_for, summarize, HostRun};
-use stealscope_sim::openmetrics::{synthetic_sized, SynthHost};
+use stealscope_sim::measured::run_steps_for;
+use stealscope_sim::openmetrics::synthetic_sized;
 
 const STEP_S: f64 = 900.0;
 /// The synthetic input's own replay, per step (not part of what is timed):
 /// at 900 s a step, building 10,000 hosts took some 20 minutes here.
 const INPUT_REPLAY_S: f64 = 10.0;
-const GIB: f64 = (1u64 << 30) as f64;
-
-/// A host as `read` assembles it from its step runs (no culprits).
-fn host_of(h: &SynthHost, r: &[HostRun]) -> Host {
-    let secs: f64 = r.iter().map(|x| x.secs).sum();
-    let vms = h
-        .vms
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Vm {
-            name: v.vm.name.clone(),
-            uuid: v.uuid.clone(),
-            vcpus: v.vm.vcpus,
-            memory_bytes: Some((v.vm.mem_gib * GIB) as u64),
-            demand: want(
-                &r.iter().map(|x| x.vm_run[i] / x.secs).collect::<Vec<_>>(),
-                &r.iter()
-                    .map(|x| (x.vm_run[i] + x.vm_wait[i]) / x.secs)
-                    .collect::<Vec<_>>(),
-                v.vm.vcpus,
-            ),
-            wait: r.iter().map(|x| x.vm_wait[i]).sum::<f64>() / secs,
-            run: r.iter().map(|x| x.vm_run[i]).sum::<f64>() / secs,
-        })
-        .collect();
-    let used = h.vms.iter().map(|v| v.vm.mem_gib).sum::<f64>() / h.nodes as f64;
-    let free = ((h.mem_gib_per_node - used).max(0.0) * GIB) as u64;
-    Host {
-        key: HostKey {
-            instance: h.instance(),
-            job: "stealscope".into(),
-        },
-        name: h.name.clone(),
-        cpus: h.cpus,
-        nodes: (0..h.nodes)
-            .map(|node| NodeMem {
-                node,
-                free_bytes: free,
-            })
-            .collect(),
-        vms,
-        busy: summarize(r).busy_steal,
-        culprits: Vec::new(),
-    }
-}
 
 /// CPU seconds (user + system, all threads) and peak RSS in MiB so far:
 /// on a shared machine CPU time says more than wall time.
@@ -95,25 +54,21 @@ fn main() {
             host_of(h, &r)
         })
         .collect();
-    let f = Fleet {
-        window_s: STEP_S * steps as f64,
-        step_s: STEP_S,
-        hosts,
-        unseen: Vec::new(),
-    };
+    let f = fleet(hosts, STEP_S, steps);
     let vms: usize = f.hosts.iter().map(|h| h.vms.len()).sum();
     println!(
         "{n} hosts of {cpus} CPUs, {vms} VMs, {steps} steps: fleet built in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
-    let gain = std::env::args().nth(4).is_some_and(|a| a == "gain");
+    let planner = match std::env::args().nth(4).as_deref() {
+        None => PlanOptions::default().planner,
+        Some("gain") => Planner::Gain,
+        Some("per-host") => Planner::PerHost,
+        Some(x) => panic!("{x}: gain or per-host"),
+    };
     let o = PlanOptions {
         max_moves: usize::MAX,
-        planner: if gain {
-            Planner::Gain
-        } else {
-            Planner::PerHost
-        },
+        planner,
         ..PlanOptions::default()
     };
     let (cpu0, _) = usage();

@@ -17,6 +17,8 @@ use crate::cpuset::CpuSet;
 use crate::host::Host;
 use crate::sched::{h_load, index, Scratch};
 use crate::timing::{Timing, BUSY_FACTOR, CACHE_NICE_TRIES};
+use std::cell::OnceCell;
+use std::cmp::Ordering;
 use stealscope_placement::synthetic::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -190,12 +192,26 @@ pub fn balance(
     // with spare capacity every tick.
     let every = |cpus: usize| ((BUSY_FACTOR * cpus as f64 / 1000.0) / dt).round().max(1.0) as u64;
     let now = tick as f64 * dt;
+    // `sc` is indexed again only after the pass, so every CPU's figures
+    // hold for the whole of it: classified once, not once per pair.
+    let stats: Vec<Stats> = (0..h.ncpu).map(|c| cpu_stats(sc, c, pct)).collect();
     for node in nodes.iter() {
         let mut order = node.clone();
         shuffle(&mut order, rng);
         let k = every(node.len());
+        let mut pass = Pass {
+            pct,
+            tm,
+            stats: &stats,
+            top: top_two(node, &stats),
+            clean: true,
+            by_load: OnceCell::new(),
+            avg: node.iter().map(|&c| sc.cpu_load[c]).sum::<f64>() / node.len() as f64,
+        };
         for &dst in &order {
-            let busy = cpu_stats(sc, dst, pct).kind != GroupType::HasSpare;
+            // No CPU is dirty until a thread moves (balance_one, finish).
+            pass.clean = moved == 0;
+            let busy = stats[dst].kind != GroupType::HasSpare;
             let due = match tm {
                 Some(_) => now + 1e-9 >= h.lb_next_s[dst],
                 None => (tick + dst as u64).is_multiple_of(k) || !busy,
@@ -203,7 +219,7 @@ pub fn balance(
             if !due {
                 continue;
             }
-            let (m, balanced) = balance_one(h, sc, rng, pct, dst, node, 0, tm);
+            let (m, balanced) = balance_one(h, sc, rng, &pass, dst, node, 0);
             moved += m;
             if let Some(tm) = tm {
                 // rebalance_domains: the interval doubles while balanced
@@ -237,41 +253,83 @@ pub fn balance(
     (moved + moved_numa, steady)
 }
 
+/// What one pass over a node's CPUs reads: the CPUs' figures as indexed
+/// before it, its two busiest CPUs, whether none is dirty yet and the
+/// node's mean load.
+struct Pass<'a> {
+    pct: f64,
+    tm: Option<&'a Timing>,
+    stats: &'a [Stats],
+    top: (Option<usize>, Option<usize>),
+    clean: bool,
+    /// Once a CPU is dirty: the node's CPUs busiest first ([`by_load`]).
+    by_load: OnceCell<Vec<usize>>,
+    avg: f64,
+}
+
+/// `cpus` by (group type, load), greatest first, equal ones in the order
+/// given (a stable sort): the first that may be taken from is the one
+/// [`busiest_of`] finds.
+fn by_load(cpus: &[usize], stats: &[Stats]) -> Vec<usize> {
+    let key = |c: usize| (stats[c].kind, stats[c].load);
+    let mut v = cpus.to_vec();
+    v.sort_by(|&a, &b| key(b).partial_cmp(&key(a)).unwrap_or(Ordering::Equal));
+    v
+}
+
+/// The busiest of `cpus` other than `skip`, by (group type, load): the
+/// first of the greatest in the order given.
+fn busiest_of(cpus: &[usize], stats: &[Stats], skip: &dyn Fn(usize) -> bool) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for &c in cpus {
+        if skip(c) {
+            continue;
+        }
+        let better =
+            best.is_none_or(|b| (stats[c].kind, stats[c].load) > (stats[b].kind, stats[b].load));
+        if better {
+            best = Some(c);
+        }
+    }
+    best
+}
+
+/// The busiest of `cpus` and the busiest of the others: with no CPU
+/// dirty, the busiest other than a balancing CPU is one of the two.
+fn top_two(cpus: &[usize], stats: &[Stats]) -> (Option<usize>, Option<usize>) {
+    let first = busiest_of(cpus, stats, &|_| false);
+    (first, busiest_of(cpus, stats, &|c| Some(c) == first))
+}
+
 /// Balances `dst` against the busiest other CPU of `span`. Returns the
 /// threads moved and whether the CPUs were found balanced.
-#[allow(clippy::too_many_arguments)]
 fn balance_one(
     h: &mut Host,
     sc: &mut Scratch,
     rng: &mut Rng,
-    pct: f64,
+    pass: &Pass,
     dst: usize,
     span: &[usize],
     level: usize,
-    tm: Option<&Timing>,
 ) -> (usize, bool) {
     if sc.dirty[dst] {
         return (0, true);
     }
-    let local = cpu_stats(sc, dst, pct);
-    let mut busiest: Option<(usize, Stats)> = None;
-    for &c in span {
-        if c == dst || sc.dirty[c] {
-            continue;
-        }
-        let s = cpu_stats(sc, c, pct);
-        let better = match &busiest {
-            None => true,
-            Some((_, b)) => (s.kind, s.load) > (b.kind, b.load),
-        };
-        if better {
-            busiest = Some((c, s));
-        }
-    }
-    let Some((src, b)) = busiest else {
+    let (pct, tm, avg) = (pass.pct, pass.tm, pass.avg);
+    let local = pass.stats[dst];
+    let busiest = match pass.top {
+        (Some(first), second) if pass.clean => Some(first).filter(|&c| c != dst).or(second),
+        _ => pass
+            .by_load
+            .get_or_init(|| by_load(span, pass.stats))
+            .iter()
+            .copied()
+            .find(|&c| c != dst && !sc.dirty[c]),
+    };
+    let Some(src) = busiest else {
         return (0, true);
     };
-    let avg = span.iter().map(|&c| sc.cpu_load[c]).sum::<f64>() / span.len() as f64;
+    let b = pass.stats[src];
     let failed = h.lb_failed[dst][level];
     let mut moved = 0;
     let balanced;
@@ -286,7 +344,7 @@ fn balance_one(
         let mut over: Vec<(usize, Stats)> = span
             .iter()
             .filter(|&&c| c != dst && !sc.dirty[c])
-            .map(|&c| (c, cpu_stats(sc, c, pct)))
+            .map(|&c| (c, pass.stats[c]))
             .filter(|(_, s)| {
                 s.kind == GroupType::Overloaded
                     && s.nr_busy >= 2
@@ -496,28 +554,45 @@ pub fn wake_idle(h: &mut Host, sc: &mut Scratch) -> usize {
         sc.idle = idle;
         return 0;
     }
+    // No CPU idles more than this: a thread it cannot hold stays (exact:
+    // the best CPU found below would fail the same test).
+    let mut most = idle.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     for c in 0..h.ncpu {
         if sc.cpu_nr[c] < 2 {
             continue;
         }
+        // The best CPU for the last allowed set looked up here (`idle`
+        // changes only when a thread moves, and then this CPU is done).
+        let mut memo: Option<(usize, Option<usize>)> = None;
         for k in sc.start[c]..sc.start[c + 1] {
             let i = sc.by_cpu[k];
             let t = &h.tasks[i];
             if t.wants <= 0.0 || t.wants >= 1.0 || t.wait <= 1e-9 {
                 continue;
             }
-            let node = h.node_of[c];
-            let best = h.nodes[node]
-                .iter()
-                .copied()
-                .filter(|&d| d != c && t.allowed.contains(d))
-                .max_by(|a, b| idle[*a].total_cmp(&idle[*b]).then(b.cmp(a)));
+            if !(most > t.wants && most > idle[c] + t.wants) {
+                continue;
+            }
+            let best = match memo {
+                Some((j, best)) if h.tasks[j].allowed == t.allowed => best,
+                _ => {
+                    let node = h.node_of[c];
+                    let best = h.nodes[node]
+                        .iter()
+                        .copied()
+                        .filter(|&d| d != c && t.allowed.contains(d))
+                        .max_by(|a, b| idle[*a].total_cmp(&idle[*b]).then(b.cmp(a)));
+                    memo = Some((i, best));
+                    best
+                }
+            };
             if let Some(d) = best {
                 if idle[d] > t.wants && idle[d] > idle[c] + t.wants {
                     let w = t.wants;
                     if migrate(h, i, d) {
                         idle[d] -= w;
                         idle[c] += w;
+                        most = idle.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                         moved += 1;
                         break;
                     }

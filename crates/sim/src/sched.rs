@@ -36,6 +36,13 @@ pub struct Scratch {
     pub dirty: Vec<bool>,
     /// Per CPU: idle share of the tick; load for the balancer.
     pub idle: Vec<f64>,
+    /// CPUs whose idle share is not zero, ascending.
+    idle_cpus: Vec<usize>,
+    /// Per VM and node, the speed of its threads there (NaN: not yet).
+    speeds: Vec<f64>,
+    /// Per CPU, then per node (its CPUs without idle time): a thread
+    /// whose [`busy_elsewhere`] was computed there, and the result.
+    busy_memo: Vec<Option<(usize, f64, f64)>>,
     pub cpu_load: Vec<f64>,
     pub cpu_util: Vec<f64>,
     pub cpu_nr: Vec<u32>,
@@ -204,7 +211,8 @@ pub fn h_load(h: &Host, sc: &Scratch, task: usize) -> f64 {
 }
 
 /// Runs one tick of `dt` seconds: CPU time per thread, waits, idle, averages.
-/// `speed` gives each thread's useful work per unit of run time (NUMA).
+/// `speed` gives each thread's useful work per unit of run time (NUMA): for
+/// a VM's thread it must depend only on the VM and the node of its CPU.
 /// With `tm`, a thread that sleeps is also runnable while it waits for the
 /// CPU after each wake-up (`timing::wake_latency_s`).
 pub fn run_tick(
@@ -227,9 +235,13 @@ pub fn run_tick(
             let ents = &mut sc.ents;
             waterfill(cap, &mut sc.fill, &mut |k, a| ents[k].alloc = a);
         }
+        // What every entity here is shared against (sc.ents stays as is;
+        // the turns matter only to wake-up latency).
+        let busy_weight: f64 = sc.ents.iter().map(|e| e.weight * e.runnable).sum();
+        let turns = tm.map_or(1.0, |_| busy_weight_count(&sc.ents, cap));
         let mut used = 0.0;
         for k in 0..sc.ents.len() {
-            used += share_entity(h, sc, (c, cap), k, tm);
+            used += share_entity(h, sc, (c, cap), k, (busy_weight, turns), tm);
         }
         for k in sc.start[c]..sc.start[c + 1] {
             let t = &mut h.tasks[sc.by_cpu[k]];
@@ -292,14 +304,16 @@ fn top_entities(h: &Host, sc: &mut Scratch, c: usize) {
 
 /// Shares entity `k`'s CPU time on CPU `c` among its threads and sets each
 /// thread's run, wait and runnable share; returns the CPU time used.
+/// `busy_weight`: the CPU's entities' runnable weight; `turns`: how many
+/// take turns ([`busy_weight_count`]).
 fn share_entity(
     h: &mut Host,
     sc: &mut Scratch,
     (c, cap): (usize, f64),
     k: usize,
+    (busy_weight, turns): (f64, f64),
     tm: Option<&Timing>,
 ) -> f64 {
-    let busy_weight: f64 = sc.ents.iter().map(|e| e.weight * e.runnable).sum();
     let e = sc.ents[k];
     // Share of the CPU this entity gets while it is runnable.
     let others = busy_weight - e.weight * e.runnable;
@@ -325,10 +339,8 @@ fn share_entity(
         waterfill(e.alloc, &mut sc.fill, &mut |i, a| tasks[i].run = a);
     }
     let in_busy: f64 = sc.members.iter().map(|&i| h.tasks[i].runnable).sum();
-    // Chance this entity runs at a random moment of the tick, and
-    // how many entities take turns here.
+    // Chance this entity runs at a random moment of the tick.
     let own = if cap > 0.0 { e.alloc / cap } else { 0.0 };
-    let turns = busy_weight_count(&sc.ents, cap);
     let mut used = 0.0;
     for &i in &sc.members {
         let (waits, delayed) = match tm {
@@ -376,25 +388,26 @@ fn queued_waits(h: &mut Host, sc: &Scratch, c: usize, (used, cap): (f64, f64)) {
 /// free at that moment (select_idle_sibling): only the wait when none is
 /// counts. Idle steal: waiting while some other allowed CPU idled
 /// (independent in time).
-fn finish_tasks(h: &mut Host, sc: &Scratch, alpha: f64, speed: &dyn Fn(&Host, usize) -> f64) {
-    let n = h.ncpu;
+fn finish_tasks(h: &mut Host, sc: &mut Scratch, alpha: f64, speed: &dyn Fn(&Host, usize) -> f64) {
     let any_idle = sc.idle.iter().any(|x| *x > 1e-9);
+    // A CPU with no idle time multiplies the products below by exactly
+    // 1.0: only the others are visited, in the same (ascending) order.
+    sc.idle_cpus.clear();
+    sc.idle_cpus
+        .extend((0..h.ncpu).filter(|&c| sc.idle[c] != 0.0));
+    // A VM's threads on one node work at one speed: looked up once.
+    let nodes = h.nodes.len();
+    sc.speeds.clear();
+    sc.speeds.resize(h.vms.len() * nodes, f64::NAN);
+    sc.busy_memo.clear();
+    sc.busy_memo.resize(h.ncpu + nodes, None);
     for i in 0..h.tasks.len() {
         if !h.tasks[i].alive {
             continue;
         }
         let idle_wait = if any_idle && h.tasks[i].wait > 0.0 {
+            let (all_busy, node_busy) = busy_elsewhere(h, sc, i);
             let t = &h.tasks[i];
-            let node = h.node_of[t.cpu];
-            let (mut all_busy, mut node_busy) = (1.0, 1.0);
-            for c in t.allowed.iter() {
-                if c != t.cpu && c < n {
-                    all_busy *= 1.0 - sc.idle[c];
-                    if h.node_of[c] == node {
-                        node_busy *= 1.0 - sc.idle[c];
-                    }
-                }
-            }
             let sleeps = t.wants < 1.0 && t.run >= t.wants - 1e-9;
             let wait = if sleeps { t.wait * node_busy } else { t.wait };
             h.tasks[i].wait = wait;
@@ -402,7 +415,16 @@ fn finish_tasks(h: &mut Host, sc: &Scratch, alpha: f64, speed: &dyn Fn(&Host, us
         } else {
             0.0
         };
-        let s = speed(h, i);
+        let s = match h.tasks[i].vm {
+            Some(v) => {
+                let k = v * nodes + h.node_of[h.tasks[i].cpu];
+                if sc.speeds[k].is_nan() {
+                    sc.speeds[k] = speed(h, i);
+                }
+                sc.speeds[k]
+            }
+            None => speed(h, i),
+        };
         let t = &mut h.tasks[i];
         t.idle_wait = idle_wait;
         t.work = t.run * s;
@@ -415,6 +437,37 @@ fn finish_tasks(h: &mut Host, sc: &Scratch, alpha: f64, speed: &dyn Fn(&Host, us
             (t.wants - t.run).clamp(0.0, 1.0)
         };
     }
+}
+
+/// For thread `i`: the chance that every other allowed CPU is busy, and
+/// every other allowed CPU of its node, at a random moment (independent).
+/// The same for threads with the same allowed CPUs on one CPU, or on any
+/// CPU of a node that had no idle time (its own factor was 1.0 anyway):
+/// computed once for each, in the same order of factors.
+fn busy_elsewhere(h: &Host, sc: &mut Scratch, i: usize) -> (f64, f64) {
+    let t = &h.tasks[i];
+    let node = h.node_of[t.cpu];
+    let key = if sc.idle[t.cpu] == 0.0 {
+        h.ncpu + node
+    } else {
+        t.cpu
+    };
+    if let Some((j, all, here)) = sc.busy_memo[key] {
+        if h.tasks[j].allowed == t.allowed {
+            return (all, here);
+        }
+    }
+    let (mut all_busy, mut node_busy) = (1.0, 1.0);
+    for &c in &sc.idle_cpus {
+        if c != t.cpu && t.allowed.contains(c) {
+            all_busy *= 1.0 - sc.idle[c];
+            if h.node_of[c] == node {
+                node_busy *= 1.0 - sc.idle[c];
+            }
+        }
+    }
+    sc.busy_memo[key] = Some((i, all_busy, node_busy));
+    (all_busy, node_busy)
 }
 
 /// Entities taking turns on a CPU: each counts by how much of an equal
