@@ -419,6 +419,18 @@ fn logged_host_work(line: &str) -> (f64, f64) {
     (num(rest), num(from))
 }
 
+/// Run time of every thread of `pid` so far, ns (schedstat).
+fn process_run_ns(pid: u64) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// One daemon round: what it logged and what the test read beside it.
 struct Round {
     /// The logged line measuring pass 1's batch.
@@ -428,6 +440,10 @@ struct Round {
     /// CPUs that everything but the vCPUs ran on in that window (the
     /// daemon and QEMU's other threads included), from /proc/stat.
     others: f64,
+    /// Of `others`, the daemon's own (its threads' schedstat).
+    daemon: f64,
+    /// vCPUs read.
+    vcpus: usize,
     log: String,
 }
 
@@ -460,10 +476,16 @@ fn daemon_round(vms: &[&Vm], cfg: &Path, journal: &Path, c: &mut Cleanup) -> Rou
             .flat_map(|v| v.vcpus.iter().map(|t| schedstat(v.pid, *t)))
             .collect()
     };
-    let (t0, b0, s0) = (Instant::now(), busy_ns_now(), read());
+    let daemon = c.children.last().unwrap().id();
+    let procs = || -> [u64; 2] {
+        let vms_all: u64 = vms.iter().map(|v| process_run_ns(v.pid)).sum();
+        [process_run_ns(daemon as u64), vms_all]
+    };
+    let (t0, b0, s0, p0) = (Instant::now(), busy_ns_now(), read(), procs());
     let line = wait_line(&mut lines, "measured: steal", &mut log)
         .unwrap_or_else(|| panic!("no measured line:\n{log}"));
-    let (s1, b1, secs) = (read(), busy_ns_now(), t0.elapsed().as_secs_f64());
+    let (s1, b1, p1) = (read(), busy_ns_now(), procs());
+    let secs = t0.elapsed().as_secs_f64();
     let per_vcpu = |f: fn(&(u64, u64, u64)) -> u64| -> Vec<f64> {
         s0.iter()
             .zip(&s1)
@@ -474,6 +496,13 @@ fn daemon_round(vms: &[&Vm], cfg: &Path, journal: &Path, c: &mut Cleanup) -> Rou
     let steal = 100.0 * waits.iter().sum::<f64>() / waits.len() as f64;
     let vcpus_ran: f64 = per_vcpu(|t| t.0).iter().sum();
     let others = (b1 - b0) as f64 / 1e9 / secs - vcpus_ran;
+    let cpus = |i: usize| (p1[i] - p0[i]) as f64 / 1e9 / secs;
+    eprintln!(
+        "  of the others: the daemon {:.2} CPUs, the VMs' other threads {:.2}",
+        cpus(0),
+        cpus(1) - vcpus_ran
+    );
+    let daemon = cpus(0);
     for l in lines.by_ref() {
         let _ = l;
     }
@@ -482,6 +511,8 @@ fn daemon_round(vms: &[&Vm], cfg: &Path, journal: &Path, c: &mut Cleanup) -> Rou
         line,
         steal,
         others,
+        daemon,
+        vcpus: waits.len(),
         log,
     }
 }
@@ -517,16 +548,23 @@ fn the_daemon_logs_each_batch_measured_beside_its_prediction() {
         let journal = dir.path().join(format!("place{round}.journal"));
         let Round {
             line,
-            steal: ours,
+            steal,
             others,
+            daemon,
+            vcpus,
             log,
         } = daemon_round(&[&a, &b], &cfg, &journal, &mut c);
+        // The daemon never counts itself as host work (it predicts the host
+        // it places), yet here it ran beside the VMs: 0.07-0.14 CPUs of a
+        // debug build on this host. Three always-busy vCPUs on two CPUs
+        // wait for every CPU-second it takes, so the test gives it back.
+        let ours = steal - 100.0 * daemon / vcpus as f64;
         // Each round starts from the unplaced host.
         assert_eq!(masks(&[a.pid, b.pid]), start, "round {round}:\n{log}");
         let (measured, predicted) = logged_steal(&line);
         let (hw, hw_pred) = logged_host_work(&line);
         eprintln!(
-            "round {round}: {line}\n  test's own reading: {ours:.1} %, others ran {others:.2} CPUs"
+            "round {round}: {line}\n  test's own reading: {steal:.1} %, {ours:.1} % without the daemon's {daemon:.2} CPUs; others ran {others:.2} CPUs"
         );
         if (hw - hw_pred).abs() > 0.3 || hw.max(hw_pred) > BUSY_HOST {
             eprintln!(
@@ -535,11 +573,12 @@ fn the_daemon_logs_each_batch_measured_beside_its_prediction() {
             continue;
         }
         // The prediction is for the VMs and the host work it read; a
-        // window in which anything more, the daemon itself included, held
-        // the CPUs measures another host than the one predicted.
-        if others > hw_pred + OTHERS_NOISE {
+        // window in which anything more than the daemon held the CPUs
+        // measures another host than the one predicted.
+        if others - daemon > hw_pred + OTHERS_NOISE {
             eprintln!(
-                "round {round} rejected: others ran {others:.2} CPUs in the test's window (the prediction's host work {hw_pred:.2})"
+                "round {round} rejected: others than the daemon ran {:.2} CPUs in the test's window (the prediction's host work {hw_pred:.2})",
+                others - daemon
             );
             continue;
         }
