@@ -88,7 +88,20 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
     if past < 6.0 {
         return;
     }
-    let f = f.unwrap_or_else(|| panic!("no host.cgroup-weight-unfair: {}", r["findings"]));
+    let f = f.unwrap_or_else(|| {
+        // What the kernel said of the VMs' groups, beside the findings.
+        let read = |pid: u64, file: &str| {
+            std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap_or_default()
+        };
+        panic!(
+            "no host.cgroup-weight-unfair ({past:.1} pp past fair); autogroups agA {} agB {}; cgroups agA {} agB {}; findings {}",
+            read(a, "autogroup").trim(),
+            read(b, "autogroup").trim(),
+            read(a, "cgroup").replace('\n', " "),
+            read(b, "cgroup").replace('\n', " "),
+            r["findings"]
+        )
+    });
     let groups = f["evidence"]["groups"].as_array().unwrap();
     for (name, g, n) in [("agA", &ga, 2), ("agB", &gb, 1)] {
         let e = groups
