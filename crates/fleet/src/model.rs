@@ -211,3 +211,29 @@ pub(crate) fn test_host(name: &str, cpus: u32, free_bytes: u64, busy: f64, vms: 
         culprits: Vec::new(),
     }
 }
+
+/// A VM for unit tests: 4 GiB, the same demand at each of four steps, of
+/// which `wait` waited.
+#[cfg(test)]
+pub(crate) fn test_vm(name: &str, vcpus: u32, demand: f64, wait: f64) -> Vm {
+    Vm {
+        name: name.into(),
+        uuid: String::new(),
+        vcpus,
+        memory_bytes: Some(4 << 30),
+        demand: vec![demand; 4],
+        wait,
+        run: (demand - wait).max(0.0),
+    }
+}
+
+/// A fleet for unit tests: an hour in 15-minute steps, every host seen.
+#[cfg(test)]
+pub(crate) fn test_fleet(hosts: Vec<Host>) -> Fleet {
+    Fleet {
+        window_s: 3600.0,
+        step_s: 900.0,
+        hosts,
+        unseen: Vec::new(),
+    }
+}

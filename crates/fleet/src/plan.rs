@@ -395,32 +395,11 @@ pub(crate) fn reposition(order: &mut Vec<usize>, to: usize, loads: &[Load], f: &
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{test_host, Culprit};
-
-    fn vm(name: &str, vcpus: u32, demand: f64, wait: f64) -> Vm {
-        Vm {
-            name: name.into(),
-            uuid: String::new(),
-            vcpus,
-            memory_bytes: Some(4 << 30),
-            demand: vec![demand; 4],
-            wait,
-            run: (demand - wait).max(0.0),
-        }
-    }
+    use crate::model::{test_fleet as fleet, test_host, test_vm as vm, Culprit};
 
     fn host(name: &str, cpus: u32, idle: f64, vms: Vec<Vm>) -> Host {
         let wait: f64 = vms.iter().map(|v| v.wait).sum();
         test_host(name, cpus, 16 << 30, (wait - idle).max(0.0), vms)
-    }
-
-    fn fleet(hosts: Vec<Host>) -> Fleet {
-        Fleet {
-            window_s: 3600.0,
-            step_s: 900.0,
-            hosts,
-            unseen: Vec::new(),
-        }
     }
 
     #[test]

@@ -239,19 +239,11 @@ fn destination(v: &Vm, loads: &[Load], order: &[usize]) -> Option<(usize, u32, f
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{test_host, Culprit, Host};
+    use crate::model::{test_fleet, test_host, test_vm, Culprit, Host};
     use crate::plan::{plan, Planner};
 
     fn vm(name: &str, vcpus: u32, demand: f64) -> Vm {
-        Vm {
-            name: name.into(),
-            uuid: String::new(),
-            vcpus,
-            memory_bytes: Some(4 << 30),
-            demand: vec![demand; 4],
-            wait: 0.0,
-            run: demand,
-        }
+        test_vm(name, vcpus, demand, 0.0)
     }
 
     /// A host whose busy steal is its demand over its CPUs less 10 %.
@@ -303,12 +295,7 @@ mod tests {
         let big = host("big", 16, bvms);
         assert!(small.busy_per_vcpu() > big.busy_per_vcpu());
         let idle = host("idle", 32, vec![vm("y", 2, 2.0)]);
-        let f = Fleet {
-            window_s: 3600.0,
-            step_s: 900.0,
-            hosts: vec![small, big, idle],
-            unseen: Vec::new(),
-        };
+        let f = test_fleet(vec![small, big, idle]);
         let p = plan(&f, &gain(1));
         assert_eq!(p.hot, vec![0, 1]);
         assert_eq!(p.moves.len(), 1, "{:?}", p.moves);
@@ -356,12 +343,7 @@ mod tests {
             v.wait = 3.0 / 16.0;
         }
         let idle = host("idle", 32, vec![]);
-        let f = Fleet {
-            window_s: 3600.0,
-            step_s: 900.0,
-            hosts: vec![hot, warm, idle],
-            unseen: Vec::new(),
-        };
+        let f = test_fleet(vec![hot, warm, idle]);
         let p = plan(&f, &gain(20));
         assert_eq!(p.hot.len(), 2);
         assert_eq!(p.moves.len(), 1, "{:?}", p.moves);
@@ -383,12 +365,7 @@ mod tests {
         dest.nodes[0].free_bytes = 9 << 30;
         let mut full = host("full", 64, vec![]);
         full.nodes[0].free_bytes = 3 << 30;
-        let f = Fleet {
-            window_s: 3600.0,
-            step_s: 900.0,
-            hosts: vec![hot, dest, full],
-            unseen: Vec::new(),
-        };
+        let f = test_fleet(vec![hot, dest, full]);
         let p = plan(&f, &gain(20));
         assert_eq!(p.moves.len(), 1, "{:?}", p.moves);
         assert_eq!(p.moves[0].to, 1);
