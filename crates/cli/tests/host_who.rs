@@ -222,18 +222,6 @@ fn host_loop_beside_a_busy_vm_is_named_not_oversubscription() {
     assert!(w["run_cpus"].as_f64().unwrap() > 0.33, "{w}");
 }
 
-/// Run time of every thread of a process, ns (its tasks' schedstat).
-fn process_run_ns(pid: u64) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|t| t.file_name().to_str()?.parse::<u64>().ok())
-                .map(|tid| schedstat(pid, tid).0)
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
 /// CPU the loop ran over `secs` (its own schedstat), after `settle` s, and
 /// the CPU everything but the loop and the VM took meanwhile (/proc/stat):
 /// a window with more than a quarter CPU of other work is measured again,

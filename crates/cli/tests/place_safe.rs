@@ -12,7 +12,7 @@
 
 mod common;
 use common::place::*;
-use common::testenv::{self, qmp_tids, schedstat, testenv};
+use common::testenv::{self, process_run_ns, qmp_tids, schedstat, testenv};
 use common::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -417,18 +417,6 @@ fn logged_host_work(line: &str) -> (f64, f64) {
     let num = |s: &str| s.split([' ', ')']).next().unwrap().parse::<f64>().unwrap();
     let from = &rest[rest.find("predicted from ").unwrap() + 15..];
     (num(rest), num(from))
-}
-
-/// Run time of every thread of `pid` so far, ns (schedstat).
-fn process_run_ns(pid: u64) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
 }
 
 /// One daemon round: what it logged and what the test read beside it.

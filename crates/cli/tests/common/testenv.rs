@@ -84,6 +84,18 @@ pub fn schedstat(pid: u64, tid: u64) -> (u64, u64, u64) {
     (f(0), f(1), f(2))
 }
 
+/// Run time of every thread of a process, ns (its tasks' schedstat).
+pub fn process_run_ns(pid: u64) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|t| t.file_name().to_str()?.parse::<u64>().ok())
+                .map(|tid| schedstat(pid, tid).0)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 /// Run-queue wait of a thread, ns (0 once it is gone).
 pub fn wait_ns(pid: u64, tid: u64) -> u64 {
     schedstat(pid, tid).1
