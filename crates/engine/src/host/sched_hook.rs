@@ -45,6 +45,19 @@ impl SchedHook {
         }
     }
 
+    /// Whether a route is running (it may have failed to load, or to
+    /// watch, since).
+    pub fn loaded(&self) -> bool {
+        self.collector.is_some()
+    }
+
+    /// For a hook kept across intervals: see [`Collector::retire_quiet`].
+    pub fn retire_quiet(&mut self, after: std::time::Duration) {
+        if let Some(c) = self.collector.as_mut() {
+            c.retire_quiet(after);
+        }
+    }
+
     /// Watches the vCPU threads of `vms`; the first reading (or why there
     /// is none).
     pub fn watch(&mut self, vms: &[VmObs]) -> StoredSched {
