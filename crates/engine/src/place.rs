@@ -17,7 +17,7 @@ use stealscope_model::host::collect_host;
 use stealscope_model::observation::Side;
 use stealscope_placement::history::{DemandHistory, VmHistory};
 use stealscope_placement::input::CpuController;
-use stealscope_placement::{live, plan, Config, History, HostInput, Plan};
+use stealscope_placement::{live, plan, Action, Config, History, HostInput, Plan};
 use stealscope_readers::RootFs;
 use stealscope_sim::predict::{self, Measures, Prediction};
 
@@ -395,16 +395,15 @@ impl Daemon<'_> {
         h.retain(|pid| host.vms.iter().any(|v| v.pid == pid));
         let now = journal::now();
         let p = plan(&host, cfg, &h, now);
-        self.decide(pass, &host, &p);
-        for v in &p.vms {
-            h.record(v.pid, v.node, now);
-        }
+        let applied = self.decide(pass, &host, &p);
+        p.record_in(&mut h, &applied, now);
         self.hist = Some(h);
         Ok(())
     }
 
-    /// Logs the plan and its prediction; applies it when allowed.
-    fn decide(&mut self, pass: u64, host: &HostInput, p: &Plan) {
+    /// Logs the plan and its prediction; applies it when allowed. Returns
+    /// the actions applied.
+    fn decide(&mut self, pass: u64, host: &HostInput, p: &Plan) -> Vec<Action> {
         // Predicted only when there is something to apply.
         let (p, pred) = if p.actions.is_empty() || p.refused.is_some() {
             (p.clone(), None)
@@ -418,20 +417,20 @@ impl Daemon<'_> {
         }
         if let Some(why) = &p.refused {
             log(&format!("pass {pass}: refused: {why}"));
-            return;
+            return Vec::new();
         }
         if p.actions.is_empty() {
             log(&format!(
                 "pass {pass}: {} VM(s), placement holds, nothing to do",
                 p.vms.len()
             ));
-            return;
+            return Vec::new();
         }
         let pred = pred.unwrap_or_else(|| place_demand::predict(host, &self.rec, p));
         log(&format!("pass {pass}: predicted: {}", pred.summary()));
         if let (Some(why), false) = (pred.refusal(), self.o.force) {
             log(&format!("pass {pass}: refused: {why}"));
-            return;
+            return Vec::new();
         }
         for act in &p.actions {
             log(&format!(
@@ -440,12 +439,15 @@ impl Daemon<'_> {
                 act.reason()
             ));
         }
-        if self.o.yes {
-            self.apply(pass, host, p, &pred);
+        if self.o.yes && self.apply(pass, host, p, &pred) {
+            return p.actions.clone();
         }
+        Vec::new()
     }
 
-    fn apply(&mut self, pass: u64, host: &HostInput, p: &Plan, pred: &Prediction) {
+    /// Applies `p` and watches the batch; true when it was applied without
+    /// an error.
+    fn apply(&mut self, pass: u64, host: &HostInput, p: &Plan, pred: &Prediction) -> bool {
         let (cfg, jpath) = (&self.o.cfg, &self.o.journal);
         let ctl = host.cpu_controller.as_ref();
         let mut l = |x: &str| log(x);
@@ -457,7 +459,7 @@ impl Daemon<'_> {
             Ok(r) => r,
             Err(e) => {
                 log(&format!("pass {pass}: not applied: {e}"));
-                return;
+                return false;
             }
         };
         let n = |o: &str| r.results.iter().filter(|x| x.outcome == o).count();
@@ -473,11 +475,14 @@ impl Daemon<'_> {
                 .unwrap_or_default()
         ));
         if n("done") == 0 || r.error.is_some() {
-            return;
+            return false;
         }
         let mut l = |x: &str| log(&format!("pass {pass}: {x}"));
         if guard(cfg, jpath, ctl, batch, &self.rec, self.o.watch, &mut l).is_none() {
             self.pending = Some((batch, pred.planned, pred.vms.clone()));
+            return true;
         }
+        // The guard undid the batch: nothing of it holds.
+        false
     }
 }

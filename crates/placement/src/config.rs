@@ -124,7 +124,7 @@ impl Default for Config {
             pin_above: 1.0,
             interval_s: 10.0,
             min_move_interval_s: 600.0,
-            hysteresis: 0.25,
+            hysteresis: 0.1,
             migrate_min_mib: 64,
             mem_margin_pct: 5.0,
             mem_margin_min_mib: 256,

@@ -289,4 +289,13 @@ impl VmInput {
             .map(|(_, t)| t.util.unwrap_or(1.0).clamp(0.0, 1.0))
             .sum()
     }
+
+    /// Variance of how many of its vCPUs are runnable at once
+    /// ([`crate::overflow`]): each runnable with the chance of its demand.
+    pub fn spread(&self) -> f64 {
+        self.vcpus
+            .iter()
+            .map(|(_, t)| crate::overflow::thread_spread(t.util.unwrap_or(1.0)))
+            .sum()
+    }
 }

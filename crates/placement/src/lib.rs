@@ -14,6 +14,7 @@ pub mod live;
 mod mapping;
 mod nodes;
 pub mod numad;
+pub mod overflow;
 pub mod plan;
 mod spill;
 pub mod synthetic;

@@ -21,6 +21,8 @@ pub struct NodeState {
     /// threads on them, and those allowed anywhere in proportion to the
     /// pool's share of the online CPUs.
     pub host_load: f64,
+    /// Variance of the runnable count of `load` ([`crate::overflow`]).
+    pub spread: f64,
 
     pub mem_total: Option<u64>,
     /// Free memory left after the moves planned so far (can go negative only
@@ -107,6 +109,16 @@ impl NodeState {
         self.free.iter().copied().collect()
     }
 
+    /// Demand the pool leaves unserved (CPUs, [`crate::overflow`]) with
+    /// `demand` of variance `spread` added (negative: taken off).
+    pub fn unserved_with(&self, demand: f64, spread: f64) -> f64 {
+        crate::overflow::unserved(
+            self.load + demand,
+            (self.spread + spread).max(0.0),
+            self.free.len() as f64,
+        )
+    }
+
     /// Shared load per pool CPU if `demand` were added.
     pub fn pressure_with(&self, demand: f64) -> f64 {
         (self.load + demand) / self.free.len().max(1) as f64
@@ -157,6 +169,7 @@ pub fn node_states(host: &HostInput, housekeeping: &BTreeSet<u32>) -> Vec<NodeSt
                 housekeeping: mine.intersection(housekeeping).copied().collect(),
                 load: host_load,
                 host_load,
+                spread: host_load * crate::overflow::HOST_WORK_SPREAD,
                 mem_total: n.mem_total_bytes,
                 mem_free: n.mem_free_bytes.map(i128::from),
             }

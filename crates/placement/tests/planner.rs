@@ -935,3 +935,106 @@ fn assert_no_starving_weight(h: &stealscope_placement::HostInput, p: &stealscope
     }
     assert!(weight <= 3.0 * 1024.0, "weight {weight} for 3 busy vCPUs");
 }
+
+/// Node 0 at 75 % of its CPUs, node 1 at 30 %: with vCPUs that want CPU
+/// now and then (0.6 each) node 0 leaves some demand waiting, and a VM
+/// moves when the waiting saved pays for the copy; with always-busy vCPUs
+/// (1.0 each) the same loads leave none waiting, and nothing moves.
+#[test]
+fn an_uneven_pair_of_nodes_moves_a_vm_only_when_the_waiting_saved_pays() {
+    let plan_for = |util: f64, on0: u32, on1: u32| {
+        let mut h = host(2, 16, false, 64 * GIB, 0.8);
+        let n0 = h.topology.nodes[0].cpus.clone();
+        let n1 = h.topology.nodes[1].cpus.clone();
+        for pid in 1..=on0 {
+            h.vms.push(vm(pid, 2, util, GIB, 0, &n0));
+        }
+        for pid in on0 + 1..=on0 + on1 {
+            h.vms.push(vm(pid, 2, util, GIB, 1, &n1));
+        }
+        plan(&h, &cfg(), &History::default(), 1000.0)
+    };
+    // 20 vCPUs at 0.6 on node 0 (12 CPUs of demand), 8 on node 1 (4.8).
+    let p = plan_for(0.6, 10, 4);
+    let moved: Vec<&stealscope_placement::VmPlan> = p
+        .vms
+        .iter()
+        .filter(|v| v.pid <= 10 && v.node == Some(1))
+        .collect();
+    assert!(!moved.is_empty(), "{:#?}", p.vms);
+    assert!(
+        moved[0]
+            .reasons
+            .iter()
+            .any(|r| r.contains("CPU-s of waiting")),
+        "{:?}",
+        moved[0].reasons
+    );
+    let after = p.node_pressure[&0];
+    assert!(
+        after < 0.75 && after >= p.node_pressure[&1],
+        "{:?}",
+        p.node_pressure
+    );
+    // 12 always-busy vCPUs on node 0's 16 CPUs, 4 on node 1: none waits.
+    let p = plan_for(1.0, 6, 2);
+    assert!(p
+        .vms
+        .iter()
+        .all(|v| v.node == Some(if v.pid <= 6 { 0 } else { 1 })));
+    assert!(p.actions.is_empty(), "{:#?}", p.actions);
+}
+
+/// A VM on no node yet that wants almost nothing is left where it is (no
+/// placement change buys anything for it); once it wants more it is placed.
+#[test]
+fn a_nearly_idle_fresh_vm_is_left_unbound_until_it_wants_more() {
+    let plan_for = |util: f64| {
+        let mut h = host(2, 8, false, 64 * GIB, 0.8);
+        let all = h.topology.cpus.clone();
+        let mut v = vm(1, 2, util, 2 * GIB, 0, &all);
+        v.mem_by_node = Some(BTreeMap::from([(0, GIB), (1, GIB)]));
+        h.vms.push(v);
+        plan(&h, &cfg(), &History::default(), 0.0)
+    };
+    let p = plan_for(0.02);
+    let v = vm_plan(&p, 1);
+    assert_eq!(v.node, None);
+    assert!(p.actions.iter().all(|a| a.pid() != 1), "{:#?}", p.actions);
+    assert!(
+        v.reasons.iter().any(|r| r.contains("left where it is")),
+        "{:?}",
+        v.reasons
+    );
+    let p = plan_for(0.3);
+    assert!(vm_plan(&p, 1).node.is_some());
+    assert!(p.actions.iter().any(|a| a.pid() == 1));
+}
+
+/// Only a change that took effect moves a VM in the history the next pass
+/// plans from.
+#[test]
+fn a_vm_whose_change_was_held_back_keeps_its_old_node() {
+    // Three busy VMs on node 0 of a 2 x 4-CPU host: the planner spreads
+    // them, so some change node and some do not.
+    let mut h = host(2, 4, false, 16 * GIB, 0.8);
+    let n0 = h.topology.nodes[0].cpus.clone();
+    for pid in 1..=3 {
+        h.vms.push(vm(pid, 2, 1.0, GIB, 0, &n0));
+    }
+    let p = plan(&h, &cfg(), &History::default(), 0.0);
+    assert!(p.vms.iter().any(|v| v.node != Some(0)), "{:#?}", p.vms);
+    let mut old = History::default();
+    for pid in 1..=3 {
+        old.record(pid, Some(0), -100.0);
+    }
+    // Nothing applied: every VM keeps node 0.
+    let mut hist = old.clone();
+    p.record_in(&mut hist, &[], 0.0);
+    assert_eq!(hist, old);
+    // All applied: every VM is where the plan put it.
+    p.record_in(&mut hist, &p.actions, 0.0);
+    for v in &p.vms {
+        assert_eq!(hist.vms[&v.pid].node, v.node, "{}", v.pid);
+    }
+}
