@@ -109,6 +109,13 @@ impl NodeState {
         self.free.iter().copied().collect()
     }
 
+    /// Adds `demand` CPUs of variance `spread` to the pool (negative:
+    /// takes them off): load and spread always move together.
+    pub fn add(&mut self, demand: f64, spread: f64) {
+        self.load += demand;
+        self.spread += spread;
+    }
+
     /// Demand the pool leaves unserved (CPUs, [`crate::overflow`]) with
     /// `demand` of variance `spread` added (negative: taken off).
     pub fn unserved_with(&self, demand: f64, spread: f64) -> f64 {

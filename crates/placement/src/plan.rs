@@ -131,14 +131,12 @@ fn plan_all(host: &HostInput, cfg: &Config, hist: &History, now_s: f64) -> Plan 
         .collect();
     for vm in &shared {
         if let Some(&i) = held.get(&vm.pid) {
-            nodes[i].load += vm.demand();
-            nodes[i].spread += vm.spread();
+            nodes[i].add(vm.demand(), vm.spread());
         }
     }
     for vm in shared {
         if let Some(&i) = held.get(&vm.pid) {
-            nodes[i].load -= vm.demand();
-            nodes[i].spread -= vm.spread();
+            nodes[i].add(-vm.demand(), -vm.spread());
         }
         let p = place_shared(vm, &mut nodes, &ctx);
         out.vms.push(p);
@@ -381,8 +379,7 @@ fn place_shared(vm: &VmInput, nodes: &mut [NodeState], ctx: &Ctx) -> VmPlan {
             let node = &mut nodes[i];
             let incoming = node.mem_fits(vm, ctx.cfg).ok().flatten();
             node.take_mem(incoming.unwrap_or(0));
-            node.load += demand;
-            node.spread += vm.spread();
+            node.add(demand, vm.spread());
             let pool = node.pool();
             reasons.insert(0, format!("shared: {n} vCPU(s), measured demand {demand:.2} CPUs, in node {}'s shared pool {}", node.id, cpulist(&pool)));
             reasons.push(mem_reason(vm, node.id, incoming));
@@ -633,8 +630,7 @@ fn spanning_pool(
     let mut pool = Vec::new();
     for node in nodes.iter_mut() {
         let share = node.free.len() as f64 / total as f64;
-        node.load += demand * share;
-        node.spread += spread * share;
+        node.add(demand * share, spread * share);
         pool.extend(node.free.iter().copied());
     }
     let mut found = true;

@@ -25,6 +25,29 @@ fn vm_plan(p: &stealscope_placement::Plan, pid: u32) -> &stealscope_placement::V
     p.vms.iter().find(|v| v.pid == pid).unwrap()
 }
 
+/// Asserts that `p` puts on `node` at least one of the VMs `pick` keeps,
+/// and that the first of them says what its move saves.
+fn moved_saying_what_it_saves(
+    p: &stealscope_placement::Plan,
+    node: u32,
+    pick: impl Fn(u32) -> bool,
+) {
+    let moved: Vec<&stealscope_placement::VmPlan> = p
+        .vms
+        .iter()
+        .filter(|v| pick(v.pid) && v.node == Some(node))
+        .collect();
+    assert!(!moved.is_empty(), "{:#?}", p.vms);
+    assert!(
+        moved[0]
+            .reasons
+            .iter()
+            .any(|r| r.contains("CPU-s of waiting")),
+        "{:?}",
+        moved[0].reasons
+    );
+}
+
 #[test]
 fn dedicated_vm_gets_whole_cores_no_one_else_shares() {
     let mut h = host(2, 8, true, 64 * GIB, 0.5);
@@ -275,17 +298,7 @@ fn hysteresis_and_minimum_interval_keep_vms_still() {
         .any(|r| r.contains("within the hysteresis")));
     // ...with the default one the last placed move, saying what it saves...
     let p = plan(&h, &cfg(), &History::default(), 1000.0);
-    let moved: Vec<&stealscope_placement::VmPlan> =
-        p.vms.iter().filter(|v| v.node == Some(1)).collect();
-    assert!(!moved.is_empty(), "{:#?}", p.vms);
-    assert!(
-        moved[0]
-            .reasons
-            .iter()
-            .any(|r| r.contains("CPU-s of waiting")),
-        "{:?}",
-        moved[0].reasons
-    );
+    moved_saying_what_it_saves(&p, 1, |_| true);
     // ...unless they moved less than min_move_interval_s ago.
     let mut hist = History::default();
     for pid in 1..=6 {
@@ -956,20 +969,7 @@ fn an_uneven_pair_of_nodes_moves_a_vm_only_when_the_waiting_saved_pays() {
     };
     // 20 vCPUs at 0.6 on node 0 (12 CPUs of demand), 8 on node 1 (4.8).
     let p = plan_for(0.6, 10, 4);
-    let moved: Vec<&stealscope_placement::VmPlan> = p
-        .vms
-        .iter()
-        .filter(|v| v.pid <= 10 && v.node == Some(1))
-        .collect();
-    assert!(!moved.is_empty(), "{:#?}", p.vms);
-    assert!(
-        moved[0]
-            .reasons
-            .iter()
-            .any(|r| r.contains("CPU-s of waiting")),
-        "{:?}",
-        moved[0].reasons
-    );
+    moved_saying_what_it_saves(&p, 1, |pid| pid <= 10);
     let after = p.node_pressure[&0];
     assert!(
         after < 0.75 && after >= p.node_pressure[&1],
