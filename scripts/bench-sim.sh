@@ -38,19 +38,21 @@ for path in sys.argv[3:]:
             rounds.setdefault(f[0], []).append((float(f[2]), [float(x) for x in f[3:7]], load))
     runs.append((head, rounds))
 names = ["A0", "A1", "B0", "C0"]
-earlier = {"equal": "33-35", "weights": "5, then 27", "shared-group": "0-2", "stealscope": ""}
+earlier = {"equal": "33-35", "weights": "5, then 27", "shared-group": "0-2", "pinned": ""}
+# Rounds recorded before 2026-12-07 name the pinned layout by the defaults of then.
+label = {"stealscope": "pinned"}
 print("## Issue 8: simulator against the real two-CPU experiment")
 print()
 print(f"Command: `SEEDS={seeds} scripts/bench-sim.sh RESULTS...`: `stealscope sim scenarios/calibration-2cpu.toml --seeds {seeds}`")
 print("(2 CPUs; VM A with 2 busy vCPUs, B and C with 1; per-VM cpu groups; `weights` and `shared-group` with threads left")
-print("to the load balancer, and stealscope's defaults (one group, vCPUs pinned one per CPU balanced by demand), applied by the")
+print("to the load balancer, the pinned layout (one group, vCPUs pinned one per CPU balanced by demand) and the planner's defaults, applied by the")
 print("planner as `place apply` does in the real experiment; 20 s windows) beside the rounds of `scripts/bench-fairness.sh`.")
 print("Steal per vCPU in %; the simulated figures are the mean and, in brackets, the range over the seeds.")
 print()
 real_by = {}
 for head, rounds in runs:
     for mech, rs in rounds.items():
-        real_by.setdefault(mech, []).extend(rs)
+        real_by.setdefault(label.get(mech, mech), []).extend(rs)
 print("| mechanism | | " + " | ".join(names) + " | spread pp |")
 print("|---|---|" + "---|" * (len(names) + 1))
 verdicts = []

@@ -220,9 +220,9 @@ fn calibration_layouts_vary_with_equal_shares_and_one_group_is_fair() {
         "equal shares: {:?}",
         equal.spread_pp
     );
-    // One group for all, vCPUs pinned one per CPU (stealscope's defaults):
+    // One group for all, vCPUs pinned one per CPU (the real rounds' layout):
     // fair in every seed.
-    let pinned = case(&r, "stealscope");
+    let pinned = case(&r, "pinned");
     assert!(pinned.spread_pp.max < 2.0, "{:?}", pinned.spread_pp);
     // One group, threads left to the balancer: each vCPU weighs the same
     // wherever it runs, but the other work's queued bursts (load without
