@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 use stealscope_actuators::apply::ApplyReport;
-use stealscope_engine::place;
+use stealscope_engine::place_daemon;
 use stealscope_engine::place_ops::{self, Applied, ApplyOptions, Setup};
 use stealscope_output::json::or_text;
 use stealscope_output::place::width;
@@ -234,7 +234,7 @@ fn undo_cmd(a: &UndoArgs) -> Result<(), Error> {
 fn daemon_cmd(a: &DaemonArgs) -> Result<(), Error> {
     let Setup { cfg, journal } = setup(&a.common)?;
     let interval = a.interval.unwrap_or_else(|| cfg.interval());
-    place::daemon(&place::DaemonOptions {
+    place_daemon::daemon(&place_daemon::DaemonOptions {
         cfg,
         journal,
         interval,

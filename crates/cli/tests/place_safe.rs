@@ -5,7 +5,8 @@
 //! daemon logs each batch's measured result beside its prediction; a forced
 //! plan that starves a host loop pinned to CPU 0 is undone by the watchdog,
 //! with the reason, and the loop gets CPU again. The walk-through's other
-//! half: the plan keeps the loop's CPU light, vCPUs within 10 pp.
+//! half: the plan keeps the loop's CPU light, vCPUs within 10 pp. A
+//! daemon with nothing to do backs off and reads the host at pass ends only.
 //!
 //! The machine is shared: steal comparisons run three rounds and pass on
 //! the median; every round is printed, and a rejected one says why.
@@ -859,5 +860,74 @@ fn unprivileged_plan_reads_and_writing_commands_name_the_journal() {
     assert!(
         err.contains(&journal.display().to_string()) && err.contains("permission denied"),
         "{err}"
+    );
+}
+
+/// A dry-run daemon's read syscalls a second (`/proc/PID/io` syscr, the
+/// kernel's count) from its pass-2 line to its pass-4 line, the seconds in
+/// between, and its log.
+fn daemon_reads(cfg: &Path, journal: &Path, c: &mut Cleanup) -> (f64, f64, String) {
+    let mut cmd = place_cmd(
+        &["daemon", "--interval", "1s", "--passes", "5"],
+        cfg,
+        journal,
+    );
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let pid = child.id();
+    c.children.push(child);
+    let syscr = || -> u64 {
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+        let line = io.lines().find(|l| l.starts_with("syscr:")).unwrap();
+        line[6..].trim().parse().unwrap()
+    };
+    let mut log = String::new();
+    let mut at = |pass: u32, log: &mut String| {
+        let what = format!("pass {pass}: 1 VM(s)");
+        wait_line(&mut lines, &what, log).unwrap_or_else(|| panic!("no {what:?}:\n{log}"));
+        (Instant::now(), syscr())
+    };
+    let (t2, r2) = at(2, &mut log);
+    let (t4, r4) = at(4, &mut log);
+    let secs = (t4 - t2).as_secs_f64();
+    ((r4 - r2) as f64 / secs, secs, log)
+}
+
+#[test]
+fn a_daemon_with_nothing_to_do_backs_off_and_reads_the_host_only_at_pass_ends() {
+    let _turn = turn();
+    if !require(
+        have_qemu(),
+        "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
+    ) {
+        return;
+    }
+    let mut c = Cleanup { children: vec![] };
+    // One busy vCPU on a host with more CPUs: nothing to place.
+    let a = start_vm("pcA", 1, 1);
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let steady = config(d1.path(), &[&a], "max_interval_s = 1\n");
+    let backing = config(d2.path(), &[&a], "max_interval_s = 4\n");
+    let (steady_rate, steady_s, log) = daemon_reads(&steady, &d1.path().join("j"), &mut c);
+    assert!(log.contains("placement holds"), "{log}");
+    assert!(!log.contains("next pass in"), "{log}");
+    let (back_rate, back_s, log) = daemon_reads(&backing, &d2.path().join("j"), &mut c);
+    eprintln!(
+        "  read syscalls a second: {steady_rate:.0} each 1 s pass, {back_rate:.0} backing off ({steady_s:.1} s and {back_s:.1} s from pass 2 to 4)"
+    );
+    // Passes 3 and 4 last 4 s each once backed off (1, 2, 4, 4), 1 s without.
+    assert!(
+        log.contains("next pass in 4.0 s, reading the host at its ends only"),
+        "{log}"
+    );
+    assert!(
+        back_s > 7.0 && steady_s < 3.5,
+        "{back_s} s, {steady_s} s:\n{log}"
+    );
+    // Every 0.5 s a close pass reads each thread's schedstat and stat;
+    // a quiet one reads the host twice a pass.
+    assert!(
+        back_rate * 4.0 < steady_rate,
+        "{back_rate:.0} reads/s backing off against {steady_rate:.0}:\n{log}"
     );
 }

@@ -15,6 +15,8 @@ pub mod host;
 pub mod hw_sampler;
 pub mod live;
 pub mod place;
+pub mod place_cadence;
+pub mod place_daemon;
 pub mod place_demand;
 pub mod place_ops;
 pub mod place_watch;

@@ -4,9 +4,8 @@
 //! limits. Everything that changes the host is a dry run unless asked.
 
 use crate::host::sched_hook::{vmm_running, SchedHook};
-use crate::place_demand::{self, Recorder, STEP};
+use crate::place_demand::{Recorder, STEP};
 use crate::place_watch;
-use crate::sched::LIVE_RETIRE;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -15,11 +14,10 @@ use stealscope_actuators::journal::{self, BatchKind};
 use stealscope_actuators::memory::MoveLimits;
 use stealscope_model::host::collect_host;
 use stealscope_model::observation::Side;
-use stealscope_placement::history::{DemandHistory, VmHistory};
+use stealscope_placement::history::VmHistory;
 use stealscope_placement::input::CpuController;
-use stealscope_placement::{live, plan, Action, Config, History, HostInput, Plan};
+use stealscope_placement::{live, Config, History, HostInput};
 use stealscope_readers::RootFs;
-use stealscope_sim::predict::{self, Measures, Prediction};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -62,9 +60,21 @@ pub fn observe_sampled(
 /// kept from pass to pass: loading it is the BPF verifier's work, 0.4 s
 /// of CPU a load, which every 5 s was 8 % of a CPU taken from the VMs).
 /// Its readings are cumulative; attribution takes t1's minus t0's.
-fn observe_with(
+pub(crate) fn observe_with(
     cfg: &Config,
     interval: Duration,
+    stop: Option<&AtomicBool>,
+    rec: &mut Recorder,
+    hook: Option<&mut SchedHook>,
+) -> Result<HostInput, Error> {
+    observe_paced(cfg, (interval, true), stop, rec, hook)
+}
+
+/// [`observe_with`]; with `close` false (a quiet daemon pass) no thread is
+/// sampled in between and `rec` pauses: the host is read at the ends only.
+pub(crate) fn observe_paced(
+    cfg: &Config,
+    (interval, close): (Duration, bool),
     stop: Option<&AtomicBool>,
     rec: &mut Recorder,
     mut hook: Option<&mut SchedHook>,
@@ -80,9 +90,14 @@ fn observe_with(
     if let Some(h) = hook.as_mut() {
         t0.sched = Some(h.watch(&t0.vms));
     }
-    rec.sample();
-    rec.begin_window();
-    sleep_sampling(start + interval, stop, rec);
+    if close {
+        rec.sample();
+        rec.begin_window();
+        sleep_sampling(start + interval, stop, rec);
+    } else {
+        rec.pause();
+        sleep_until(start + interval, stop);
+    }
     let end = Instant::now();
     let last = hook.map(SchedHook::read);
     let mut t1 = collect_host(&src, Side::End)?;
@@ -107,13 +122,19 @@ fn sleep_sampling(deadline: Instant, stop: Option<&AtomicBool>, rec: &mut Record
             rec.sample();
             next += STEP;
         }
-        let wake = deadline.min(next);
-        std::thread::sleep(
-            wake.saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(100)),
-        );
+        // Woken only to sample (a stop waits at most a step): each wake-up
+        // may preempt a vCPU.
+        std::thread::sleep(deadline.min(next).saturating_duration_since(Instant::now()));
     }
     rec.sample();
+}
+
+/// Sleeps until `deadline`, looking for a stop each second.
+fn sleep_until(deadline: Instant, stop: Option<&AtomicBool>) {
+    while Instant::now() < deadline && !stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        std::thread::sleep(left.min(Duration::from_secs(1)));
+    }
 }
 
 /// The journal as far as it can be read: an unreadable journal (not
@@ -260,229 +281,4 @@ pub fn guard(
         }
     };
     Some(Undone { batch, why, report })
-}
-
-/// What `place daemon` runs with.
-#[derive(Debug, Clone)]
-pub struct DaemonOptions {
-    pub cfg: Config,
-    pub journal: PathBuf,
-    /// Time between passes; demand is measured over it.
-    pub interval: Duration,
-    /// Really apply (else log what it would do).
-    pub yes: bool,
-    /// Stop after this many passes.
-    pub passes: Option<u64>,
-    /// Apply plans the simulator predicts worse.
-    pub force: bool,
-    /// How long the watchdog watches after each batch (zero: not at all).
-    pub watch: Duration,
-}
-
-/// The daemon's state between passes.
-struct Daemon<'a> {
-    o: &'a DaemonOptions,
-    rec: Recorder,
-    hist: Option<History>,
-    demand: DemandHistory,
-    /// The last batch applied and the measures predicted for it, checked
-    /// against what the next pass measures.
-    pending: Option<(u64, Measures, Vec<u32>)>,
-    /// The scheduler-event collector, loaded once and kept (see
-    /// [`observe_with`]).
-    hook: Option<SchedHook>,
-}
-
-fn log(l: &str) {
-    eprintln!("stealscope place daemon: {l}");
-}
-
-/// Plans and applies every interval until SIGTERM or Ctrl-C (between
-/// passes) or the last pass, logging each decision on stderr.
-pub fn daemon(o: &DaemonOptions) -> Result<(), Error> {
-    let stop = stealscope_probes::signals::stop_on_signals()?;
-    log(&format!(
-        "start: every {:.1} s, {}; journal {}",
-        o.interval.as_secs_f64(),
-        if o.yes {
-            "applying"
-        } else {
-            "dry run (add --yes to apply)"
-        },
-        o.journal.display()
-    ));
-    let mut d = Daemon {
-        o,
-        rec: Recorder::new(),
-        hist: None,
-        demand: DemandHistory::default(),
-        pending: None,
-        hook: None,
-    };
-    let mut pass = 0u64;
-    while !stop.load(Ordering::Relaxed) && o.passes.is_none_or(|n| pass < n) {
-        pass += 1;
-        let hook = kept_hook(&mut d.hook, o.interval);
-        let host = match observe_with(&o.cfg, o.interval, Some(&stop), &mut d.rec, hook) {
-            Ok(h) => h,
-            Err(e) => {
-                log(&format!("pass {pass}: cannot observe the host: {e}"));
-                continue;
-            }
-        };
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        d.pass(pass, host)?;
-    }
-    log("stop");
-    Ok(())
-}
-
-/// The daemon's collector for this pass: loaded when a VMM runs and none
-/// is running (the first pass, or after a route failed).
-fn kept_hook(kept: &mut Option<SchedHook>, interval: Duration) -> Option<&mut SchedHook> {
-    if !vmm_running(Path::new("/")) {
-        return None;
-    }
-    if !kept.as_ref().is_some_and(SchedHook::loaded) {
-        let mut h = SchedHook::load();
-        // Culprits quiet for a few passes leave the running totals, which
-        // otherwise grow with every pair that ever met; each pass
-        // differences readings one interval apart.
-        h.retire_quiet(LIVE_RETIRE.max(4 * interval));
-        *kept = Some(h);
-    }
-    kept.as_mut()
-}
-
-impl Daemon<'_> {
-    fn pass(&mut self, pass: u64, mut host: HostInput) -> Result<(), Error> {
-        let (cfg, jpath) = (&self.o.cfg, &self.o.journal);
-        if let Some((batch, predicted, vms)) = self.pending.take() {
-            let m = place_demand::measured(&host, &self.rec, &vms);
-            let named = place_demand::host_work_named(&host, &self.rec, 3);
-            let whose = if named.is_empty() {
-                String::new()
-            } else {
-                format!(", of it most: {}", named.join(", "))
-            };
-            log(&format!(
-                "pass {pass}: batch {batch} measured: {}{whose}",
-                predict::versus(&m, &predicted)
-            ));
-        }
-        self.demand.smooth(&mut host);
-        if self.o.yes && pass == 1 {
-            recover(jpath, host.cpu_controller.as_ref())?;
-        }
-        let mut h = match self.hist.take() {
-            Some(h) => h,
-            None => {
-                // A dry run only reads: an unreadable journal (not root)
-                // plans without its history, and says so.
-                let (state, note) = if self.o.yes {
-                    (journal::read(jpath)?, None)
-                } else {
-                    read_journal(jpath)?
-                };
-                if let Some(n) = note {
-                    log(&format!("pass {pass}: {n}"));
-                }
-                history_from_journal(&state, &host)
-            }
-        };
-        h.retain(|pid| host.vms.iter().any(|v| v.pid == pid));
-        let now = journal::now();
-        let p = plan(&host, cfg, &h, now);
-        let applied = self.decide(pass, &host, &p);
-        p.record_in(&mut h, &applied, now);
-        self.hist = Some(h);
-        Ok(())
-    }
-
-    /// Logs the plan and its prediction; applies it when allowed. Returns
-    /// the actions applied.
-    fn decide(&mut self, pass: u64, host: &HostInput, p: &Plan) -> Vec<Action> {
-        // Predicted only when there is something to apply.
-        let (p, pred) = if p.actions.is_empty() || p.refused.is_some() {
-            (p.clone(), None)
-        } else {
-            let whole = self.o.force || !self.o.cfg.never_worse;
-            place_demand::chosen(host, &self.rec, p.clone(), whole)
-        };
-        let p = &p;
-        for w in &p.warnings {
-            log(&format!("pass {pass}: warning: {w}"));
-        }
-        if let Some(why) = &p.refused {
-            log(&format!("pass {pass}: refused: {why}"));
-            return Vec::new();
-        }
-        if p.actions.is_empty() {
-            log(&format!(
-                "pass {pass}: {} VM(s), placement holds, nothing to do",
-                p.vms.len()
-            ));
-            return Vec::new();
-        }
-        let pred = pred.unwrap_or_else(|| place_demand::predict(host, &self.rec, p));
-        log(&format!("pass {pass}: predicted: {}", pred.summary()));
-        if let (Some(why), false) = (pred.refusal(), self.o.force) {
-            log(&format!("pass {pass}: refused: {why}"));
-            return Vec::new();
-        }
-        for act in &p.actions {
-            log(&format!(
-                "pass {pass}: {}: {act} ({})",
-                if self.o.yes { "decide" } else { "would" },
-                act.reason()
-            ));
-        }
-        if self.o.yes && self.apply(pass, host, p, &pred) {
-            return p.actions.clone();
-        }
-        Vec::new()
-    }
-
-    /// Applies `p` and watches the batch; true when it was applied without
-    /// an error.
-    fn apply(&mut self, pass: u64, host: &HostInput, p: &Plan, pred: &Prediction) -> bool {
-        let (cfg, jpath) = (&self.o.cfg, &self.o.journal);
-        let ctl = host.cpu_controller.as_ref();
-        let mut l = |x: &str| log(x);
-        let r = match applier(cfg, jpath.clone(), false, ctl, &mut l).apply(
-            &p.actions,
-            BatchKind::Apply,
-            None,
-        ) {
-            Ok(r) => r,
-            Err(e) => {
-                log(&format!("pass {pass}: not applied: {e}"));
-                return false;
-            }
-        };
-        let n = |o: &str| r.results.iter().filter(|x| x.outcome == o).count();
-        let batch = r.batch.unwrap_or(0);
-        log(&format!(
-            "pass {pass}: batch {batch}: {} done, {} gone, {} failed{}",
-            n("done"),
-            n("gone"),
-            n("failed"),
-            r.error
-                .as_deref()
-                .map(|e| format!(": {e}"))
-                .unwrap_or_default()
-        ));
-        if n("done") == 0 || r.error.is_some() {
-            return false;
-        }
-        let mut l = |x: &str| log(&format!("pass {pass}: {x}"));
-        if guard(cfg, jpath, ctl, batch, &self.rec, self.o.watch, &mut l).is_none() {
-            self.pending = Some((batch, pred.planned, pred.vms.clone()));
-            return true;
-        }
-        // The guard undid the batch: nothing of it holds.
-        false
-    }
 }

@@ -185,6 +185,13 @@ impl Recorder {
         self.last.as_ref().map(|(_, r)| r)
     }
 
+    /// Stops sampling for a while: the next sample starts afresh instead of
+    /// spanning the gap as one step (the samples kept stay).
+    pub fn pause(&mut self) {
+        self.last = None;
+        self.window = None;
+    }
+
     /// Starts a measured window at the last reading (taking one if none).
     pub fn begin_window(&mut self) {
         if self.last.is_none() {

@@ -95,6 +95,37 @@ pub enum Action {
 }
 
 impl Action {
+    /// The change alone: without its reason and the state it read before
+    /// (the same change asked again reads other numbers).
+    pub fn change(&self) -> Action {
+        let mut a = self.clone();
+        match &mut a {
+            Action::Affinity { reason, from, .. } => {
+                reason.clear();
+                from.clear();
+            }
+            Action::CpuWeight { reason, from, .. } => {
+                reason.clear();
+                *from = None;
+            }
+            Action::JoinGroup { reason, from, .. } => {
+                reason.clear();
+                *from = None;
+            }
+            Action::MigrateMemory {
+                reason,
+                bytes,
+                from_nodes,
+                ..
+            } => {
+                reason.clear();
+                *bytes = 0;
+                from_nodes.clear();
+            }
+        }
+        a
+    }
+
     pub fn vm(&self) -> &str {
         match self {
             Action::Affinity { vm, .. }

@@ -86,6 +86,11 @@ pub struct Config {
     pub pin_above: f64,
     /// Seconds between daemon passes.
     pub interval_s: f64,
+    /// Seconds between daemon passes once placement holds: the interval
+    /// doubles after each pass with nothing to do, up to this, and the
+    /// daemon only reads the host at the ends of such a pass (numad's
+    /// `-i MIN:MAX` the same way). `interval_s` or less: no backing off.
+    pub max_interval_s: f64,
     /// A VM is not moved to another node again within this many seconds.
     pub min_move_interval_s: f64,
     /// Another node must be this much better (fraction of a node's load) to move a VM.
@@ -123,6 +128,7 @@ impl Default for Config {
             vcpu_mapping: VcpuMapping::Pool,
             pin_above: 1.0,
             interval_s: 10.0,
+            max_interval_s: 60.0,
             min_move_interval_s: 600.0,
             hysteresis: 0.1,
             migrate_min_mib: 64,
@@ -173,6 +179,7 @@ impl Config {
             }
         };
         pos(self.interval_s, "interval_s")?;
+        pos(self.max_interval_s, "max_interval_s")?;
         pos(self.pin_above, "pin_above")?;
         if !(self.min_move_interval_s.is_finite() && self.min_move_interval_s >= 0.0) {
             return Err("min_move_interval_s must be 0 or more".into());
@@ -227,6 +234,10 @@ impl Config {
 
     pub fn interval(&self) -> Duration {
         Duration::from_secs_f64(self.interval_s)
+    }
+
+    pub fn max_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.max_interval_s)
     }
 
     /// Free memory a node must keep after a move.

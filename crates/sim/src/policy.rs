@@ -250,7 +250,7 @@ impl Policy {
         if p.actions.is_empty() {
             return p;
         }
-        let changes: Vec<Action> = p.actions.iter().map(change).collect();
+        let changes: Vec<Action> = p.actions.iter().map(Action::change).collect();
         if let Some((last, at)) = &self.trimmed_away {
             if *last == changes && now - at < KEEP_S {
                 return Plan {
@@ -386,37 +386,6 @@ fn host_work(h: &Host, util: &impl Fn(usize) -> Option<f64>) -> HostWork {
         w.add(demand, &cpus, &online);
     }
     w
-}
-
-/// An action without its reason and the state it read before (the same
-/// change asked again reads other numbers).
-fn change(a: &Action) -> Action {
-    let mut a = a.clone();
-    match &mut a {
-        Action::Affinity { reason, from, .. } => {
-            reason.clear();
-            from.clear();
-        }
-        Action::CpuWeight { reason, from, .. } => {
-            reason.clear();
-            *from = None;
-        }
-        Action::JoinGroup { reason, from, .. } => {
-            reason.clear();
-            *from = None;
-        }
-        Action::MigrateMemory {
-            reason,
-            bytes,
-            from_nodes,
-            ..
-        } => {
-            reason.clear();
-            *bytes = 0;
-            from_nodes.clear();
-        }
-    }
-    a
 }
 
 fn vm_of(h: &Host, pid: u32) -> Option<usize> {
