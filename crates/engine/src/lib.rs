@@ -19,6 +19,7 @@ pub mod place_cadence;
 pub mod place_daemon;
 pub mod place_demand;
 pub mod place_ops;
+pub mod place_threads;
 pub mod place_watch;
 pub mod record;
 pub mod record_probe;

@@ -7,6 +7,7 @@
 //! watchdog reads the same samples (`place_watch`). stealscope's own
 //! threads are left out: its cost is not the host's work.
 
+use crate::place_threads::{Reading, ThreadNow, Threads};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use stealscope_placement::input::CpuController;
@@ -20,101 +21,6 @@ use stealscope_sim::predict::{
 pub const STEP: Duration = Duration::from_millis(500);
 /// Demand kept, seconds.
 pub const KEEP_S: f64 = 300.0;
-
-/// One thread at one moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ThreadNow {
-    pub pid: u32,
-    /// Run and run-queue wait so far, ns.
-    pub run_ns: u64,
-    pub wait_ns: u64,
-    /// When its schedstat was read. Why per thread: a walk of every thread
-    /// takes from milliseconds to, on a loaded host where the walker waits
-    /// behind busy vCPUs, seconds; timed by one clock read per walk, a
-    /// thread read late in one walk and early in the next showed 3.00 CPUs
-    /// of work on 2 CPUs (and 1.02 the other way round).
-    pub at: Instant,
-    /// State R (running or runnable).
-    pub runnable: bool,
-    /// The CPU it last ran on.
-    pub cpu: Option<u32>,
-    /// SCHED_IDLE: it runs only when nothing else wants the CPU, so going
-    /// without CPU is what it asked for.
-    pub idle_policy: bool,
-}
-
-/// Every thread of the host now, by tid, but ours.
-pub type Reading = BTreeMap<u32, ThreadNow>;
-
-/// SCHED_IDLE in include/uapi/linux/sched.h.
-const SCHED_IDLE: u32 = 5;
-
-/// State R, the CPU it last ran on, and whether it is SCHED_IDLE, from a
-/// stat line (proc_pid_stat(5)).
-fn parse_stat(text: &str) -> Option<(bool, Option<u32>, bool)> {
-    // Fields after the comm, which may hold spaces and parentheses.
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // state is field 3 (f[0]), processor field 39 (f[36]), policy field 41 (f[38]).
-    let num = |i: usize| f.get(i).and_then(|c| c.parse::<u32>().ok());
-    Some((
-        f.first() == Some(&"R"),
-        num(36),
-        num(38) == Some(SCHED_IDLE),
-    ))
-}
-
-/// Reads every thread's schedstat and state; threads that exit meanwhile
-/// are skipped.
-pub fn read_all() -> Reading {
-    let own = std::process::id();
-    let mut out = Reading::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == own {
-            continue;
-        }
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let dir = format!("/proc/{pid}/task/{tid}");
-            let Ok(ss) = std::fs::read_to_string(format!("{dir}/schedstat")) else {
-                continue;
-            };
-            let at = Instant::now();
-            let mut it = ss.split_whitespace().map(|x| x.parse::<u64>().ok());
-            let (Some(Some(run_ns)), Some(Some(wait_ns))) = (it.next(), it.next()) else {
-                continue;
-            };
-            let (runnable, cpu, idle_policy) = std::fs::read_to_string(format!("{dir}/stat"))
-                .ok()
-                .and_then(|s| parse_stat(&s))
-                .unwrap_or((false, None, false));
-            out.insert(
-                tid,
-                ThreadNow {
-                    pid,
-                    run_ns,
-                    wait_ns,
-                    at,
-                    runnable,
-                    cpu,
-                    idle_policy,
-                },
-            );
-        }
-    }
-    out
-}
 
 /// What a thread did between two readings of it.
 fn figures(a: &ThreadNow, b: &ThreadNow) -> ThreadFigures {
@@ -136,6 +42,8 @@ pub struct Recorder {
     window: Option<(Instant, Reading)>,
     pub history: DemandHistory,
     samples: usize,
+    /// Every thread's files, kept open from sample to sample.
+    threads: Threads,
 }
 
 impl Recorder {
@@ -145,6 +53,7 @@ impl Recorder {
                 step_s: STEP.as_secs_f64(),
                 ..Default::default()
             },
+            threads: Threads::new(),
             ..Default::default()
         }
     }
@@ -152,7 +61,7 @@ impl Recorder {
     /// Takes a reading and adds each thread's demand since the last one.
     pub fn sample(&mut self) -> &Reading {
         let now = Instant::now();
-        let r = read_all();
+        let r = self.threads.read();
         if let Some((_, prev)) = &self.last {
             let keep = (KEEP_S / self.history.step_s).ceil() as usize;
             let n = self.samples;
@@ -387,26 +296,6 @@ pub fn host_work_named(host: &HostInput, rec: &Recorder, most: usize) -> Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_state_and_cpu_after_a_comm_with_parentheses() {
-        let mut line = "42 (a) b) R 1 42 42 0 -1 4194304".to_string();
-        // Fields 10 to 38, then the processor (field 39).
-        for _ in 10..=38 {
-            line.push_str(" 0");
-        }
-        line.push_str(" 1 0 5\n");
-        assert_eq!(parse_stat(&line), Some((true, Some(1), true)));
-        assert_eq!(parse_stat("1 (x) S 0").map(|s| s.0), Some(false));
-    }
-
-    #[test]
-    fn a_reading_sees_this_test_threads_but_not_our_own_process() {
-        let r = read_all();
-        assert!(!r.values().any(|t| t.pid == std::process::id()));
-        // pid 1 is always there.
-        assert!(r.values().any(|t| t.pid == 1));
-    }
 
     #[test]
     fn a_busy_thread_is_recorded_near_one_cpu() {

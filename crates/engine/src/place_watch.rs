@@ -21,7 +21,7 @@
 //! stolen over the stall (per-CPU steal in /proc/stat).
 
 use crate::capture::clk_tck;
-use crate::place_demand::{read_all, Reading};
+use crate::place_threads::{Reading, Threads};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::path::Path;
@@ -185,10 +185,11 @@ pub fn watch(span: Duration, skip: &BTreeSet<u32>) -> Vec<Starved> {
     let mut stalls = Stalls::default();
     let mut cpus = CpuHistory::default();
     let mut found: Vec<Starved> = Vec::new();
+    let mut threads = Threads::new();
     loop {
         let now = Instant::now();
         cpus.push(now);
-        let mut got = stalls.update(&read_all(), skip);
+        let mut got = stalls.update(&threads.read(), skip);
         got.retain(|s| !stolen_by_hypervisor(&cpus, s));
         if found.is_empty() && !got.is_empty() {
             end = now + LINGER;
@@ -211,7 +212,7 @@ pub fn watch(span: Duration, skip: &BTreeSet<u32>) -> Vec<Starved> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::place_demand::ThreadNow;
+    use crate::place_threads::ThreadNow;
 
     fn at_t(run_ns: u64, runnable: bool, at: Instant) -> ThreadNow {
         ThreadNow {

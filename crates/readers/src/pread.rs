@@ -2,7 +2,7 @@
 //! way to sample a /proc file repeatedly (no open/close, no allocation).
 //!
 //! Where a file ends: files the kernel prints whole in one `show` call
-//! (/proc/stat, a task's schedstat, sysfs attributes) come whole in one read
+//! (/proc/stat, a task's schedstat and stat, sysfs attributes) come whole in one read
 //! that is large enough, so a short read is their end, and asking again
 //! would make the kernel print all of /proc/stat a second time. Files of
 //! many records (/proc/interrupts: a row per interrupt) come one seq_file
@@ -30,18 +30,28 @@ pub struct PreadFile {
 /// at 16 KiB each, 10,000 threads held 164 MB of serve's 224 MB, twice
 /// that while a rediscovery built the next set beside the old one
 /// (heaptrack, issue 29's soak). Any file that outgrows it grows it.
+/// A task's stat line is a few hundred bytes (comm, 50 numbers): `place`
+/// keeps one open per thread of the host too.
 fn first_size(path: &str) -> usize {
     if path.starts_with("/proc/") && path.ends_with("/schedstat") {
         128
+    } else if task_stat(path) {
+        512
     } else {
         16 * 1024
     }
+}
+
+/// /proc/PID/stat or /proc/PID/task/TID/stat (not /proc/stat).
+fn task_stat(path: &str) -> bool {
+    path.starts_with("/proc/") && path.ends_with("/stat") && path != "/proc/stat"
 }
 
 /// The files [`PreadFile`] may take to end at a short read.
 fn one_show(path: &str) -> bool {
     path == "/proc/stat"
         || (path.starts_with("/proc/") && path.ends_with("/schedstat"))
+        || task_stat(path)
         || path.starts_with("/sys/")
 }
 

@@ -136,7 +136,7 @@ impl HostScanner {
 }
 
 /// Long scans keep one fd per thread; lift the soft limit to the hard one.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         if soft < hard {
