@@ -209,18 +209,14 @@ impl Policy {
     /// Plans and applies; returns the knob writes and the VMs re-placed.
     fn stealscope(&mut self, h: &mut Host, input: &HostInput, now: f64) -> (usize, usize) {
         let p = plan(input, &self.cfg, &self.history, now);
-        // Once per kind: the same warning with other numbers is not news.
-        let shape = |w: &str| w.replace(|c: char| c.is_ascii_digit() || c == '.', "");
-        for w in p.warnings.iter().chain(p.refused.iter()) {
-            if !self.warnings.iter().any(|x| shape(x) == shape(w)) {
-                self.warnings.push(w.clone());
-            }
-        }
         if p.refused.is_some() {
+            self.note(p.refused.iter());
             return (0, 0);
         }
         let planned = p.clone();
         let p = self.never_worse(h, input, p, now);
+        // After the prediction: what it left out, and why, is said too.
+        self.note(p.warnings.iter());
         let mut changes = 0;
         let mut moved = std::collections::BTreeSet::new();
         for a in &p.actions {
@@ -236,6 +232,17 @@ impl Policy {
         }
         planned.record_in(&mut self.history, &p.actions, now);
         (changes, moved.len())
+    }
+
+    /// Keeps `ws`, once per kind: the same warning with other numbers is
+    /// not news.
+    fn note<'a>(&mut self, ws: impl Iterator<Item = &'a String>) {
+        let shape = |w: &str| w.replace(|c: char| c.is_ascii_digit() || c == '.', "");
+        for w in ws {
+            if !self.warnings.iter().any(|x| shape(x) == shape(w)) {
+                self.warnings.push(w.clone());
+            }
+        }
     }
 
     /// `p`, or the largest part of it the prediction from the samples
