@@ -8,7 +8,8 @@ another, on a schedule fixed by a seed (4 vCPUs, half busy on average, on
 this machine's CPUs). Each VM is in its own autogroup, as `qemu -daemonize`
 makes it. For every round and policy the VMs start afresh with the round's
 seeds; the policy runs as it ships, `place daemon --yes` with
-`vcpu_mapping` = pool, auto or pinned (`none`: the kernel alone), and over
+`vcpu_mapping` = pool, auto or pinned (`none`: the kernel alone; `weights`:
+`fairness = "weights"`, each VM's group weighed by its vCPUs, pool mode), and over
 WINDOW seconds after WARM the script reads, itself:
   - each vCPU thread's run-queue wait (/proc/PID/task/TID/schedstat): steal
     as a share of wall time, the mean over vCPUs, the most robbed VM, the
@@ -188,13 +189,20 @@ def stop_vms():
 # -- one run ----------------------------------------------------------------
 
 
-def place_config(work, mapping):
-    p = Path(work) / f"place-{mapping}.toml"
+def planner(policy):
+    """The planner settings of a policy, as (key, TOML value) pairs."""
+    if policy == "weights":
+        return [("fairness", '"weights"'), ("vcpu_mapping", '"pool"')]
+    return [("vcpu_mapping", f'"{policy}"')]
+
+
+def place_config(work, policy):
+    p = Path(work) / f"place-{policy}.toml"
     p.write_text(
         'manage = ["d*"]\n'
         f'shared_group = "{GROUP}"\n'
-        f'vcpu_mapping = "{mapping}"\n'
-        "interval_s = 5\n"
+        + "".join(f"{k} = {v}\n" for k, v in planner(policy))
+        + "interval_s = 5\n"
     )
     return p
 
@@ -371,7 +379,8 @@ def scenario(work, r):
     if p.startswith("none"):
         lines.append('policy = "none"')
     else:
-        lines += ['policy = "stealscope"', f'planner = {{ vcpu_mapping = "{p}", interval_s = 5 }}']
+        keys = ", ".join(f"{k} = {v}" for k, v in planner(p))
+        lines += ['policy = "stealscope"', f"planner = {{ {keys}, interval_s = 5 }}"]
     path = Path(work) / f"duty-{r['round']}-{p}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path

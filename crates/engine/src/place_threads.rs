@@ -3,9 +3,10 @@
 //! and state (stat). Each thread's two files stay open and are read again
 //! with pread, as the vCPU scan does (`host::scanner`): an open, two reads
 //! and a close of each file, with the path walked each time, cost the
-//! daemon 4x the syscalls (BENCHMARKS.md, issue 27). /proc is listed on
-//! each read, so a thread started since is read from then on. A kept file
-//! of a thread that exited reads an error and is dropped: a reused tid is
+//! daemon 2.7x the read syscalls, the opens and closes besides, and a
+//! quarter more CPU (BENCHMARKS.md, issue 27). /proc is listed on each
+//! read, so a thread started since is read from then on. A kept file of a
+//! thread that exited reads an error and is dropped: a reused tid is
 //! opened afresh, never read through the old task. Past [`MAX_KEPT`]
 //! threads (two descriptors each) the rest are read by path.
 //! Hand-written: no crate keeps per-thread /proc files open (`procfs`
