@@ -4,7 +4,7 @@
 # daemon as it ships (passes back off to max_interval_s) against the same
 # daemon that never backs off (max_interval_s = interval_s), alternating,
 # ROUNDS x SECS each. Per run, from the kernel's own counters: the daemon's
-# CPU (its threads' run time, /proc/PID/schedstat), its collector's BPF
+# CPU (every thread's run time, /proc/PID/task/*/schedstat), its collector's BPF
 # programs (kernel.bpf_stats_enabled run_time_ns), its read syscalls
 # (/proc/PID/io syscr) and the vCPUs' run-queue wait (schedstat), beside
 # the machine's busy time outside the VMs (/proc/stat) as a validity check:
@@ -63,10 +63,10 @@ for r in $(seq 1 "$ROUNDS"); do
       2> "$work/log-$mode-$r" &
     dpid=$!
     sleep 8  # its first pass (the collector's load, 0.4 s of verifier work) outside the window
-    w0=$(wait_ns); c0=$(awk '{print $1}' "/proc/$dpid/schedstat"); io0=$(awk '/^syscr/{print $2}' "/proc/$dpid/io")
+    w0=$(wait_ns); c0=$(cat /proc/"$dpid"/task/*/schedstat | awk '{s+=$1} END{print s}'); io0=$(awk '/^syscr/{print $2}' "/proc/$dpid/io")
     p0=$(bpf_ns); b0=$(busy_ticks); v0=$(vm_ticks); t0=$(date +%s.%N)
     sleep "$SECS"
-    w1=$(wait_ns); c1=$(awk '{print $1}' "/proc/$dpid/schedstat"); io1=$(awk '/^syscr/{print $2}' "/proc/$dpid/io")
+    w1=$(wait_ns); c1=$(cat /proc/"$dpid"/task/*/schedstat | awk '{s+=$1} END{print s}'); io1=$(awk '/^syscr/{print $2}' "/proc/$dpid/io")
     p1=$(bpf_ns); b1=$(busy_ticks); v1=$(vm_ticks); t1=$(date +%s.%N)
     kill "$dpid"; wait "$dpid" 2>/dev/null || true; dpid=
     passes=$(grep -c ': pass [0-9]*: [0-9]* VM' "$work/log-$mode-$r" || true)

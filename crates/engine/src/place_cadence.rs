@@ -10,8 +10,9 @@
 //! A quiet pass's readings are too coarse to predict a plan from (the
 //! prediction replays the 0.5 s samples), so when one wants a change the
 //! daemon only looks again at `interval_s`, closely, and decides then.
-//! A change the prediction refused is not a reason to look closely again
-//! while it is the same change, for [`REFUSED_KEEP`].
+//! A change refused (predicted worse, or applied and undone by the
+//! watchdog) is not a reason to look closely again while it is the same
+//! change, for [`REFUSED_KEEP`].
 
 use std::time::{Duration, Instant};
 use stealscope_placement::Action;
@@ -31,13 +32,15 @@ pub enum Outcome {
     Applied,
 }
 
-/// The daemon's pace: the interval now, and the change last refused.
+/// The daemon's pace: the interval now, and the changes refused lately.
 #[derive(Debug)]
 pub struct Cadence {
     base: Duration,
     max: Duration,
     now: Duration,
-    refused: Option<(Vec<Action>, Instant)>,
+    /// Each refused change (the whole plan, the part tried, a batch the
+    /// watchdog undid), and when, for [`REFUSED_KEEP`].
+    refused: Vec<(Vec<Action>, Instant)>,
 }
 
 impl Cadence {
@@ -46,7 +49,7 @@ impl Cadence {
             base,
             max: max.max(base),
             now: base,
-            refused: None,
+            refused: Vec::new(),
         }
     }
 
@@ -73,18 +76,19 @@ impl Cadence {
         if actions.is_empty() {
             return false;
         }
-        match &self.refused {
-            Some((last, at)) if now.duration_since(*at) < REFUSED_KEEP => {
-                let changes: Vec<Action> = actions.iter().map(Action::change).collect();
-                changes != *last
-            }
-            _ => true,
-        }
+        let changes: Vec<Action> = actions.iter().map(Action::change).collect();
+        !self
+            .refused
+            .iter()
+            .any(|(c, at)| now.duration_since(*at) < REFUSED_KEEP && *c == changes)
     }
 
-    /// Remembers a change the prediction refused.
+    /// Remembers a change refused: by the prediction, or undone.
     pub fn refused(&mut self, actions: &[Action], now: Instant) {
-        self.refused = Some((actions.iter().map(Action::change).collect(), now));
+        self.refused
+            .retain(|(_, at)| now.duration_since(*at) < REFUSED_KEEP);
+        self.refused
+            .push((actions.iter().map(Action::change).collect(), now));
     }
 
     /// The pace after a pass.
@@ -151,5 +155,9 @@ mod tests {
         // Another change, or the same one after REFUSED_KEEP: again.
         assert!(c.worth_a_look(&[weight(300, "pool at 2.4")], t0));
         assert!(c.worth_a_look(&[weight(200, "x")], t0 + REFUSED_KEEP));
+        // Both a whole plan and the part of it tried are remembered.
+        c.refused(&[weight(300, "undone")], t0);
+        assert!(!c.worth_a_look(&[weight(300, "y")], t0));
+        assert!(!c.worth_a_look(&[weight(200, "y")], t0));
     }
 }

@@ -47,6 +47,8 @@ struct Daemon<'a> {
     hook: Option<SchedHook>,
     /// How long the next pass is, and whether it samples closely.
     cadence: Cadence,
+    /// The kept collector watches nothing (since the first quiet pass).
+    hook_idle: bool,
 }
 
 fn log(l: &str) {
@@ -76,12 +78,13 @@ pub fn daemon(o: &DaemonOptions) -> Result<(), Error> {
         pending: None,
         hook: None,
         cadence: Cadence::new(o.interval, o.cfg.max_interval()),
+        hook_idle: false,
     };
     let mut pass = 0u64;
     while !stop.load(Ordering::Relaxed) && o.passes.is_none_or(|n| pass < n) {
         pass += 1;
         let (interval, close) = (d.cadence.interval(), d.cadence.close());
-        let hook = pass_hook(&mut d.hook, &d.cadence);
+        let hook = pass_hook(&mut d.hook, &d.cadence, &mut d.hook_idle);
         let paced = (interval, close);
         let host = match observe_paced(&o.cfg, paced, Some(&stop), &mut d.rec, hook) {
             Ok(h) => h,
@@ -116,14 +119,21 @@ fn pace(c: &Cadence) -> String {
 /// The daemon's collector for this pass: loaded when a VMM runs and none
 /// is running (the first pass, or after a route failed). A quiet pass
 /// uses none, and the kept one watches nothing meanwhile (its programs
-/// still run on every switch, but stop at the first map lookup).
-fn pass_hook<'a>(kept: &'a mut Option<SchedHook>, c: &Cadence) -> Option<&'a mut SchedHook> {
+/// still run on every switch, but stop at the first map lookup). `idle`:
+/// it already does (unwatching takes a reading: once is enough).
+fn pass_hook<'a>(
+    kept: &'a mut Option<SchedHook>,
+    c: &Cadence,
+    idle: &mut bool,
+) -> Option<&'a mut SchedHook> {
     if !c.close() {
-        if let Some(h) = kept.as_mut() {
+        if let (Some(h), false) = (kept.as_mut(), *idle) {
             h.watch(&[]);
+            *idle = true;
         }
         return None;
     }
+    *idle = false;
     if !vmm_running(Path::new("/")) {
         return None;
     }
@@ -275,6 +285,7 @@ impl Daemon<'_> {
             Ok(r) => r,
             Err(e) => {
                 log(&format!("pass {pass}: not applied: {e}"));
+                self.cadence.refused(&p.actions, Instant::now());
                 return false;
             }
         };
@@ -291,6 +302,7 @@ impl Daemon<'_> {
                 .unwrap_or_default()
         ));
         if n("done") == 0 || r.error.is_some() {
+            self.cadence.refused(&p.actions, Instant::now());
             return false;
         }
         let mut l = |x: &str| log(&format!("pass {pass}: {x}"));
@@ -298,7 +310,9 @@ impl Daemon<'_> {
             self.pending = Some((batch, pred.planned, pred.vms.clone()));
             return true;
         }
-        // The guard undid the batch: nothing of it holds.
+        // The guard undid the batch: nothing of it holds, and the same
+        // batch is not worth a close look again soon.
+        self.cadence.refused(&p.actions, Instant::now());
         false
     }
 }

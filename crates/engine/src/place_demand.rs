@@ -95,10 +95,14 @@ impl Recorder {
     }
 
     /// Stops sampling for a while: the next sample starts afresh instead of
-    /// spanning the gap as one step (the samples kept stay).
+    /// spanning the gap as one step, and the samples kept go: after a quiet
+    /// stretch they may be an hour old, and a prediction made from them
+    /// would replay that hour (the next close pass starts as the first).
     pub fn pause(&mut self) {
         self.last = None;
         self.window = None;
+        self.history.by_tid.clear();
+        self.samples = 0;
     }
 
     /// Starts a measured window at the last reading (taking one if none).

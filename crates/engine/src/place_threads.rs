@@ -6,9 +6,11 @@
 //! daemon 2.7x the read syscalls, the opens and closes besides, and a
 //! quarter more CPU (BENCHMARKS.md, issue 27). /proc is listed on each
 //! read, so a thread started since is read from then on. A kept file of a
-//! thread that exited reads an error and is dropped: a reused tid is
-//! opened afresh, never read through the old task. Past [`MAX_KEPT`]
-//! threads (two descriptors each) the rest are read by path.
+//! thread that exited reads an error and is dropped, and the tid opened
+//! again at once (a new thread under a reused tid is read, never through
+//! the old task). Past [`MAX_KEPT`] threads, or a quarter of the open-file
+//! limit (two descriptors each; the watchdog keeps a set of its own), the
+//! rest are read by path.
 //! Hand-written: no crate keeps per-thread /proc files open (`procfs`
 //! opens each file per read).
 
@@ -73,9 +75,16 @@ struct Kept {
 }
 
 /// Reads every thread but ours, keeping their files open between reads.
-#[derive(Default)]
 pub struct Threads {
     kept: HashMap<u32, Kept>,
+    /// Threads whose files may stay open.
+    most: usize,
+}
+
+impl Default for Threads {
+    fn default() -> Threads {
+        Threads::new()
+    }
 }
 
 impl std::fmt::Debug for Threads {
@@ -89,7 +98,10 @@ impl std::fmt::Debug for Threads {
 impl Threads {
     pub fn new() -> Threads {
         raise_fd_limit();
-        Threads::default()
+        Threads {
+            kept: HashMap::new(),
+            most: most_kept(),
+        }
     }
 
     /// Every thread's schedstat and state now; threads that exit
@@ -109,7 +121,8 @@ impl Threads {
         if self.kept.get(&tid).is_some_and(|k| k.pid != pid) {
             self.kept.remove(&tid);
         }
-        if !self.kept.contains_key(&tid) && self.kept.len() < MAX_KEPT {
+        let fresh = !self.kept.contains_key(&tid);
+        if fresh && self.kept.len() < self.most {
             if let Some(k) = open(pid, tid) {
                 self.kept.insert(tid, k);
             }
@@ -117,7 +130,13 @@ impl Threads {
         let Some(k) = self.kept.get_mut(&tid) else {
             return read_by_path(pid, tid);
         };
-        let (run_ns, wait_ns) = parse_schedstat(k.schedstat.read_text().ok()?)?;
+        let Some(times) = k.schedstat.read_text().ok().and_then(parse_schedstat) else {
+            // Gone, or a new thread under a reused tid: that one is read
+            // afresh (once: a file just opened that fails is gone).
+            self.kept.remove(&tid);
+            return if fresh { None } else { self.read_one(pid, tid) };
+        };
+        let (run_ns, wait_ns) = times;
         let at = Instant::now();
         let (runnable, cpu, idle_policy) = k
             .stat
@@ -135,6 +154,13 @@ impl Threads {
             idle_policy,
         })
     }
+}
+
+/// A quarter of the open-file limit, at most [`MAX_KEPT`].
+fn most_kept() -> usize {
+    use nix::sys::resource::{getrlimit, Resource};
+    let soft = getrlimit(Resource::RLIMIT_NOFILE).map_or(1024, |(s, _)| s);
+    (soft / 4 / 2).min(MAX_KEPT as u64) as usize
 }
 
 /// (pid, tid) of every thread but ours, from listing /proc.
@@ -216,37 +242,35 @@ mod tests {
 
     #[test]
     fn files_stay_open_across_reads_and_an_exited_thread_lets_go_of_its_own() {
+        use std::os::fd::AsRawFd;
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
         let pid = child.id();
-        // Our descriptors open on the child's files, by number.
-        let its = || -> Vec<String> {
-            let mut v: Vec<String> = std::fs::read_dir("/proc/self/fd")
-                .unwrap()
-                .flatten()
-                .filter(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| l.starts_with(format!("/proc/{pid}/task/")))
-                })
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        };
         let mut t = Threads::new();
+        // This reader's descriptors on the child's files.
+        let fds = |t: &Threads| {
+            t.kept
+                .get(&pid)
+                .map(|k| (k.schedstat.as_raw_fd(), k.stat.as_raw_fd()))
+        };
         let first = t.read();
         assert!(first.contains_key(&pid), "the child is read");
-        let open = its();
-        assert_eq!(open.len(), 2, "its schedstat and stat");
+        let (ss, st) = fds(&t).expect("its files kept open");
+        let link = |fd: i32| std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+        assert_eq!(
+            link(ss),
+            Path::new(&format!("/proc/{pid}/task/{pid}/schedstat"))
+        );
+        assert_eq!(link(st), Path::new(&format!("/proc/{pid}/task/{pid}/stat")));
         let again = t.read();
-        assert_eq!(its(), open, "read again through the same descriptors");
+        assert_eq!(fds(&t), Some((ss, st)), "read again through the same files");
         assert!(again[&pid].run_ns >= first[&pid].run_ns);
         child.kill().unwrap();
         child.wait().unwrap();
         let after = t.read();
         assert!(!after.contains_key(&pid));
-        assert!(its().is_empty(), "its files are closed");
+        assert_eq!(fds(&t), None, "its files are let go");
     }
 }

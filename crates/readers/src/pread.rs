@@ -55,6 +55,12 @@ fn one_show(path: &str) -> bool {
         || path.starts_with("/sys/")
 }
 
+impl std::os::fd::AsRawFd for PreadFile {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 impl PreadFile {
     /// Opens `path` (absolute, e.g. "/proc/stat") under `root`.
     pub fn open(root: &Path, path: &str) -> Result<Self> {
