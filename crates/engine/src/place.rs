@@ -53,25 +53,15 @@ pub fn observe_sampled(
     // only; without it the plan is the same and cites nothing). Loaded
     // before t0, so that its start-up is outside the interval.
     let mut hook = vmm_running(Path::new("/")).then(SchedHook::load);
-    observe_with(cfg, interval, stop, rec, hook.as_mut())
+    observe_paced(cfg, (interval, true), stop, rec, hook.as_mut())
 }
 
 /// [`observe_sampled`] with a collector already loaded (the daemon's,
 /// kept from pass to pass: loading it is the BPF verifier's work, 0.4 s
 /// of CPU a load, which every 5 s was 8 % of a CPU taken from the VMs).
-/// Its readings are cumulative; attribution takes t1's minus t0's.
-pub(crate) fn observe_with(
-    cfg: &Config,
-    interval: Duration,
-    stop: Option<&AtomicBool>,
-    rec: &mut Recorder,
-    hook: Option<&mut SchedHook>,
-) -> Result<HostInput, Error> {
-    observe_paced(cfg, (interval, true), stop, rec, hook)
-}
-
-/// [`observe_with`]; with `close` false (a quiet daemon pass) no thread is
-/// sampled in between and `rec` pauses: the host is read at the ends only.
+/// Its readings are cumulative; attribution takes t1's minus t0's. With
+/// `close` false (a quiet daemon pass) no thread is sampled in between
+/// and `rec` pauses: the host is read at the ends only.
 pub(crate) fn observe_paced(
     cfg: &Config,
     (interval, close): (Duration, bool),

@@ -43,7 +43,7 @@ struct Daemon<'a> {
     /// against what the next pass measures.
     pending: Option<(u64, Measures, Vec<u32>)>,
     /// The scheduler-event collector, loaded once and kept (see
-    /// [`crate::place::observe_with`]).
+    /// [`crate::place::observe_paced`]).
     hook: Option<SchedHook>,
     /// How long the next pass is, and whether it samples closely.
     cadence: Cadence,

@@ -53,7 +53,6 @@ impl Recorder {
                 step_s: STEP.as_secs_f64(),
                 ..Default::default()
             },
-            threads: Threads::new(),
             ..Default::default()
         }
     }

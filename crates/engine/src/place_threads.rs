@@ -136,23 +136,8 @@ impl Threads {
             self.kept.remove(&tid);
             return if fresh { None } else { self.read_one(pid, tid) };
         };
-        let (run_ns, wait_ns) = times;
         let at = Instant::now();
-        let (runnable, cpu, idle_policy) = k
-            .stat
-            .read_text()
-            .ok()
-            .and_then(parse_stat)
-            .unwrap_or((false, None, false));
-        Some(ThreadNow {
-            pid,
-            run_ns,
-            wait_ns,
-            at,
-            runnable,
-            cpu,
-            idle_policy,
-        })
+        Some(thread_now(pid, times, at, k.stat.read_text().ok()))
     }
 }
 
@@ -189,17 +174,25 @@ fn open(pid: u32, tid: u32) -> Option<Kept> {
     })
 }
 
-/// One thread read by path (open, read, close): past [`MAX_KEPT`].
+/// One thread read by path (open, read, close): past the cap of kept files.
 fn read_by_path(pid: u32, tid: u32) -> Option<ThreadNow> {
     let dir = format!("/proc/{pid}/task/{tid}");
-    let (run_ns, wait_ns) =
-        parse_schedstat(&std::fs::read_to_string(format!("{dir}/schedstat")).ok()?)?;
+    let times = parse_schedstat(&std::fs::read_to_string(format!("{dir}/schedstat")).ok()?)?;
     let at = Instant::now();
-    let (runnable, cpu, idle_policy) = std::fs::read_to_string(format!("{dir}/stat"))
-        .ok()
-        .and_then(|s| parse_stat(&s))
-        .unwrap_or((false, None, false));
-    Some(ThreadNow {
+    let stat = std::fs::read_to_string(format!("{dir}/stat")).ok();
+    Some(thread_now(pid, times, at, stat.as_deref()))
+}
+
+/// A thread from its schedstat times (read at `at`) and its stat line; a
+/// stat that could not be read leaves it not runnable, on no known CPU.
+fn thread_now(
+    pid: u32,
+    (run_ns, wait_ns): (u64, u64),
+    at: Instant,
+    stat: Option<&str>,
+) -> ThreadNow {
+    let (runnable, cpu, idle_policy) = stat.and_then(parse_stat).unwrap_or((false, None, false));
+    ThreadNow {
         pid,
         run_ns,
         wait_ns,
@@ -207,7 +200,7 @@ fn read_by_path(pid: u32, tid: u32) -> Option<ThreadNow> {
         runnable,
         cpu,
         idle_policy,
-    })
+    }
 }
 
 /// Run and run-queue wait, ns, from a schedstat line.
