@@ -47,6 +47,17 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The turn, for a test that needs root, a v1 cpu cgroup and QEMU; None
+/// (the test returns) where `require` lets it skip.
+fn qemu_turn() -> Option<std::sync::MutexGuard<'static, ()>> {
+    let t = turn();
+    require(
+        have_qemu(),
+        "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
+    )
+    .then_some(t)
+}
+
 fn have_qemu() -> bool {
     is_root()
         && Path::new("/sys/fs/cgroup/cpu/cgroup.procs").exists()
@@ -168,13 +179,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[test]
 fn apply_refuses_a_plan_predicted_worse_and_force_applies_it() {
-    let _turn = turn();
-    if !require(
-        have_qemu(),
-        "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
-    ) {
+    let Some(_turn) = qemu_turn() else {
         return;
-    }
+    };
     let _c = Cleanup { children: vec![] };
     let (a, b) = (start_vm("psA", 2, 2), start_vm("psB", 1, 1));
     let dir = tempfile::tempdir().unwrap();
@@ -332,13 +339,9 @@ fn plan_round(
 
 #[test]
 fn plan_prediction_is_within_5_pp_of_what_is_then_measured() {
-    let _turn = turn();
-    if !require(
-        have_qemu(),
-        "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
-    ) {
+    let Some(_turn) = qemu_turn() else {
         return;
-    }
+    };
     let _c = Cleanup { children: vec![] };
     let (a, b) = (start_vm("ppA", 2, 2), start_vm("ppB", 1, 1));
     let dir = tempfile::tempdir().unwrap();
@@ -521,13 +524,9 @@ fn undo_all(cfg: &Path, journal: &Path) {
 
 #[test]
 fn the_daemon_logs_each_batch_measured_beside_its_prediction() {
-    let _turn = turn();
-    if !require(
-        have_qemu(),
-        "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
-    ) {
+    let Some(_turn) = qemu_turn() else {
         return;
-    }
+    };
     let mut c = Cleanup { children: vec![] };
     let (a, b) = (start_vm("pdA", 2, 2), start_vm("pdB", 1, 1));
     let dir = tempfile::tempdir().unwrap();
@@ -609,13 +608,9 @@ fn run_ns(pid: u32) -> u64 {
 
 #[test]
 fn a_forced_starving_plan_is_undone_by_the_watchdog_and_the_loop_runs_again() {
-    let _turn = turn();
-    if !require(
-        have_qemu(),
-        "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
-    ) {
+    let Some(_turn) = qemu_turn() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cleanup { children: vec![] };
     let (web, db) = (start_vm("pwWeb", 2, 2), start_vm("pwDb", 1, 1));
@@ -710,13 +705,9 @@ fn a_forced_starving_plan_is_undone_by_the_watchdog_and_the_loop_runs_again() {
 /// v1 group, left backup 0.12 s of 6 s: the prediction leaves it out.)
 #[test]
 fn the_plan_keeps_the_pinned_loops_cpu_light_and_is_measured_no_worse() {
-    let _turn = turn();
-    if !require(
-        have_qemu(),
-        "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
-    ) {
+    let Some(_turn) = qemu_turn() else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut c = Cleanup { children: vec![] };
     let (web, db) = (start_vm("pkWeb", 2, 2), start_vm("pkDb", 1, 1));
@@ -895,13 +886,9 @@ fn daemon_reads(cfg: &Path, journal: &Path, c: &mut Cleanup) -> (f64, f64, Strin
 
 #[test]
 fn a_daemon_with_nothing_to_do_backs_off_and_reads_the_host_only_at_pass_ends() {
-    let _turn = turn();
-    if !require(
-        have_qemu(),
-        "root, a v1 cpu cgroup and qemu (testenv/setup.sh)",
-    ) {
+    let Some(_turn) = qemu_turn() else {
         return;
-    }
+    };
     let mut c = Cleanup { children: vec![] };
     // One busy vCPU on a host with more CPUs: nothing to place.
     let a = start_vm("pcA", 1, 1);
