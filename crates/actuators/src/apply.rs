@@ -476,6 +476,23 @@ pub fn reverse(batch: &journal::Batch) -> (Vec<Action>, Vec<String>) {
                     reason: format!("undo of batch {}", batch.id),
                 }
             }
+            (
+                Action::AutogroupNice {
+                    vm,
+                    pid,
+                    autogroup,
+                    value,
+                    ..
+                },
+                Prev::Nice { value: p },
+            ) => Action::AutogroupNice {
+                vm,
+                pid,
+                autogroup,
+                value: *p,
+                from: Some(value),
+                reason: format!("undo of batch {}", batch.id),
+            },
             (a @ Action::MigrateMemory { .. }, _) => {
                 notes.push(format!("{a}: memory is left where it is (moving it back is a new move: `place move-memory`)"));
                 continue;

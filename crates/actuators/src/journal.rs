@@ -18,10 +18,22 @@ use stealscope_placement::{Action, CgroupRef};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Prev {
-    Affinity { cpus: Vec<u32> },
-    Weight { value: u64 },
-    Group { group: CgroupRef },
-    Memory { by_node: BTreeMap<u32, u64> },
+    Affinity {
+        cpus: Vec<u32>,
+    },
+    Weight {
+        value: u64,
+    },
+    Group {
+        group: CgroupRef,
+    },
+    /// An autogroup's nice.
+    Nice {
+        value: i32,
+    },
+    Memory {
+        by_node: BTreeMap<u32, u64>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 
 pub mod affinity;
 pub mod apply;
+pub mod autogroup;
 pub mod cgroup;
 pub mod cpuset;
 pub mod error;

@@ -3,7 +3,7 @@
 
 use crate::error::ApplyError;
 use crate::journal::Prev;
-use crate::{affinity, cgroup, virsh};
+use crate::{affinity, autogroup, cgroup, virsh};
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{Action, Knob};
 
@@ -64,6 +64,9 @@ impl Live<'_> {
             Action::JoinGroup { pid, .. } => Prev::Group {
                 group: cgroup::group_of(*pid, self.ctl.ok_or_else(no_ctl)?)?,
             },
+            Action::AutogroupNice { pid, autogroup, .. } => Prev::Nice {
+                value: autogroup::nice(*pid, *autogroup)?,
+            },
             Action::MigrateMemory { pid, .. } => {
                 let path = format!("/proc/{pid}/numa_maps");
                 let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
@@ -87,6 +90,7 @@ impl Live<'_> {
             Action::JoinGroup { group, .. } => Some(Prev::Group {
                 group: group.clone(),
             }),
+            Action::AutogroupNice { value, .. } => Some(Prev::Nice { value: *value }),
             // A memory move is never "already there" by equality of maps.
             Action::MigrateMemory { .. } => None,
         }
@@ -123,6 +127,12 @@ impl Live<'_> {
                 cgroup::ensure(group)?;
                 cgroup::join(group, *pid)
             }
+            (
+                Action::AutogroupNice {
+                    pid, autogroup, ..
+                },
+                Prev::Nice { value: v },
+            ) => autogroup::set_nice(*pid, *autogroup, *v),
             (Action::MigrateMemory { .. }, Prev::Memory { .. }) => Err(ApplyError::Refused(
                 "memory is not moved back: that would be another move with its own risk; use `place move-memory`".into(),
             )),

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{HostInput, Plan};
+use stealscope_readers::autogroup;
 use stealscope_sim::choose;
 use stealscope_sim::predict::{
     self, DemandHistory, HostThread, Measures, PredictInput, Prediction, ThreadFigures,
@@ -163,12 +164,13 @@ pub fn sched_group(pid: u32, ctl: Option<&CpuController>) -> Option<(String, f64
             return Some((g.dir, w));
         }
     }
-    let ag = std::fs::read_to_string(format!("/proc/{pid}/autogroup")).ok()?;
-    // "/autogroup-15 nice 0"; empty for the root autogroup.
-    let mut f = ag.split_whitespace();
-    let name = f.next()?.trim_start_matches('/').to_string();
-    let n = f.nth(1).and_then(|x| x.parse().ok()).unwrap_or(0);
-    Some((name, predict::nice_weight(n)))
+    let path = format!("/proc/{pid}/autogroup");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let ag = autogroup::parse(&text, &path).ok()??;
+    Some((
+        format!("autogroup-{}", ag.id),
+        autogroup::nice_weight(ag.nice),
+    ))
 }
 
 fn allowed(pid: u32, tid: u32) -> Vec<u32> {
@@ -207,11 +209,15 @@ pub fn host_work(host: &HostInput, rec: &Recorder) -> Vec<HostThread> {
         .collect()
 }
 
-/// The autogroup of each VM in the root cpu cgroup.
+/// The autogroup of each VM the kernel schedules in one, as the planner
+/// read it.
 fn vm_autogroups(host: &HostInput) -> BTreeMap<u32, (String, f64)> {
     host.vms
         .iter()
-        .filter_map(|v| Some((v.pid, sched_group(v.pid, None)?)))
+        .filter_map(|v| {
+            let ag = v.autogroup.as_ref()?;
+            Some((v.pid, (ag.name(), autogroup::nice_weight(ag.nice))))
+        })
         .collect()
 }
 

@@ -66,6 +66,7 @@ fn fixture_host(loops: &[u32], cpus: &[u32]) -> HostInput {
             mem_policy: None,
             cpu_group: None,
             cpu_weight: None,
+            autogroup: None,
             wait: None,
         });
     }

@@ -82,6 +82,19 @@ pub enum Action {
         from: Option<CgroupRef>,
         reason: String,
     },
+    /// Set the nice of the VM's autogroup (/proc/PID/autogroup): the
+    /// weight of the scheduling group the kernel runs it in when it has no
+    /// cpu group of its own.
+    AutogroupNice {
+        vm: String,
+        pid: u32,
+        /// N of /autogroup-N: a VM that is in another autogroup by the
+        /// time this is applied is not changed.
+        autogroup: u64,
+        value: i32,
+        from: Option<i32>,
+        reason: String,
+    },
     /// Move a VM's memory to one node (in steps, after safety checks).
     MigrateMemory {
         vm: String,
@@ -112,6 +125,10 @@ impl Action {
                 reason.clear();
                 *from = None;
             }
+            Action::AutogroupNice { reason, from, .. } => {
+                reason.clear();
+                *from = None;
+            }
             Action::MigrateMemory {
                 reason,
                 bytes,
@@ -131,6 +148,7 @@ impl Action {
             Action::Affinity { vm, .. }
             | Action::CpuWeight { vm, .. }
             | Action::JoinGroup { vm, .. }
+            | Action::AutogroupNice { vm, .. }
             | Action::MigrateMemory { vm, .. } => vm,
         }
     }
@@ -140,6 +158,7 @@ impl Action {
             Action::Affinity { pid, .. }
             | Action::CpuWeight { pid, .. }
             | Action::JoinGroup { pid, .. }
+            | Action::AutogroupNice { pid, .. }
             | Action::MigrateMemory { pid, .. } => *pid,
         }
     }
@@ -149,6 +168,7 @@ impl Action {
             Action::Affinity { reason, .. }
             | Action::CpuWeight { reason, .. }
             | Action::JoinGroup { reason, .. }
+            | Action::AutogroupNice { reason, .. }
             | Action::MigrateMemory { reason, .. } => reason,
         }
     }
@@ -222,6 +242,19 @@ impl fmt::Display for Action {
                 "{vm}: move process {pid} into {} (from {})",
                 group.dir,
                 from.as_ref().map_or("unknown", |g| g.dir.as_str())
+            ),
+            Action::AutogroupNice {
+                vm,
+                pid,
+                autogroup,
+                value,
+                from,
+                ..
+            } => write!(
+                f,
+                "{vm}: /proc/{pid}/autogroup nice = {value} (was {}; autogroup-{autogroup}, weight {})",
+                from.map_or("unknown".to_string(), |n| n.to_string()),
+                stealscope_readers::autogroup::nice_weight(*value)
             ),
             Action::MigrateMemory {
                 vm,

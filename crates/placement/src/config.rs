@@ -29,7 +29,8 @@ pub enum Fairness {
     /// talk's), but in the simulated fleet it moved idle steal from a few
     /// large VMs onto many small ones (BENCHMARKS.md, issue 27).
     SharedGroup,
-    /// Each VM keeps its own group, weighted by its vCPU count.
+    /// Each VM keeps its own group, weighted by its vCPU count (a VM in
+    /// the root cpu group: its autogroup, by its nice).
     Weights,
     /// Each VM keeps its own group; weighted by its vCPU count only while
     /// its node's pool is overcommitted (see `diff::WEIGH_ABOVE`), back to

@@ -144,7 +144,7 @@ fn fairness(
                 );
                 weight(vm, g, value, why, &mut out.weights);
             }
-            _ => out.warnings.push(no_own_group(vm)),
+            _ => weigh_autogroup(vm, AUTOGROUP_WHY, out),
         },
         (Fairness::Auto, _) => auto_weight(vm, own, pool, out),
         (Fairness::None, _) => {}
@@ -176,8 +176,63 @@ fn auto_weight(vm: &VmInput, own: &BTreeSet<&str>, pool: Option<f64>, out: &mut 
             };
             weight(vm, g, value, why, &mut out.weights);
         }
-        _ if pool > WEIGH_ABOVE => out.warnings.push(no_own_group(vm)),
-        _ => {}
+        _ if pool > WEIGH_ABOVE => weigh_autogroup(
+            vm,
+            &format!("its node's pool is overcommitted ({pool:.2} CPUs of demand per CPU), so {AUTOGROUP_WHY}"),
+            out,
+        ),
+        _ => match &vm.autogroup {
+            Some(ag) if pool < UNWEIGH_BELOW && ag.nice == weighed_nice(vm) && ag.nice != 0 => {
+                autogroup_nice(vm, 0, format!(
+                    "fairness: its node's pool has room again ({pool:.2} CPUs of demand per CPU): nice 0 back for its autogroup"
+                ), out);
+            }
+            _ => {}
+        },
+    }
+}
+
+/// Why an autogroup is weighed by its VM's vCPUs.
+const AUTOGROUP_WHY: &str = "the VM's autogroup (its session's scheduling group: it has no cpu group of its own) at the nice whose weight is nearest its vCPUs x a nice-0 task's, so it gets CPU in proportion to its vCPUs, not one session's share";
+
+/// The nice whose weight is nearest the VM's vCPUs x 1024.
+fn weighed_nice(vm: &VmInput) -> i32 {
+    stealscope_readers::autogroup::nearest_nice(1024.0 * vm.vcpus.len() as f64)
+}
+
+/// A VM without a cpu group of its own weighed through its autogroup, when
+/// the kernel schedules it there and nothing else shares it.
+fn weigh_autogroup(vm: &VmInput, why: &str, out: &mut Sorted) {
+    match &vm.autogroup {
+        Some(ag) if ag.shared_with.is_empty() => {
+            autogroup_nice(vm, weighed_nice(vm), format!("fairness: {why}"), out)
+        }
+        Some(ag) => out.warnings.push(format!(
+            "{}: its {} also holds process(es) {}: its nice would weigh them too, so per-VM weight not set",
+            vm.name,
+            ag.name(),
+            ag.shared_with
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        None => out.warnings.push(no_own_group(vm)),
+    }
+}
+
+/// A nice action for the VM's autogroup, when it differs from `value`.
+fn autogroup_nice(vm: &VmInput, value: i32, reason: String, out: &mut Sorted) {
+    let Some(ag) = &vm.autogroup else { return };
+    if ag.nice != value {
+        out.weights.push(Action::AutogroupNice {
+            vm: vm.name.clone(),
+            pid: vm.pid,
+            autogroup: ag.id,
+            value,
+            from: Some(ag.nice),
+            reason,
+        });
     }
 }
 

@@ -156,10 +156,35 @@ pub struct VmInput {
     pub cpu_group: Option<CgroupRef>,
     /// Its current weight there, in the group's own units.
     pub cpu_weight: Option<u64>,
+    /// The autogroup the kernel schedules the VM in, when that is in
+    /// effect: autogroups on and the VM in the root cpu group. Its weight
+    /// is set through its nice (/proc/PID/autogroup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autogroup: Option<VmAutogroup>,
     /// How much its vCPUs waited and who ran meanwhile (scheduler events),
     /// when attribution ran: plan reasons cite it as evidence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<WaitEvidence>,
+}
+
+/// A VM's autogroup (a session's scheduling group, so every
+/// `qemu -daemonize` has one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmAutogroup {
+    /// N of /autogroup-N.
+    pub id: u64,
+    pub nice: i32,
+    /// Other processes in the same autogroup: its nice weighs them too, so
+    /// it is a per-VM weight only while this is empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_with: Vec<u32>,
+}
+
+impl VmAutogroup {
+    /// How the simulator and the host views name the group.
+    pub fn name(&self) -> String {
+        format!("autogroup-{}", self.id)
+    }
 }
 
 /// A VM's vCPU run-queue wait over the observed interval, by culprit.

@@ -5,8 +5,8 @@
 
 use crate::action::Knob;
 use crate::input::{
-    CpuController, CulpritEvidence, HostInput, HostWork, NodeInput, ThreadInput, Topology, VmInput,
-    WaitEvidence,
+    CpuController, CulpritEvidence, HostInput, HostWork, NodeInput, ThreadInput, Topology,
+    VmAutogroup, VmInput, WaitEvidence,
 };
 use std::collections::BTreeMap;
 use stealscope_model::host::attribution::{attribute, Attribution};
@@ -15,7 +15,7 @@ use stealscope_model::host::observation::ThreadObs;
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::HostObservation;
 use stealscope_readers::cgroupfs::{CgroupMounts, CpuWeight};
-use stealscope_readers::{cpu_topology, kernel, process, ReadError, Source};
+use stealscope_readers::{autogroup, cpu_topology, kernel, process, ReadError, Source};
 use stealscope_who::{Culprit, Kind};
 
 /// Where the cpu controller is mounted (v1 preferred: where it is mounted,
@@ -60,13 +60,39 @@ fn thread(t1: &ThreadObs, t0: Option<&ThreadObs>, wall_s: f64) -> ThreadInput {
     }
 }
 
-fn numad_running(src: &dyn Source) -> Result<bool, ReadError> {
+/// What one pass over /proc tells the planner: whether numad runs, and
+/// (when autogroups are on) the processes of each autogroup.
+struct ProcScan {
+    numad: bool,
+    autogroups: BTreeMap<u64, Vec<u32>>,
+}
+
+fn proc_scan(src: &dyn Source, autogroups_on: bool) -> Result<ProcScan, ReadError> {
+    let mut out = ProcScan {
+        numad: false,
+        autogroups: BTreeMap::new(),
+    };
     for pid in process::pids(src)? {
-        if process::comm(src, pid)?.as_deref() == Some("numad") {
-            return Ok(true);
+        out.numad |= process::comm(src, pid)?.as_deref() == Some("numad");
+        if autogroups_on {
+            if let Some(ag) = autogroup::read(src, pid)? {
+                out.autogroups.entry(ag.id).or_default().push(pid);
+            }
         }
     }
-    Ok(false)
+    Ok(out)
+}
+
+/// The VM's autogroup when the kernel schedules it there: autogroups on
+/// and the VM in the root cpu group (kernel task_wants_autogroup).
+fn vm_autogroup(v: &VmObs, in_root: bool, scan: &ProcScan) -> Option<VmAutogroup> {
+    let ag = v.autogroup.filter(|_| in_root)?;
+    let members = scan.autogroups.get(&ag.id)?;
+    Some(VmAutogroup {
+        id: ag.id,
+        nice: ag.nice,
+        shared_with: members.iter().copied().filter(|p| *p != v.pid).collect(),
+    })
 }
 
 /// `t0` and `t1` are the same host `wall_s` apart (t1 read at the end, with
@@ -109,11 +135,21 @@ pub fn host_input(
         })
         .collect();
     let att = attribute(t0, t1);
+    let scan = proc_scan(src, t1.autogroups_on())?;
     let vms = t1
         .vms
         .iter()
         .map(|v| {
             let th = |t: &ThreadObs| thread(t, before.get(&(v.pid, t.tid)).copied(), wall_s);
+            let cpu_group = ctl.as_ref().and_then(|c| {
+                c.membership(&v.cgroups)
+                    .map(|m| c.group(&weight_group_path(&m.path)))
+            });
+            let in_root = ctl.as_ref().is_none_or(|c| {
+                cpu_group
+                    .as_ref()
+                    .is_none_or(|g| g.dir.trim_end_matches('/') == c.mount.trim_end_matches('/'))
+            });
             VmInput {
                 pid: v.pid,
                 name: v.name.clone(),
@@ -129,13 +165,11 @@ pub fn host_input(
                 mem_policy: v.mem_policy.clone(),
                 // The group whose weight the VM's weight is (libvirt's scope,
                 // where `virsh schedinfo` writes, not its emulator group).
-                cpu_group: ctl.as_ref().and_then(|c| {
-                    c.membership(&v.cgroups)
-                        .map(|m| c.group(&weight_group_path(&m.path)))
-                }),
                 cpu_weight: v.cpu_weight.as_ref().map(|(_, w)| match *w {
                     CpuWeight::Shares(x) | CpuWeight::Weight(x) => x,
                 }),
+                autogroup: vm_autogroup(v, in_root, &scan),
+                cpu_group,
                 wait: evidence(&att, v, wall_s),
             }
         })
@@ -146,7 +180,7 @@ pub fn host_input(
         swap_total_bytes: mem.as_ref().and_then(|m| m.swap_total_bytes),
         swap_free_bytes: mem.as_ref().and_then(|m| m.swap_free_bytes),
         numa_balancing: t1.numa_balancing,
-        numad_running: numad_running(src)?,
+        numad_running: scan.numad,
         cpu_controller: ctl,
         vms,
         shared_group_weight: None,

@@ -108,6 +108,7 @@ pub fn vm(pid: u32, vcpus: u32, util: f64, mem: u64, mem_node: u32, allowed: &[u
             dir: format!("/sys/fs/cgroup/cpu/machine/vm{pid}"),
         }),
         cpu_weight: Some(1024),
+        autogroup: None,
         wait: None,
     }
 }

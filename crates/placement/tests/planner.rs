@@ -410,6 +410,99 @@ fn auto_fairness_weighs_only_overcommitted_pools() {
     }
 }
 
+/// VMs in the root cpu group, each in an autogroup of its own (`qemu
+/// -daemonize` on a host without libvirt): the weight goes through the
+/// autogroup's nice, the nearest to vCPUs x 1024 (2 vCPUs: nice -3, weight
+/// 1991), by `weights` always and by `auto` while overcommitted by half;
+/// never through an autogroup another process shares.
+#[test]
+fn vms_in_autogroups_are_weighed_through_the_autogroups_nice() {
+    use stealscope_placement::input::VmAutogroup;
+    let all: Vec<u32> = (0..2).collect();
+    let with = |util: f64, nice: i32, shared: Vec<u32>| {
+        let mut h = host(1, 2, false, 64 * GIB, 0.8);
+        for (pid, vcpus) in [(1, 2), (2, 1), (3, 1)] {
+            let mut v = vm(pid, vcpus, util, GIB, 0, &all);
+            v.cpu_group = Some(stealscope_placement::CgroupRef {
+                v2: false,
+                dir: "/sys/fs/cgroup/cpu".into(),
+            });
+            v.cpu_weight = Some(1024);
+            v.autogroup = Some(VmAutogroup {
+                id: 100 + u64::from(pid),
+                nice: 0,
+                shared_with: Vec::new(),
+            });
+            h.vms.push(v);
+        }
+        h.cpu_controller = Some(stealscope_placement::input::CpuController {
+            v2: false,
+            mount: "/sys/fs/cgroup/cpu".into(),
+        });
+        let ag = h.vms[0].autogroup.as_mut().unwrap();
+        ag.nice = nice;
+        ag.shared_with = shared;
+        h
+    };
+    let nices = |p: &stealscope_placement::Plan| -> BTreeMap<u32, (u64, i32, Option<i32>)> {
+        p.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::AutogroupNice {
+                    pid,
+                    autogroup,
+                    value,
+                    from,
+                    ..
+                } => Some((*pid, (*autogroup, *value, *from))),
+                _ => None,
+            })
+            .collect()
+    };
+    let weights = Config {
+        fairness: Fairness::Weights,
+        ..cfg()
+    };
+    // `weights`: the 2-vCPU VM's autogroup to nice -3; the 1-vCPU VMs are
+    // at their weight already. No cgroup weight is written.
+    let p = plan(&with(0.3, 0, vec![]), &weights, &History::default(), 0.0);
+    assert_eq!(nices(&p), BTreeMap::from([(1, (101, -3, Some(0)))]));
+    assert!(weights_of(&p).is_empty(), "{:?}", p.actions);
+    assert!(
+        p.warnings.iter().all(|w| !w.contains("vm1")),
+        "{:?}",
+        p.warnings
+    );
+    // An autogroup another process is in: not weighed, and said why.
+    let p = plan(&with(0.3, 0, vec![77]), &weights, &History::default(), 0.0);
+    assert!(nices(&p).is_empty(), "{:?}", p.actions);
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("vm1") && w.contains("autogroup-101") && w.contains("77")),
+        "{:?}",
+        p.warnings
+    );
+    // `auto`: weighed at 2.0 per CPU, left at 1.2, given back at 1.2 when
+    // this rule set it, kept at 1.4 either way.
+    let p = plan(&with(1.0, 0, vec![]), &cfg(), &History::default(), 0.0);
+    assert_eq!(nices(&p), BTreeMap::from([(1, (101, -3, Some(0)))]));
+    let p = plan(&with(0.3, 0, vec![]), &cfg(), &History::default(), 0.0);
+    assert!(nices(&p).is_empty(), "{:?}", p.actions);
+    let p = plan(&with(0.3, -3, vec![]), &cfg(), &History::default(), 0.0);
+    assert_eq!(nices(&p), BTreeMap::from([(1, (101, 0, Some(-3)))]));
+    let p = plan(&with(0.3, -5, vec![]), &cfg(), &History::default(), 0.0);
+    assert!(
+        nices(&p).is_empty(),
+        "an operator's nice stays: {:?}",
+        p.actions
+    );
+    for n in [0, -3] {
+        let p = plan(&with(0.7, n, vec![]), &cfg(), &History::default(), 0.0);
+        assert!(nices(&p).is_empty(), "{n}: {:?}", p.actions);
+    }
+}
+
 /// place_libvirt's host: CPU 0 for housekeeping, a busy 2-vCPU VM on the
 /// one pool CPU left. No single node fits it (it spans), and the pool it
 /// spans is overcommitted (2.0 per CPU): auto weighs it as it would a VM

@@ -39,6 +39,17 @@ pub fn nice_weight(nice: i32) -> f64 {
     W[(nice.clamp(-20, 19) + 20) as usize] as f64
 }
 
+/// The nice whose weight is nearest `weight` (1024 = nice 0) by ratio,
+/// since CFS shares go by ratios of weights.
+pub fn nearest_nice(weight: f64) -> i32 {
+    (-20..=19)
+        .min_by(|a, b| {
+            let d = |n: i32| (nice_weight(n) / weight).ln().abs();
+            d(*a).total_cmp(&d(*b))
+        })
+        .unwrap_or(0)
+}
+
 /// Parses the file; Ok(None) for the empty file of the root autogroup.
 pub fn parse(text: &str, path: &str) -> Result<Option<Autogroup>> {
     let line = text.trim();
@@ -102,5 +113,12 @@ mod tests {
         assert!(e.to_string().contains("/proc/9/autogroup"), "{e}");
         assert_eq!(nice_weight(0), 1024.0);
         assert!((Autogroup { id: 1, nice: 5 }.relative_weight() - 335.0 / 1024.0).abs() < 1e-9);
+        // 1, 2, 4 and 8 nice-0 tasks' worth: 1024, 1991, 3906, 7620.
+        let n: Vec<i32> = [1.0, 2.0, 4.0, 8.0]
+            .iter()
+            .map(|k| nearest_nice(k * 1024.0))
+            .collect();
+        assert_eq!(n, [0, -3, -6, -9]);
+        assert_eq!(nearest_nice(1e9), -20);
     }
 }

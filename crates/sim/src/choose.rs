@@ -1,10 +1,12 @@
 //! The plan offered is never one the simulator predicts worse than the
 //! current layout. When the planner's whole plan is, smaller plans are
-//! tried in turn: without the shared group (the part whose effect the
-//! kernel's group weighing makes hardest to foresee: live, a shared v1
-//! group beside a pinned host loop starved the loop), then the memory
-//! moves of VMs whose vCPUs are already in place, then nothing. The first not predicted worse is offered, with a
-//! warning naming what was left out and the prediction that left it out.
+//! tried in turn ([`TRIES`]): without the shared group and the group
+//! weights (the part whose effect the kernel's group weighing makes
+//! hardest to foresee: live, a shared v1 group beside a pinned host loop
+//! starved the loop), then with the weights but without the affinity
+//! changes, then without both, then nothing. The first not predicted worse
+//! is offered, with a warning naming what was left out and the prediction
+//! that left it out.
 //! A saved plan (`place apply --plan`) and `--force` take the plan as it is.
 //! `place` and the simulator's stealscope policy both choose this way, so
 //! the fleet simulation judges the policy that ships.
@@ -13,13 +15,16 @@ use crate::host::Host;
 use crate::policy_samples::{Samples, SAMPLE_S};
 use crate::predict::{self, DemandHistory, HostThread, PredictInput, Prediction};
 use std::collections::BTreeMap;
+use stealscope_placement::action::SHARED_GROUP_VM;
 use stealscope_placement::{Action, HostInput, Plan};
 
-/// A part of a plan that can be left out, largest effect first.
+/// A part of a plan that can be left out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
-    /// Moves into the shared group and its weight.
+    /// Moves into the shared group and the shared group's weight.
     SharedGroup,
+    /// Each VM's own weight (its cpu group's or its autogroup's).
+    Weights,
     /// Affinity changes.
     Affinity,
     /// Memory moves.
@@ -28,30 +33,42 @@ enum Part {
 
 impl Part {
     fn has(self, a: &Action) -> bool {
-        matches!(
-            (self, a),
-            (
-                Part::SharedGroup,
-                Action::JoinGroup { .. } | Action::CpuWeight { .. }
-            ) | (Part::Affinity, Action::Affinity { .. })
-                | (Part::Memory, Action::MigrateMemory { .. })
-        )
+        match (self, a) {
+            (Part::SharedGroup, Action::JoinGroup { .. }) => true,
+            (Part::SharedGroup, Action::CpuWeight { vm, .. }) => vm == SHARED_GROUP_VM,
+            (Part::Weights, Action::CpuWeight { vm, .. }) => vm != SHARED_GROUP_VM,
+            (Part::Weights, Action::AutogroupNice { .. }) => true,
+            (Part::Affinity, Action::Affinity { .. }) => true,
+            (Part::Memory, Action::MigrateMemory { .. }) => true,
+            _ => false,
+        }
     }
 
     fn name(self) -> &'static str {
         match self {
             Part::SharedGroup => "the shared group",
+            Part::Weights => "the group weights",
             Part::Affinity => "the affinity changes",
             Part::Memory => "the memory moves",
         }
     }
 }
 
-/// The plans tried, each leaving out one more part.
-const TRIES: [&[Part]; 3] = [
-    &[Part::SharedGroup],
+/// The plans tried, in turn. The groups and weights go first (their
+/// effect is the hardest to foresee); a plan whose weights are right but
+/// whose affinity changes are not keeps its weights (on the autogroup test
+/// host, widening three vCPUs pinned to one CPU split a VM's vCPUs while
+/// the weights alone evened the VMs out).
+const TRIES: [&[Part]; 4] = [
+    &[Part::SharedGroup, Part::Weights],
     &[Part::SharedGroup, Part::Affinity],
-    &[Part::SharedGroup, Part::Affinity, Part::Memory],
+    &[Part::SharedGroup, Part::Weights, Part::Affinity],
+    &[
+        Part::SharedGroup,
+        Part::Weights,
+        Part::Affinity,
+        Part::Memory,
+    ],
 ];
 
 /// `plan` with its prediction, or the largest part of it `predict` does
@@ -61,16 +78,16 @@ pub fn never_worse(plan: Plan, predict: impl Fn(&Plan) -> Prediction) -> (Plan, 
     if pred.refusal().is_none() {
         return (plan, pred);
     }
-    let mut last_len = plan.actions.len();
+    let mut tried = vec![plan.actions.clone()];
     for parts in TRIES {
         let trimmed = without(&plan, parts);
-        if trimmed.actions.len() == last_len {
+        if tried.contains(&trimmed.actions) {
             continue;
         }
-        last_len = trimmed.actions.len();
+        tried.push(trimmed.actions.clone());
         let p = predict(&trimmed);
         if p.refusal().is_none() {
-            return (with_warning(trimmed, parts, &pred), p);
+            return (with_warning(trimmed, parts, &pred, &plan), p);
         }
     }
     (plan, pred)
@@ -99,8 +116,13 @@ fn without(plan: &Plan, parts: &[Part]) -> Plan {
     p
 }
 
-fn with_warning(mut p: Plan, parts: &[Part], whole: &Prediction) -> Plan {
-    let names: Vec<&str> = parts.iter().map(|x| x.name()).collect();
+fn with_warning(mut p: Plan, parts: &[Part], whole: &Prediction, full: &Plan) -> Plan {
+    // Only the parts the whole plan had.
+    let names: Vec<&str> = parts
+        .iter()
+        .filter(|x| full.actions.iter().any(|a| x.has(a)))
+        .map(|x| x.name())
+        .collect();
     let what = if p.actions.is_empty() {
         "nothing is changed".to_string()
     } else {
@@ -210,6 +232,32 @@ mod tests {
         assert!(pred.refusal().is_none());
         assert_eq!(kept.actions, vec![memory(2)]);
         assert_eq!(kept.warnings.len(), 1, "{:?}", kept.warnings);
+    }
+
+    /// The autogroup test host: the weights are right, the affinity
+    /// changes are not; the weights are kept.
+    #[test]
+    fn weights_are_kept_when_only_the_affinity_changes_are_worse() {
+        let nice = Action::AutogroupNice {
+            vm: "vm1".into(),
+            pid: 1,
+            autogroup: 7,
+            value: -3,
+            from: Some(0),
+            reason: "test".into(),
+        };
+        let plan = Plan {
+            actions: vec![nice.clone(), affinity(1), affinity(2)],
+            ..Plan::default()
+        };
+        let (kept, pred) = never_worse(plan, refuse_affinity);
+        assert!(pred.refusal().is_none());
+        assert_eq!(kept.actions, vec![nice]);
+        assert!(
+            kept.warnings[0].ends_with("this plan leaves out the affinity changes"),
+            "{:?}",
+            kept.warnings
+        );
     }
 
     #[test]

@@ -359,6 +359,7 @@ pub fn host_input(h: &Host, util: impl Fn(usize) -> Option<f64>) -> HostInput {
                     Some(g) => (h.groups[g].shares * 1024.0).round() as u64,
                     None => 1024,
                 }),
+                autogroup: None,
                 wait: None,
             }
         })
@@ -463,6 +464,16 @@ fn apply(h: &mut Host, a: &Action) -> bool {
         Action::CpuWeight { group, value, .. } => {
             let g = h.group_named(&group.dir, 1.0);
             let shares = *value as f64 / 1024.0;
+            let changed = h.groups[g].shares != shares;
+            h.groups[g].shares = shares;
+            changed
+        }
+        // A simulated VM's own group stands for its autogroup.
+        Action::AutogroupNice { pid, value, .. } => {
+            let Some(g) = vm_of(h, *pid).and_then(|vm| h.vms[vm].group) else {
+                return false;
+            };
+            let shares = stealscope_readers::autogroup::nice_weight(*value) / 1024.0;
             let changed = h.groups[g].shares != shares;
             h.groups[g].shares = shares;
             changed

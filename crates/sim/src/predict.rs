@@ -94,18 +94,8 @@ pub struct PredictInput<'a> {
     pub autogroups: &'a BTreeMap<u32, (String, f64)>,
 }
 
-/// The kernel's sched_prio_to_weight: the weight of nice -20 to 19.
-pub const NICE_WEIGHT: [f64; 40] = [
-    88761.0, 71755.0, 56483.0, 46273.0, 36291.0, 29154.0, 23254.0, 18705.0, 14949.0, 11916.0,
-    9548.0, 7620.0, 6100.0, 4904.0, 3906.0, 3121.0, 2501.0, 1991.0, 1586.0, 1277.0, 1024.0, 820.0,
-    655.0, 526.0, 423.0, 335.0, 272.0, 215.0, 172.0, 137.0, 110.0, 87.0, 70.0, 56.0, 45.0, 36.0,
-    29.0, 23.0, 18.0, 15.0,
-];
-
-/// The weight of `nice`.
-pub fn nice_weight(nice: i32) -> f64 {
-    NICE_WEIGHT[(nice.clamp(-20, 19) + 20) as usize]
-}
+/// The weight of `nice` (the kernel's sched_prio_to_weight).
+pub use stealscope_readers::autogroup::nice_weight;
 
 /// Where each thread may run and the weight it runs with.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -165,6 +155,14 @@ impl Layout {
                 }
                 Action::CpuWeight { group, value, .. } => {
                     l.weight.insert(group.dir.clone(), shares(group, *value));
+                }
+                Action::AutogroupNice {
+                    autogroup, value, ..
+                } => {
+                    let name = format!("autogroup-{autogroup}");
+                    if l.weight.contains_key(&name) {
+                        l.weight.insert(name, nice_weight(*value));
+                    }
                 }
                 _ => {}
             }

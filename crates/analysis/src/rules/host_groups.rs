@@ -83,10 +83,12 @@ fn vm_groups(m: &MachineModel) -> Vec<(&str, String, usize, f64, bool)> {
 fn remedy(autogroups: bool) -> &'static str {
     if autogroups {
         "Every `qemu -daemonize` (setsid) starts a session, and with kernel.sched_autogroup_enabled=1 each session \
-         is a CFS group with one VM's share however many vCPUs it has. Put the shared VMs into one cpu cgroup, \
-         where the scheduler weighs their vCPU threads one by one: `stealscope place apply` creates that shared \
-         group (measured spread 0-2 pp). Alternatively start the VMs from one session or turn autogroups off \
-         (`sysctl -w kernel.sched_autogroup_enabled=0`, which affects every session on the host)."
+         is a CFS group with one VM's share however many vCPUs it has. Weigh each VM's autogroup by its vCPUs: \
+         `stealscope place apply` with `fairness = \"weights\"` in place.toml sets each autogroup's nice to the one \
+         whose weight is nearest vCPUs x 1024 (2 vCPUs: `echo -3 > /proc/<qemu pid>/autogroup`), journaled and \
+         undoable; or with `fairness = \"shared-group\"` it puts the shared VMs into one cpu cgroup, where the \
+         scheduler weighs their vCPU threads one by one. Alternatively start the VMs from one session or turn \
+         autogroups off (`sysctl -w kernel.sched_autogroup_enabled=0`, which affects every session on the host)."
     } else {
         "Each VM's group gets the same share however many vCPUs it has, so under contention a 4-vCPU VM's \
          vCPUs each get half of what a 2-vCPU VM's get. Weights proportional to vCPUs help but are split per \
