@@ -141,6 +141,8 @@ pub fn host_input(
         .iter()
         .map(|v| {
             let th = |t: &ThreadObs| thread(t, before.get(&(v.pid, t.tid)).copied(), wall_s);
+            // The group whose weight the VM's weight is (libvirt's scope,
+            // where `virsh schedinfo` writes, not its emulator group).
             let cpu_group = ctl.as_ref().and_then(|c| {
                 c.membership(&v.cgroups)
                     .map(|m| c.group(&weight_group_path(&m.path)))
@@ -163,8 +165,6 @@ pub fn host_input(
                 others: v.others.iter().map(th).collect(),
                 mem_by_node: v.numa_bytes.clone(),
                 mem_policy: v.mem_policy.clone(),
-                // The group whose weight the VM's weight is (libvirt's scope,
-                // where `virsh schedinfo` writes, not its emulator group).
                 cpu_weight: v.cpu_weight.as_ref().map(|(_, w)| match *w {
                     CpuWeight::Shares(x) | CpuWeight::Weight(x) => x,
                 }),
