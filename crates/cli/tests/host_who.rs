@@ -129,7 +129,7 @@ fn autogroup_vms_get_cgroup_weight_unfair_with_place_apply() {
 }
 
 /// Mean run of `a`'s vCPUs over that of `b`'s (each per vCPU), from
-/// schedstat over `span`, and the wall time it took.
+/// schedstat over `span`.
 fn run_ratio(a: (u64, &[u64]), b: (u64, &[u64]), span: std::time::Duration) -> f64 {
     let read = |(pid, tids): (u64, &[u64])| -> Vec<u64> {
         tids.iter().map(|t| schedstat(pid, *t).0).collect()
@@ -189,7 +189,7 @@ fn place_weighs_autogroup_vms_through_their_nice_and_undo_gives_it_back() {
         for pid in [a, b] {
             pin_all(pid, "0");
         }
-        run_ratio((a, &ta), (b, &tb), std::time::Duration::from_secs(4))
+        run_ratio((a, &ta), (b, &tb), std::time::Duration::from_secs(3))
     };
     let w = |n: i32| stealscope_readers::autogroup::nice_weight(n);
     let expect = |na: i32, nb: i32| w(na) / 2.0 / w(nb);
@@ -210,7 +210,7 @@ fn place_weighs_autogroup_vms_through_their_nice_and_undo_gives_it_back() {
     .unwrap();
     let journal = dir.path().join("place.journal");
     let out = place(
-        &["apply", "--yes", "--watch", "0s", "--interval", "3s"],
+        &["apply", "--yes", "--watch", "0s", "--interval", "2s"],
         &cfg,
         &journal,
     );
