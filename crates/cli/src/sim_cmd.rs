@@ -32,6 +32,9 @@ pub struct SimArgs {
     /// Only the cases with this policy (repeatable)
     #[arg(long, value_enum)]
     pub policy: Vec<PolicyArg>,
+    /// Only the case of this name (repeatable)
+    #[arg(long = "case", value_name = "NAME")]
+    pub cases: Vec<String>,
     /// Also run the scenario's [fleet] (always run when it has no [[vm]])
     #[arg(long)]
     pub fleet: bool,
@@ -45,8 +48,28 @@ pub struct SimArgs {
     pub every_tick: bool,
 }
 
+/// Keeps the cases `names` names (all when empty); an unknown name is an
+/// error listing the scenario's cases.
+fn only_named(s: &mut Scenario, names: &[String]) -> Result<(), String> {
+    if let Some(n) = names
+        .iter()
+        .find(|n| !s.cases.iter().any(|c| &c.name == *n))
+    {
+        let all: Vec<&str> = s.cases.iter().map(|c| c.name.as_str()).collect();
+        return Err(format!(
+            "no case named {n:?} (its cases: {})",
+            all.join(", ")
+        ));
+    }
+    if !names.is_empty() {
+        s.cases.retain(|c| names.contains(&c.name));
+    }
+    Ok(())
+}
+
 pub fn run(a: &SimArgs) -> Result<(), Error> {
-    let s = Scenario::load(&a.scenario)?;
+    let mut s = Scenario::load(&a.scenario)?;
+    only_named(&mut s, &a.cases).map_err(|e| format!("{}: {e}", a.scenario.display()))?;
     let seeds = match (a.seed, a.seeds) {
         (Some(s), _) => vec![s],
         (None, Some(n)) => (1..=n).collect(),

@@ -103,6 +103,44 @@ fn every_tick_simulates_every_tick_of_the_fleet() {
     assert_eq!(fleet(&["--every-tick"]), (Some(total), Some(total)));
 }
 
+/// `--case` keeps the named cases, in the scenario's order; a name the
+/// scenario does not have is one line naming the file and its cases.
+#[test]
+fn case_keeps_the_named_cases_and_an_unknown_one_is_named() {
+    let scenario = repo().join("scenarios/fleet.toml");
+    let sc = scenario.to_str().unwrap();
+    let out = run(&[
+        "sim",
+        sc,
+        "--hosts",
+        "1",
+        "--case",
+        "stealscope",
+        "--case",
+        "none",
+        "--json",
+    ]);
+    assert_ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["fleet"]["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["none", "stealscope"]);
+    let out = run(&["sim", sc, "--case", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("fleet.toml")
+            && err.contains("\"nope\"")
+            && err.contains("stealscope-shared-group"),
+        "{err}"
+    );
+}
+
 #[test]
 fn malformed_scenario_exits_2_with_one_line_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();

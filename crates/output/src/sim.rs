@@ -108,19 +108,26 @@ pub fn render(r: &SimReport) -> String {
 
 /// The cases on the measures placement policies are compared on.
 fn side_by_side(out: &mut String, cases: &[CaseReport]) {
+    // The name column fits the longest case name.
+    let w = cases
+        .iter()
+        .map(|c| c.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(34);
     let _ = writeln!(
         out,
         "\nCases side by side (mean over seeds; range in brackets)"
     );
     let _ = writeln!(
         out,
-        "  {:<34} {:<18} {:>11} {:<20} {:>13}",
+        "  {:<w$} {:<18} {:>11} {:<20} {:>13}",
         "case", "mean steal %", "idle steal", "spread pp", "throughput"
     );
     for c in cases {
         let _ = writeln!(
             out,
-            "  {:<34} {:<18} {:>10.1}% {:<20} {:>9.2} CPUs",
+            "  {:<w$} {:<18} {:>10.1}% {:<20} {:>9.2} CPUs",
             c.name,
             range(&c.steal_pct),
             c.idle_steal_pct,
@@ -130,14 +137,14 @@ fn side_by_side(out: &mut String, cases: &[CaseReport]) {
     }
     let _ = writeln!(
         out,
-        "\n  {:<34} {:>7} {:>7} {:>9} {:>9} {:>8} {:>7} {:>9}",
+        "\n  {:<w$} {:>7} {:>7} {:>9} {:>9} {:>8} {:>7} {:>9}",
         "case", "p90 %", "p99 %", ">10% VMs", "vCPU spr", "VM spr", "work %", "changes/h"
     );
     for c in cases {
         let m = &c.measures;
         let _ = writeln!(
             out,
-            "  {:<34} {:>7.1} {:>7.1} {:>9.1} {:>9.1} {:>8.1} {:>7.1} {:>9.1}",
+            "  {:<w$} {:>7.1} {:>7.1} {:>9.1} {:>9.1} {:>8.1} {:>7.1} {:>9.1}",
             c.name,
             m.vm_steal_p90.mean,
             m.vm_steal_p99.mean,
@@ -160,9 +167,18 @@ fn fleet(out: &mut String, f: &stealscope_sim::fleet::FleetReport) {
         "\nFleet: {} hosts x {} s at {} ms ticks, {} threads",
         f.hosts, f.duration_s, f.tick_ms, f.threads
     );
+    // The name column fits the longest case name (fleet.toml's
+    // `stealscope-shared-group` pushed its row out of line).
+    let w = f
+        .cases
+        .iter()
+        .map(|c| c.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(20);
     let _ = writeln!(
         out,
-        "  {:<20} {:>6} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9} {:>6}",
+        "  {:<w$} {:>6} {:>7} {:>6} {:>6} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>6} {:>9} {:>6}",
         "case",
         "VMs",
         "VM-h",
@@ -181,7 +197,7 @@ fn fleet(out: &mut String, f: &stealscope_sim::fleet::FleetReport) {
     for c in &f.cases {
         let _ = writeln!(
             out,
-            "  {:<20} {:>6} {:>7.0} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>7.2} {:>6} {:>5.1} {:>5.1} {:>6.1} {:>9.1} {:>6.1}",
+            "  {:<w$} {:>6} {:>7.0} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>7.2} {:>6} {:>5.1} {:>5.1} {:>6.1} {:>9.1} {:>6.1}",
             c.name,
             c.vms,
             c.vm_hours,
@@ -212,4 +228,68 @@ fn fleet(out: &mut String, f: &stealscope_sim::fleet::FleetReport) {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stealscope_sim::fleet::{FleetCase, FleetReport};
+
+    fn case(name: &str) -> FleetCase {
+        FleetCase {
+            name: name.into(),
+            policy: "stealscope".into(),
+            hosts: 5,
+            vms: 69,
+            vm_hours: 60.0,
+            vm_steal_p50: 0.0,
+            vm_steal_p90: 1.0,
+            vm_steal_p99: 15.3,
+            vm_steal_max: 26.7,
+            steal_pct: 1.55,
+            idle_steal_pct: 1.0,
+            util_pct: 50.0,
+            throughput_pct: 98.0,
+            work_pct: 98.3,
+            vcpu_spread_pp: 3.1,
+            vm_spread_pp: 5.3,
+            vms_over_10pct: 2,
+            policy_actions: 10,
+            placement_changes: 5,
+            changes_per_host_hour: 13.8,
+            ticks_simulated: 10,
+            ticks_total: 100,
+            wall_s: 3.8,
+        }
+    }
+
+    /// Every row's columns end where the heading's do, whatever the
+    /// longest case name.
+    #[test]
+    fn fleet_rows_line_up_under_the_heading_with_a_long_case_name() {
+        let f = FleetReport {
+            hosts: 5,
+            duration_s: 3600.0,
+            tick_ms: 100.0,
+            threads: 2,
+            cases: vec![case("none"), case("stealscope-shared-group-of-many-words")],
+        };
+        let mut out = String::new();
+        fleet(&mut out, &f);
+        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("  ")).collect();
+        let edges = |l: &str| -> Vec<usize> {
+            let b = l.as_bytes();
+            (1..b.len())
+                .filter(|&i| b[i] == b' ' && b[i - 1] != b' ')
+                .chain([b.len()])
+                .collect()
+        };
+        let head = edges(lines[0]);
+        for row in &lines[1..3] {
+            // Each figure ends where a heading word does (after the name).
+            let e = edges(row);
+            assert_eq!(e.len(), 14, "{row}");
+            assert!(e[1..].iter().all(|x| head.contains(x)), "{out}");
+        }
+    }
 }
