@@ -39,14 +39,13 @@ pub fn nice(pid: u32, id: u64) -> Result<i32, ApplyError> {
 
 /// Sets the nice of `pid`'s autogroup, after checking it is still `id`.
 pub fn set_nice(pid: u32, id: u64, value: i32) -> Result<(), ApplyError> {
-    nice(pid, id)?;
+    let p = path(pid);
     if !(-20..=19).contains(&value) {
         return Err(ApplyError::Refused(format!(
-            "{}: nice {value} is outside [-20, 19]",
-            path(pid)
+            "{p}: nice {value} is outside [-20, 19]"
         )));
     }
-    let p = path(pid);
+    nice(pid, id)?;
     std::fs::write(&p, value.to_string()).map_err(|e| match e.kind() {
         ErrorKind::NotFound => gone(pid),
         ErrorKind::PermissionDenied => ApplyError::Denied {

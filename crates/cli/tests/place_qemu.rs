@@ -16,8 +16,6 @@ use std::path::Path;
 use std::process::Command;
 
 const SHARED: &str = "/stealscope-test.shared";
-/// Config lines: no free-memory margin (see where the config is written).
-const NO_MARGIN: &str = "mem_margin_pct = 0\nmem_margin_min_mib = 0\n";
 
 /// Stops the VMs, brings CPU 1 back and removes the test groups, whatever happens.
 struct Cleanup;

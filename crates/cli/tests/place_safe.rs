@@ -27,7 +27,6 @@ const STARVE_GROUPS: [&str; 2] = [
     "/sys/fs/cgroup/cpu/stealscope-test.starve-a",
     "/sys/fs/cgroup/cpu/stealscope-test.starve-b",
 ];
-const NO_MARGIN: &str = "mem_margin_pct = 0\nmem_margin_min_mib = 0\n";
 /// Prediction and measurement are compared only while the host's other
 /// work wants less than this many CPUs. Under the parallel builds of a
 /// shared machine (5-8 CPUs of demand on 2 CPUs, measured) the real kernel

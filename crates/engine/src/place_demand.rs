@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use stealscope_placement::input::CpuController;
 use stealscope_placement::{HostInput, Plan};
-use stealscope_readers::autogroup;
+use stealscope_readers::{autogroup, RootFs};
 use stealscope_sim::choose;
 use stealscope_sim::predict::{
     self, DemandHistory, HostThread, Measures, PredictInput, Prediction, ThreadFigures,
@@ -164,11 +164,9 @@ pub fn sched_group(pid: u32, ctl: Option<&CpuController>) -> Option<(String, f64
             return Some((g.dir, w));
         }
     }
-    let path = format!("/proc/{pid}/autogroup");
-    let text = std::fs::read_to_string(&path).ok()?;
-    let ag = autogroup::parse(&text, &path).ok()??;
+    let ag = autogroup::read(&RootFs::live(), pid).ok()??;
     Some((
-        format!("autogroup-{}", ag.id),
+        autogroup::group_name(ag.id),
         autogroup::nice_weight(ag.nice),
     ))
 }

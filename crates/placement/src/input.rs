@@ -183,7 +183,7 @@ pub struct VmAutogroup {
 impl VmAutogroup {
     /// How the simulator and the host views name the group.
     pub fn name(&self) -> String {
-        format!("autogroup-{}", self.id)
+        stealscope_readers::autogroup::group_name(self.id)
     }
 }
 

@@ -39,6 +39,12 @@ pub fn nice_weight(nice: i32) -> f64 {
     W[(nice.clamp(-20, 19) + 20) as usize] as f64
 }
 
+/// How the host views, the planner and the simulator name autogroup `id`
+/// (as /proc/PID/autogroup does, without its slash).
+pub fn group_name(id: u64) -> String {
+    format!("autogroup-{id}")
+}
+
 /// The nice whose weight is nearest `weight` (1024 = nice 0) by ratio,
 /// since CFS shares go by ratios of weights.
 pub fn nearest_nice(weight: f64) -> i32 {

@@ -434,6 +434,13 @@ fn set_affinity(h: &mut Host, i: usize, cpus: &[u32]) -> bool {
     true
 }
 
+/// Sets group `g`'s weight (nice-0 units); true when that changed it.
+fn set_shares(h: &mut Host, g: usize, shares: f64) -> bool {
+    let changed = h.groups[g].shares != shares;
+    h.groups[g].shares = shares;
+    changed
+}
+
 /// Applies one planner action to the simulated host, as the actuators
 /// would to a real one.
 fn apply(h: &mut Host, a: &Action) -> bool {
@@ -463,20 +470,18 @@ fn apply(h: &mut Host, a: &Action) -> bool {
         }
         Action::CpuWeight { group, value, .. } => {
             let g = h.group_named(&group.dir, 1.0);
-            let shares = *value as f64 / 1024.0;
-            let changed = h.groups[g].shares != shares;
-            h.groups[g].shares = shares;
-            changed
+            set_shares(h, g, *value as f64 / 1024.0)
         }
         // A simulated VM's own group stands for its autogroup.
         Action::AutogroupNice { pid, value, .. } => {
-            let Some(g) = vm_of(h, *pid).and_then(|vm| h.vms[vm].group) else {
-                return false;
-            };
-            let shares = stealscope_readers::autogroup::nice_weight(*value) / 1024.0;
-            let changed = h.groups[g].shares != shares;
-            h.groups[g].shares = shares;
-            changed
+            match vm_of(h, *pid).and_then(|vm| h.vms[vm].group) {
+                Some(g) => set_shares(
+                    h,
+                    g,
+                    stealscope_readers::autogroup::nice_weight(*value) / 1024.0,
+                ),
+                None => false,
+            }
         }
         Action::MigrateMemory {
             pid,

@@ -159,7 +159,7 @@ impl Layout {
                 Action::AutogroupNice {
                     autogroup, value, ..
                 } => {
-                    let name = format!("autogroup-{autogroup}");
+                    let name = stealscope_readers::autogroup::group_name(*autogroup);
                     if l.weight.contains_key(&name) {
                         l.weight.insert(name, nice_weight(*value));
                     }

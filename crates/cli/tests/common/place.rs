@@ -10,6 +10,10 @@ use std::process::{Command, Output};
 /// Config lines for the planner's whole plan, unchosen: for tests that
 /// drive the actuators with it (which part is offered is place_safe's).
 pub const WHOLE_PLAN: &str = "never_worse = false\n";
+/// Config lines that let a node with little free memory take the small
+/// test VMs (the default margin is 5 % of RAM, which MemFree on a build
+/// machine can sit below).
+pub const NO_MARGIN: &str = "mem_margin_pct = 0\nmem_margin_min_mib = 0\n";
 
 pub fn cpulist(s: &str) -> Vec<u32> {
     stealscope_readers::cpulist::parse(s.trim(), "test").unwrap()
