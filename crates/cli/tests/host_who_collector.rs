@@ -75,10 +75,11 @@ impl Measured {
             snap_schedstat(self.dir.path(), "t1", pid, tid),
         )
     }
-    /// schedstat of a watched thread at the two collector readings (the
-    /// hook reads it right after each): exactly the attributed interval.
-    fn at_readings(&self, tid: u64) -> ((u64, u64, u64), (u64, u64, u64)) {
-        let side = |side: &str| {
+    /// schedstat of a watched thread at the two collector readings, as the
+    /// hook read it on either side of each: the attributed interval lies
+    /// between the inside and the outside reads.
+    fn at_readings(&self, tid: u64) -> AtReadings {
+        let side = |side: &str, key: &str| {
             let p = self
                 .dir
                 .path()
@@ -88,11 +89,17 @@ impl Measured {
                 .as_array()
                 .and_then(|ts| ts.iter().find(|t| t["tid"] == tid))
                 .unwrap_or_else(|| panic!("{tid} not in {}", p.display()));
-            let s = &t["schedstat"];
-            let n = |i: usize| s[i].as_u64().unwrap_or_else(|| panic!("schedstat in {t}"));
+            let s = &t[key];
+            let n = |i: usize| s[i].as_u64().unwrap_or_else(|| panic!("{key} in {t}"));
             (n(0), n(1), n(2))
         };
-        (side("t0"), side("t1"))
+        AtReadings {
+            outside: (side("t0", "schedstat"), side("t1", "schedstat")),
+            inside: (
+                side("t0", "schedstat_inside"),
+                side("t1", "schedstat_inside"),
+            ),
+        }
     }
     /// Run and wait of a thread over the interval, ns.
     fn run_wait(&self, pid: u64, tid: u64) -> (f64, f64) {
@@ -257,8 +264,7 @@ fn assert_share(m: &Measured, victim: (u64, u64), culprit: (u64, u64), kind: &st
         "{name} charged {share:.3} vs {truth:.3} from schedstat: {}",
         c["wait_by"]
     );
-    let (before, after) = m.at_readings(victim.1);
-    check_sums(c, before, after);
+    check_sums(c, &m.at_readings(victim.1));
 }
 
 /// (a) a host busy loop on the CPU of a pinned 1-vCPU VM: >= 95% its.
@@ -336,8 +342,7 @@ fn collector_splits_wait_like_the_culprits_run_times() {
         (attributed_share - run_share).abs() <= 0.05,
         "attributed {attributed_share:.3} vs run times {run_share:.3}"
     );
-    let (b, a) = m.at_readings(tid);
-    check_sums(c, b, a);
+    check_sums(c, &m.at_readings(tid));
 }
 
 /// An idle vCPU (issue 17's fresh-clone find, README's host quickstart): a
@@ -386,12 +391,13 @@ fn collector_charges_an_idle_vcpu_what_schedstat_says() {
     };
     let c = vcpu(&m.r, pid, tid);
     eprintln!("idle vCPU wait_by: {}", c["wait_by"]);
-    let (before, after) = m.at_readings(tid);
+    let r = m.at_readings(tid);
+    let (before, after) = r.outside;
     assert!(
         after.2 - before.2 > 20,
         "the idle vCPU was woken: {after:?}"
     );
-    check_sums(c, before, after);
+    check_sums(c, &r);
     // (The busy sibling may be named there: its long waits straddle the
     // readings, which schedstat counts only once they end.)
     let reason = m.r["attribution"]["reason"].as_str().unwrap();

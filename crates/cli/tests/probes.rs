@@ -293,6 +293,81 @@ fn share(c: &Value, lo: f64, hi: f64) -> f64 {
         / c["samples"].as_f64().unwrap().max(1.0)
 }
 
+/// One baseline run and one with the burster, back to back, or why the
+/// pair does not count: the hypervisor took the probe's CPU (steal
+/// stretches wake-up paths and lands whole wake-ups past the burst's
+/// range), or the burster missed periods (it was held off the CPU, so
+/// fewer wake-ups met a burst than the arithmetic says).
+fn wakeup_pair(cpu: u32, args: &[&str]) -> Result<(Value, Value), String> {
+    let steal0 = stealscope_testkit::proc_stat::steal_now();
+    let base = json(&run(args));
+    let burster = Burster::start(cpu, WAKEUP_PERIOD_US);
+    std::thread::sleep(Duration::from_millis(50));
+    let (b0, t0) = (burster.bursts(), Instant::now());
+    let with = json(&run(args));
+    let (b1, t1) = (burster.bursts(), Instant::now());
+    burster.finish();
+    let steal1 = stealscope_testkit::proc_stat::steal_now();
+    let stolen = steal1.get(&cpu).unwrap_or(&0) - steal0.get(&cpu).unwrap_or(&0);
+    let stolen_ms = (stolen * stealscope_testkit::proc_stat::unit_ns()) as f64 / 1e6;
+    if stolen_ms > 10.0 {
+        return Err(format!(
+            "the hypervisor took {stolen_ms:.0} ms of CPU {cpu}"
+        ));
+    }
+    let periods = (t1 - t0).as_micros() as f64 / WAKEUP_PERIOD_US as f64;
+    if ((b1 - b0) as f64) < 0.95 * periods {
+        return Err(format!(
+            "the burster ran {} of {periods:.0} periods",
+            b1 - b0
+        ));
+    }
+    Ok((base, with))
+}
+
+/// What a baseline-and-burster pair shows on `cpu`: the growth of the share
+/// of wake-ups delayed 100-265 µs, what the burst arithmetic expects of it,
+/// the growth beyond 340 µs and the p99 with the burster.
+struct WakeupShift {
+    grew: f64,
+    expected: f64,
+    beyond: f64,
+    p99: f64,
+}
+
+fn wakeup_shift(base: &Value, with: &Value, cpu: u32) -> WakeupShift {
+    let (b, w) = (cpu_entry(base, cpu), cpu_entry(with, cpu));
+    let wake_path = b["p50_us"].as_f64().unwrap();
+    let s = WakeupShift {
+        // Delays in (100, 265] µs: bucket edges near 108 and 265.
+        grew: share(w, 100.0, 265.0) - share(b, 100.0, 265.0),
+        expected: (BURST_US as f64 + wake_path - 108.4) / WAKEUP_PERIOD_US as f64,
+        beyond: share(w, 340.0, 5_000.0) - share(b, 340.0, 5_000.0),
+        p99: w["p99_us"].as_f64().unwrap(),
+    };
+    eprintln!(
+        "wake-ups delayed 100-265 us: +{:.2}% with the burster (expected {:.2}%); \
+         340 us-5 ms: {:+.2}%; p99 {} -> {} us, max {} -> {} us",
+        100.0 * s.grew,
+        100.0 * s.expected,
+        100.0 * s.beyond,
+        b["p99_us"],
+        w["p99_us"],
+        b["max_us"],
+        w["max_us"]
+    );
+    s
+}
+
+/// A SCHED_FIFO burster spinning BURST_US every WAKEUP_PERIOD_US on the
+/// probe's CPU: a wake-up due inside a burst waits for its end, so
+/// BURST_US/WAKEUP_PERIOD_US of the wake-ups are delayed by U(0, BURST_US]
+/// plus the usual wake-up path (more when the burster's own timer IRQ is
+/// counted in: hence the wide upper bound). Three pairs of 2 s runs, each
+/// pair back to back and judged valid on its own; the claim is on their
+/// median, since the machine's other work moves one 2 s baseline by a few
+/// percent of its wake-ups (a CI run's single pair: +5.4 % against
+/// 13.2 % expected, while pairs here give 12.6-14.6 %).
 #[test]
 fn wakeup_latency_shows_the_known_bursts() {
     let _s = serial();
@@ -307,46 +382,44 @@ fn wakeup_latency_shows_the_known_bursts() {
         "--cpus",
         &cpu_s,
         "--duration",
-        "3s",
+        "2s",
         "--priority",
         "50",
         "--json",
     ];
-    // Baseline, then with the burster. A wake-up due inside a burst waits for
-    // its end: BURST_US/WAKEUP_PERIOD_US of the wake-ups are delayed by
-    // U(0, BURST_US] plus the usual wake-up path (more when the burster's
-    // own timer IRQ is counted in: hence the wide upper bound).
-    let base = json(&run(&args));
-    let burster = Burster::start(cpu, WAKEUP_PERIOD_US);
-    std::thread::sleep(Duration::from_millis(50));
-    let with = json(&run(&args));
-    burster.finish();
-    let (b, w) = (cpu_entry(&base, cpu), cpu_entry(&with, cpu));
-    let wake_path = b["p50_us"].as_f64().unwrap();
-    // Delays in (100, 265] µs: bucket edges near 108 and 265.
-    let grew = share(w, 100.0, 265.0) - share(b, 100.0, 265.0);
-    let expected = (BURST_US as f64 + wake_path - 108.4) / WAKEUP_PERIOD_US as f64;
-    let beyond = share(w, 340.0, 5_000.0) - share(b, 340.0, 5_000.0);
-    eprintln!(
-        "wake-ups delayed 100-265 us: +{:.2}% with the burster (expected {:.2}%); \
-         340 us-5 ms: {:+.2}%; p99 {} -> {} us, max {} -> {} us",
-        100.0 * grew,
-        100.0 * expected,
-        100.0 * beyond,
-        b["p99_us"],
-        w["p99_us"],
-        b["max_us"],
-        w["max_us"]
-    );
+    let mut shifts = Vec::new();
+    let mut last = None;
+    for attempt in 1..=6 {
+        match wakeup_pair(cpu, &args) {
+            Ok((base, with)) => {
+                shifts.push(wakeup_shift(&base, &with, cpu));
+                last = Some(with);
+            }
+            Err(why) => eprintln!("pair {attempt} rejected: {why}"),
+        }
+        if shifts.len() == 3 {
+            break;
+        }
+    }
+    if !require(
+        shifts.len() == 3,
+        "three pairs without steal or missed bursts",
+    ) {
+        return;
+    }
+    let mid = |f: fn(&WakeupShift) -> f64| median(shifts.iter().map(f).collect());
+    let (grew, expected) = (mid(|s| s.grew), mid(|s| s.expected));
     assert!(
         grew >= 0.6 * expected && grew <= 1.6 * expected,
-        "share of 100-265 us wake-ups grew by {grew}, expected {expected}"
+        "share of 100-265 us wake-ups grew by {grew} (median of 3), expected {expected}"
     );
     // The bursts delay nothing by much more than their length.
+    let beyond = mid(|s| s.beyond);
     assert!(beyond < 0.2 * expected, "{beyond}");
     // p99 moved into the burst range: ~10% of the samples are there.
-    let p99 = w["p99_us"].as_f64().unwrap();
+    let p99 = mid(|s| s.p99);
     assert!(p99 >= 0.75 * BURST_US as f64, "p99 {p99}");
+    let with = last.unwrap();
     assert!(with["policy"] == "fifo" && with["memory_locked"] == true);
 }
 

@@ -231,6 +231,12 @@ mod tests {
                     // Only the BPF route lists a watched thread that never waited.
                     if let Some(t) = s.threads.iter().find(|t| t.tid == tid) {
                         assert!(t.schedstat.is_some_and(|x| x[0] > 0), "{t:?}");
+                        // Read on both sides of the collector's read: the
+                        // outside one at or past the inside one at t1,
+                        // at or before it at t0.
+                        let (o, i) = (t.schedstat.unwrap(), t.schedstat_inside.unwrap());
+                        let later = std::ptr::eq(s, b);
+                        assert!(if later { o[0] >= i[0] } else { o[0] <= i[0] }, "{t:?}");
                     } else {
                         assert_eq!(s.route, "tracefs", "{s:?}");
                     }

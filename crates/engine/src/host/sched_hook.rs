@@ -27,6 +27,9 @@ use stealscope_who::SchedSample;
 pub struct SchedHook {
     collector: Option<Collector>,
     unavailable: Vec<String>,
+    /// The threads [`SchedHook::watch`] was given: whose schedstat each
+    /// reading reads before the collector's.
+    watched: Vec<u32>,
 }
 
 impl SchedHook {
@@ -37,10 +40,12 @@ impl SchedHook {
             Ok(c) => SchedHook {
                 collector: Some(c),
                 unavailable: Vec::new(),
+                watched: Vec::new(),
             },
             Err(e) => SchedHook {
                 collector: None,
                 unavailable: e.reasons,
+                watched: Vec::new(),
             },
         }
     }
@@ -71,13 +76,18 @@ impl SchedHook {
                 self.collector = None;
             }
         }
-        self.reading(&tids, End::Start)
+        let first = self.reading(&tids, End::Start);
+        self.watched = tids;
+        first
     }
 
     /// The collector's cumulative reading now (call right before reading
     /// t1, then [`put`] it into the t1 side).
     pub fn read(&mut self) -> StoredSched {
-        self.reading(&[], End::Later)
+        let tids = std::mem::take(&mut self.watched);
+        let r = self.reading(&tids, End::Later);
+        self.watched = tids;
+        r
     }
 
     fn reading(&mut self, tids: &[u32], end: End) -> StoredSched {
@@ -105,35 +115,34 @@ pub(crate) enum End {
 }
 
 /// A reading as a side stores it, with each thread's schedstat (for the
-/// check of attributed wait and episodes against schedstat) read on the
-/// outside of the collector's read: before it at the interval's start
-/// (the threads `tids`), after it later. Schedstat's interval then holds
-/// the collector's, and an episode the collector counted is in its
-/// count too (read after at both ends, one that ended between the first
-/// read and its schedstat was counted by the collector alone: a CI run
-/// had 102 episodes against 101 runs). `record`'s checkpoints store
-/// theirs the same way. `fallbacks`: the routes tried before this one and
-/// why they could not start, kept with the reading for the report.
+/// check of attributed wait and episodes against schedstat) read on both
+/// sides of the collector's read: the outside one (before it at the
+/// interval's start, after it later) makes schedstat's interval hold the
+/// collector's, and an episode the collector counted is in its count too
+/// (read after at both ends, one that ended between the first read and
+/// its schedstat was counted by the collector alone: a CI run had 102
+/// episodes against 101 runs); the inside one is held by the collector's
+/// interval. `record`'s checkpoints store theirs the same way.
+/// `fallbacks`: the routes tried before this one and why they could not
+/// start, kept with the reading for the report.
 pub(crate) fn store<E>(
     tids: &[u32],
     end: End,
     fallbacks: &[String],
     read: impl FnOnce() -> Result<SchedSample, E>,
 ) -> Result<StoredSched, E> {
-    let before: BTreeMap<u32, [u64; 3]> = match end {
-        End::Start => tids
-            .iter()
-            .filter_map(|&t| Some((t, schedstat(t)?)))
-            .collect(),
-        End::Later => BTreeMap::new(),
-    };
+    let before: BTreeMap<u32, [u64; 3]> = tids
+        .iter()
+        .filter_map(|&t| Some((t, schedstat(t)?)))
+        .collect();
     let mut stored = StoredSched::from(&read()?);
     if let StoredSched::Sample(x) = &mut stored {
         x.fallbacks = fallbacks.to_vec();
         for t in &mut x.threads {
-            t.schedstat = match end {
-                End::Start => before.get(&t.tid).copied(),
-                End::Later => schedstat(t.tid),
+            let (b, a) = (before.get(&t.tid).copied(), schedstat(t.tid));
+            (t.schedstat, t.schedstat_inside) = match end {
+                End::Start => (b, a),
+                End::Later => (a, b),
             };
         }
     }

@@ -260,15 +260,25 @@ fn episodes(w: &ThreadWaits) -> WaitEpisodes {
     }
 }
 
-/// A thread's schedstat wait between the two collector readings (read
-/// right after each), else between the two sides' thread times.
-fn schedstat_wait(t0: &HostObservation, t1: &HostObservation, tid: u32) -> Option<u64> {
-    let at_reading = |o: &HostObservation| match o.sched.as_ref()? {
-        StoredSched::Sample(x) => x.threads.iter().find(|t| t.tid == tid)?.schedstat,
+/// A thread's schedstat wait over the collector's interval, as a bracket
+/// (ns): at least the wait between the reads inside the two readings, at
+/// most the one between the reads outside them (the same for both when
+/// only the outside was stored, or from the two sides' thread times
+/// without a collector reading).
+fn schedstat_wait(t0: &HostObservation, t1: &HostObservation, tid: u32) -> Option<(u64, u64)> {
+    let thread = |o: &HostObservation| match o.sched.as_ref()? {
+        StoredSched::Sample(x) => x.threads.iter().find(|t| t.tid == tid).cloned(),
         StoredSched::Unavailable { .. } => None,
     };
-    if let (Some(a), Some(b)) = (at_reading(t0), at_reading(t1)) {
-        return Some(b[1].saturating_sub(a[1]));
+    if let (Some(a), Some(b)) = (thread(t0), thread(t1)) {
+        if let (Some(a0), Some(b0)) = (a.schedstat, b.schedstat) {
+            let outside = b0[1].saturating_sub(a0[1]);
+            let inside = match (a.schedstat_inside, b.schedstat_inside) {
+                (Some(ai), Some(bi)) => bi[1].saturating_sub(ai[1]).min(outside),
+                _ => outside,
+            };
+            return Some((inside, outside));
+        }
     }
     let side = |o: &HostObservation| {
         o.vms
@@ -278,7 +288,8 @@ fn schedstat_wait(t0: &HostObservation, t1: &HostObservation, tid: u32) -> Optio
             .and_then(|(_, x)| x.sched)
             .map(|s| s.wait_ns)
     };
-    Some(side(t1)?.saturating_sub(side(t0)?))
+    let w = side(t1)?.saturating_sub(side(t0)?);
+    Some((w, w))
 }
 
 fn sample(s: Option<&StoredSched>, side: &str) -> Result<SchedSample, String> {
@@ -426,15 +437,16 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
             let by = charges(&w, name);
             // A check, never a rewrite: schedstat's wait over the same
             // interval is an independent account of the sum.
-            if let Some(wait) = schedstat_wait(t0, t1, t.tid) {
+            if let Some((lo, hi)) = schedstat_wait(t0, t1, t.tid) {
                 let sum: u64 = by.values().sum();
-                if sum.abs_diff(wait) > wait / 50 + 1_000_000 {
+                let off = sum.saturating_sub(hi).max(lo.saturating_sub(sum));
+                if off > hi / 50 + 1_000_000 {
                     disagree.push(format!(
                         "{} tid {}: {:.3} s vs {:.3} s",
                         vm.name,
                         t.tid,
                         sum as f64 / 1e9,
-                        wait as f64 / 1e9
+                        if sum > hi { hi } else { lo } as f64 / 1e9
                     ));
                 }
             }
@@ -459,6 +471,46 @@ pub fn attribute(t0: &HostObservation, t1: &HostObservation) -> Attribution {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A side whose collector reading holds one thread with schedstat wait
+    /// `outside` (and `inside`) ns.
+    fn side(outside: u64, inside: Option<u64>) -> HostObservation {
+        let mut s = StoredSched::from(&SchedSample {
+            route: stealscope_who::Route::Bpf,
+            monotonic_ns: 0,
+            threads: [(
+                7,
+                stealscope_who::ThreadWaits {
+                    tid: 7,
+                    ..Default::default()
+                },
+            )]
+            .into_iter()
+            .collect(),
+            stats: Default::default(),
+            procs: Default::default(),
+        });
+        if let StoredSched::Sample(x) = &mut s {
+            x.threads[0].schedstat = Some([0, outside, 0]);
+            x.threads[0].schedstat_inside = inside.map(|w| [0, w, 0]);
+        }
+        HostObservation {
+            sched: Some(s),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn schedstat_brackets_the_collectors_interval_from_inside_and_outside() {
+        // Outside: 100 -> 3,000; inside: 400 -> 1,300 (a wait ended
+        // between each outside read and the collector's).
+        let (t0, t1) = (side(100, Some(400)), side(3_000, Some(1_300)));
+        assert_eq!(schedstat_wait(&t0, &t1, 7), Some((900, 2_900)));
+        // Snapshots from before the inside read: the outside alone.
+        let (t0, t1) = (side(100, None), side(3_000, Some(1_300)));
+        assert_eq!(schedstat_wait(&t0, &t1, 7), Some((2_900, 2_900)));
+        assert_eq!(schedstat_wait(&t0, &t1, 8), None);
+    }
 
     #[test]
     fn kthread_classes() {

@@ -62,11 +62,19 @@ pub struct StoredThread {
     pub idle_ns: u64,
     pub unknown_ns: u64,
     pub episodes: StoredHist,
-    /// The thread's /proc schedstat (run ns, wait ns, times run) read right
-    /// after this reading (live captures): the same instant, so a check of
-    /// the attributed wait against schedstat covers the same interval.
+    /// The thread's /proc schedstat (run ns, wait ns, times run) read on
+    /// the outside of this reading (live captures): before it at an
+    /// interval's start, after it later, so schedstat's interval holds the
+    /// collector's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedstat: Option<[u64; 3]>,
+    /// The same read on the inside (after the reading at the start, before
+    /// it later): schedstat's interval inside the collector's. A wait that
+    /// ends while the collector is read (a vCPU queued behind the reader
+    /// itself, 1.5 ms in a CI run) is in one and not the other; the two
+    /// bracket what the collector could have charged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedstat_inside: Option<[u64; 3]>,
 }
 
 /// `by` as the file has always held it: a list of rows, each a thread's
@@ -159,6 +167,7 @@ impl From<&SchedSample> for StoredSched {
                     unknown_ns: t.unknown_ns,
                     episodes: (&t.episodes).into(),
                     schedstat: None,
+                    schedstat_inside: None,
                 })
                 .collect(),
             fallbacks: Vec::new(),
