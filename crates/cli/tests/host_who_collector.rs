@@ -264,7 +264,7 @@ fn assert_share(m: &Measured, victim: (u64, u64), culprit: (u64, u64), kind: &st
         "{name} charged {share:.3} vs {truth:.3} from schedstat: {}",
         c["wait_by"]
     );
-    check_sums(c, &m.at_readings(victim.1));
+    check_sums(c, &m.at_readings(victim.1), &m.r["attribution"]["route"]);
 }
 
 /// (a) a host busy loop on the CPU of a pinned 1-vCPU VM: >= 95% its.
@@ -342,7 +342,7 @@ fn collector_splits_wait_like_the_culprits_run_times() {
         (attributed_share - run_share).abs() <= 0.05,
         "attributed {attributed_share:.3} vs run times {run_share:.3}"
     );
-    check_sums(c, &m.at_readings(tid));
+    check_sums(c, &m.at_readings(tid), &m.r["attribution"]["route"]);
 }
 
 /// An idle vCPU (issue 17's fresh-clone find, README's host quickstart): a
@@ -397,7 +397,7 @@ fn collector_charges_an_idle_vcpu_what_schedstat_says() {
         after.2 - before.2 > 20,
         "the idle vCPU was woken: {after:?}"
     );
-    check_sums(c, &r);
+    check_sums(c, &r, &m.r["attribution"]["route"]);
     // (The busy sibling may be named there: its long waits straddle the
     // readings, which schedstat counts only once they end.)
     let reason = m.r["attribution"]["reason"].as_str().unwrap();

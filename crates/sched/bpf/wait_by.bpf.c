@@ -711,6 +711,20 @@ static __always_inline void resolve_woken(struct ring *rg, u64 h,
 	me->missed += missed;
 }
 
+// One wait episode of `ep` ns (the kernel's length) to v's histogram.
+static __always_inline void count_episode(struct victim *v, u64 ep)
+{
+	u32 b = bucket(ep);
+	if (b < BUCKETS)
+		v->buckets[b] += 1;
+	v->count++;
+	v->sum_ns += ep;
+	if (ep > v->max_ns)
+		v->max_ns = ep;
+	v->over_1ms += ep > 1000000;
+	v->over_10ms += ep > 10000000;
+}
+
 // A watched thread switched in on `cpu` at rq clock `now` (R2, R4, R7):
 // the stretch since it was queued is charged and its episode counted.
 static __always_inline void switch_in(struct vstate *s,
@@ -727,20 +741,16 @@ static __always_inline void switch_in(struct vstate *s,
 		u64 k = kd > s->st_kd ? kd - s->st_kd : 0;
 		charge(s, v, now, k, me);
 		s->acct += k;
-		u64 ep = kd > s->ep_kd ? kd - s->ep_kd : 0;
 		// Counted when the kernel counts it (pcount grows only for a
 		// task it saw queued).
-		if (lq) {
-			u32 b = bucket(ep);
-			if (b < BUCKETS)
-				v->buckets[b] += 1;
-			v->count++;
-			v->sum_ns += ep;
-			if (ep > v->max_ns)
-				v->max_ns = ep;
-			v->over_1ms += ep > 1000000;
-			v->over_10ms += ep > 10000000;
-		}
+		if (lq)
+			count_episode(v, kd > s->ep_kd ? kd - s->ep_kd : 0);
+	} else if (!s->pcount && lq && now > lq && (v = victim_of(s))) {
+		// R1: a wait under way when the thread was first watched. The
+		// kernel adds it to run_delay whole now (schedstat's interval
+		// holds all of it); who ran before the watch is unrecorded.
+		v->unknown_ns += now - lq;
+		count_episode(v, now - lq);
 	}
 	resync(s, kd, pc, me);
 	s->pcount = pc + !!lq; // after sched_info_arrive
