@@ -170,10 +170,53 @@ pub fn vmm_running(root: &Path) -> bool {
         })
         .any(|e| {
             std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| vmm_comm(c.trim_end()))
+                && !unreaped(&e.path())
         })
+}
+
+/// An exited process its parent has not reaped: a zombie keeps its comm
+/// but has no command line (discovery's `vmm_of` skips it the same way).
+/// A VM stopped on a machine whose init reaps late (here ~2 s) must not
+/// make the next command take the machine for a host.
+fn unreaped(proc_dir: &Path) -> bool {
+    std::fs::read(proc_dir.join("cmdline")).is_ok_and(|c| c.is_empty())
 }
 
 /// Stores a reading in a snapshot side.
 pub fn put(side: &mut MemFs, s: &StoredSched) {
     side.insert(SCHED_FILE, serde_json::to_vec(s).unwrap_or_default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    /// A child that exited and was not waited for is a zombie: unreaped,
+    /// while a live one is not.
+    #[test]
+    fn a_zombie_is_unreaped_and_a_live_process_is_not() {
+        let mut live = Command::new("sleep").arg("5").spawn().unwrap();
+        let mut dead = Command::new("true").spawn().unwrap();
+        let dir = |c: &std::process::Child| PathBuf::from(format!("/proc/{}", c.id()));
+        let stat = |c: &std::process::Child| {
+            std::fs::read_to_string(dir(c).join("stat")).unwrap_or_default()
+        };
+        // Not waited for: it stays a zombie until wait() below.
+        for _ in 0..500 {
+            if stat(&dead)
+                .rsplit(") ")
+                .next()
+                .is_some_and(|s| s.starts_with('Z'))
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(unreaped(&dir(&dead)), "{}", stat(&dead));
+        assert!(!unreaped(&dir(&live)), "{}", stat(&live));
+        live.kill().unwrap();
+        let _ = (live.wait(), dead.wait());
+    }
 }

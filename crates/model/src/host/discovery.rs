@@ -32,8 +32,14 @@ pub fn vmm_comm(comm: &str) -> bool {
     comm.starts_with("qemu") || comm == "firecracker" || comm == "kvm"
 }
 
-/// What a process's name and command line say it is.
+/// What a process's name and command line say it is. An empty command
+/// line is a VMM that has exited and not been reaped yet (a zombie keeps
+/// its comm): no VM runs there. An init that reaps orphans late (this
+/// test machine's, every ~2 s) leaves a stopped daemonized QEMU so.
 pub fn vmm_of(comm: &str, cmdline: &[String]) -> Option<VmKind> {
+    if cmdline.is_empty() {
+        return None;
+    }
     let exe = cmdline
         .first()
         .map(|a| a.rsplit('/').next().unwrap_or(a))
@@ -185,6 +191,8 @@ mod tests {
             Some(VmKind::Firecracker)
         );
         assert_eq!(vmm_of("bash", &v(&["bash"])), None);
+        // A zombie: its comm stays, its command line is gone.
+        assert_eq!(vmm_of("qemu-system-x86", &[]), None);
         assert_eq!(
             vmm_of("qemu-img", &v(&["qemu-img", "convert", "a", "b"])),
             None
