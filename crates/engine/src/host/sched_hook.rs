@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use stealscope_model::host::discovery::vmm_comm;
+use stealscope_model::host::discovery::{vmm_comm, vmm_of};
 use stealscope_model::host::observation::VmObs;
 use stealscope_model::host::sched_store::{StoredSched, SCHED_FILE};
 use stealscope_readers::{process, MemFs, RootFs};
@@ -157,29 +157,31 @@ fn schedstat(tid: u32) -> Option<[u64; 3]> {
 
 /// Whether a VMM process runs under `root`: a cheap look at each
 /// process's name (the same first filter discovery uses), so that a
-/// machine with no VM never pays for loading the collector.
+/// machine with no VM never pays for loading the collector; then, for a
+/// name that passes, discovery's own test of the command line
+/// ([`vmm_of`]): a stopped QEMU its parent has not reaped yet (a zombie
+/// keeps its comm, not its command line; this machine's init reaps every
+/// ~2 s) runs no VM, and must not make the next command take the machine
+/// for a host.
 pub fn vmm_running(root: &Path) -> bool {
     let Ok(dir) = std::fs::read_dir(root.join("proc")) else {
         return false;
     };
+    let src = RootFs::new(root);
     dir.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok())
-        })
-        .any(|e| {
-            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| vmm_comm(c.trim_end()))
-                && !unreaped(&e.path())
-        })
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .any(|pid| runs_vm(&src, pid))
 }
 
-/// An exited process its parent has not reaped: a zombie keeps its comm
-/// but has no command line (discovery's `vmm_of` skips it the same way).
-/// A VM stopped on a machine whose init reaps late (here ~2 s) must not
-/// make the next command take the machine for a host.
-fn unreaped(proc_dir: &Path) -> bool {
-    std::fs::read(proc_dir.join("cmdline")).is_ok_and(|c| c.is_empty())
+/// Whether process `pid` is a VMM by discovery's rules ([`vmm_of`]).
+fn runs_vm(src: &RootFs, pid: u32) -> bool {
+    let Ok(Some(comm)) = process::comm(src, pid) else {
+        return false;
+    };
+    if !vmm_comm(&comm) {
+        return false;
+    }
+    matches!(process::cmdline(src, pid), Ok(Some(cmd)) if vmm_of(&comm, &cmd).is_some())
 }
 
 /// Stores a reading in a snapshot side.
@@ -190,18 +192,24 @@ pub fn put(side: &mut MemFs, s: &StoredSched) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
     use std::process::Command;
 
-    /// A child that exited and was not waited for is a zombie: unreaped,
-    /// while a live one is not.
+    /// A VMM-named process runs a VM while it lives; once it exited and
+    /// was not waited for (a zombie), it does not.
     #[test]
-    fn a_zombie_is_unreaped_and_a_live_process_is_not() {
-        let mut live = Command::new("sleep").arg("5").spawn().unwrap();
-        let mut dead = Command::new("true").spawn().unwrap();
-        let dir = |c: &std::process::Child| PathBuf::from(format!("/proc/{}", c.id()));
+    fn a_zombie_vmm_runs_no_vm_and_a_live_one_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let named = |bin: &str| {
+            let p = dir.path().join("qemu-system-x86_64");
+            let _ = std::fs::remove_file(&p);
+            std::fs::copy(bin, &p).unwrap();
+            p
+        };
+        let mut live = Command::new(named("/bin/sleep")).arg("5").spawn().unwrap();
+        let mut dead = Command::new(named("/bin/true")).spawn().unwrap();
+        let src = RootFs::live();
         let stat = |c: &std::process::Child| {
-            std::fs::read_to_string(dir(c).join("stat")).unwrap_or_default()
+            std::fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default()
         };
         // Not waited for: it stays a zombie until wait() below.
         for _ in 0..500 {
@@ -214,8 +222,8 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert!(unreaped(&dir(&dead)), "{}", stat(&dead));
-        assert!(!unreaped(&dir(&live)), "{}", stat(&live));
+        assert!(runs_vm(&src, live.id()), "{}", stat(&live));
+        assert!(!runs_vm(&src, dead.id()), "{}", stat(&dead));
         live.kill().unwrap();
         let _ = (live.wait(), dead.wait());
     }

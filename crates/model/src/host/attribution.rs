@@ -11,7 +11,7 @@
 //! record covers.
 
 use super::observation::{HostObservation, VmObs};
-use super::sched_store::StoredSched;
+use super::sched_store::{StoredSched, StoredThread};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use stealscope_who::{Charge, Culprit, Kind, SchedSample, Thread, ThreadWaits};
@@ -266,11 +266,7 @@ fn episodes(w: &ThreadWaits) -> WaitEpisodes {
 /// only the outside was stored, or from the two sides' thread times
 /// without a collector reading).
 fn schedstat_wait(t0: &HostObservation, t1: &HostObservation, tid: u32) -> Option<(u64, u64)> {
-    let thread = |o: &HostObservation| match o.sched.as_ref()? {
-        StoredSched::Sample(x) => x.threads.iter().find(|t| t.tid == tid).cloned(),
-        StoredSched::Unavailable { .. } => None,
-    };
-    if let (Some(a), Some(b)) = (thread(t0), thread(t1)) {
+    if let (Some(a), Some(b)) = (stored_thread(t0, tid), stored_thread(t1, tid)) {
         if let (Some(a0), Some(b0)) = (a.schedstat, b.schedstat) {
             let outside = b0[1].saturating_sub(a0[1]);
             let inside = match (a.schedstat_inside, b.schedstat_inside) {
@@ -290,6 +286,14 @@ fn schedstat_wait(t0: &HostObservation, t1: &HostObservation, tid: u32) -> Optio
     };
     let w = side(t1)?.saturating_sub(side(t0)?);
     Some((w, w))
+}
+
+/// Thread `tid` in a side's collector reading.
+fn stored_thread(o: &HostObservation, tid: u32) -> Option<&StoredThread> {
+    match o.sched.as_ref()? {
+        StoredSched::Sample(x) => x.threads.iter().find(|t| t.tid == tid),
+        StoredSched::Unavailable { .. } => None,
+    }
 }
 
 fn sample(s: Option<&StoredSched>, side: &str) -> Result<SchedSample, String> {
