@@ -183,3 +183,61 @@ fn measures_read_as_defined() {
     assert_eq!(m.spread_vms_pp, 15.0);
     assert_eq!(m.host_steal_pct, 30.0);
 }
+
+/// The live walk-through's failure: VMs in autogroups, backup pinned to
+/// CPU 0 in a session of its own beside a small thread (weighed by its
+/// demand, robbed ~95 % already). Raising web's autogroup to nice -3 takes
+/// backup's CPU; the most robbed host thread cannot show it (it was robbed
+/// before), the CPU host work gets does, and the plan is refused.
+#[test]
+fn a_vm_weight_that_takes_a_host_loops_cpu_is_predicted_worse() {
+    let (h, mut d, mut w) = issue_host();
+    let session = ("autogroup-9".to_string(), 1024.0);
+    w[0].group = Some(session.clone());
+    d.by_tid.insert(10, vec![0.06; 10]);
+    w.push(HostThread {
+        name: "sampler".into(),
+        pid: 10,
+        tid: 10,
+        cpus: vec![0, 1],
+        group: Some(session),
+        weight: 1024.0,
+    });
+    let autogroups: BTreeMap<u32, (String, f64)> = h
+        .vms
+        .iter()
+        .map(|v| (v.pid, (format!("autogroup-{}", v.pid), 1024.0)))
+        .collect();
+    let inp = PredictInput {
+        host: &h,
+        demand: &d,
+        host_work: &w,
+        autogroups: &autogroups,
+    };
+    let nice = Plan {
+        actions: vec![Action::AutogroupNice {
+            vm: "web".into(),
+            pid: 100,
+            autogroup: 100,
+            value: -3,
+            from: Some(0),
+            reason: "test".into(),
+        }],
+        ..Default::default()
+    };
+    let p = predict(&inp, &nice);
+    let (a, b) = (&p.current, &p.planned);
+    assert!(a.host_steal_pct > 80.0, "{a:?}");
+    assert!(
+        (b.host_steal_pct - a.host_steal_pct).abs() < FLOOR_PP + p.noise.host_steal_pct,
+        "the max cannot see it: {a:?} -> {b:?}"
+    );
+    assert!(b.host_cpus < 0.85 * a.host_cpus, "{a:?} -> {b:?}");
+    assert!(
+        p.worse.iter().any(|w| w.starts_with("host work CPU")),
+        "{:?}: {a:?} -> {b:?}, noise {:?}",
+        p.worse,
+        p.noise
+    );
+    assert!(p.refusal().unwrap().contains("host work's CPU"));
+}
