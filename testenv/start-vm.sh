@@ -25,6 +25,7 @@ RUN=${STEALSCOPE_TESTENV_RUN:-/run/stealscope-testenv}
 TIMEOUT=${STEALSCOPE_TESTENV_BOOT_TIMEOUT:-120}
 
 die() { echo "start-vm.sh: error: $*" >&2; exit 1; }
+. "$HERE/alive.sh"
 usage() { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
 [ $# -ge 1 ] && { [ "$1" = -h ] || [ "$1" = --help ]; } && usage 0
@@ -101,7 +102,7 @@ pid=$(cat "$DIR/qemu.pid")
 
 deadline=$(( $(date +%s) + TIMEOUT ))
 until grep -q STEALSCOPE-GUEST-READY "$DIR/serial.log" 2>/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null; then
+    if ! alive "$pid"; then
         tail -n 20 "$DIR/serial.log" "$DIR/qemu.log" >&2 2>/dev/null || true
         die "$NAME: qemu (pid $pid) exited before the guest was ready"
     fi

@@ -14,17 +14,7 @@ die() { echo "stop-vm.sh: error: $*" >&2; exit 1; }
 NAME=$1
 DIR="$RUN/$NAME"
 
-# alive PID: PID exists and has not exited. A zombie has: qemu is daemonized,
-# so its parent is PID 1, and this machine's init (process_api) reaps orphans
-# only every ~2 s, later under load. `kill -0` succeeds on a zombie, which made
-# a VM that had quit look as if it ignored QMP quit, SIGTERM and SIGKILL (the
-# soak's "stall"), and cost every stop ~1.7 s.
-alive() {
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    stat=${stat##*) }
-    case ${stat%% *} in Z | X) return 1 ;; esac
-}
+. "$HERE/alive.sh"
 
 # wait_gone PID TENTHS: wait up to TENTHS/10 s for PID to exit.
 wait_gone() {

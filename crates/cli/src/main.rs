@@ -142,6 +142,19 @@ fn snapshot_cmd(a: &args::SnapshotArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// Commands that run for hours or weeks, whose memory must stay flat:
+/// they run without transparent huge pages. mimalloc advises its arenas
+/// huge (MADV_HUGEPAGE), and khugepaged (max_ptes_none 511, the kernel's
+/// default) collapses a 2 MiB range back whole after mimalloc purged most
+/// of it, so `serve`'s RSS grew ~15 MiB over 10 minutes with its live heap
+/// flat (issue 29; BENCHMARKS.md). Short commands keep them.
+fn runs_for_long(c: &Command) -> bool {
+    matches!(
+        c,
+        Command::Serve(_) | Command::Top(_) | Command::Record(_) | Command::Place(_)
+    )
+}
+
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Doctor(c) => doctor(&c),
@@ -172,13 +185,17 @@ fn run(cli: Cli) -> Result<(), Error> {
 /// `serve` runs for weeks and rebuilds per-thread tables of a 10,000-thread
 /// host every second from several threads: glibc's per-thread arenas kept
 /// the freed pages (RSS grew ~0.5 MB/s with a flat live heap, issue 29);
-/// mimalloc returns them.
+/// mimalloc returns them (with huge pages off: [`runs_for_long`]).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if runs_for_long(&cli.command) {
+        // An old kernel without the call keeps huge pages: not an error.
+        let _ = nix::sys::prctl::set_thp_disable(true);
+    }
     match run(cli) {
         Ok(()) if CUT_OFF.load(std::sync::atomic::Ordering::Relaxed) => {
             ExitCode::from(EXIT_CUT_OFF)

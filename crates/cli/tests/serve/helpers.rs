@@ -163,6 +163,11 @@ impl Exposition {
             .collect()
     }
 
+    /// How many samples (series) it has.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// Metric names (before the labels).
     pub fn names(&self) -> BTreeSet<String> {
         self.0

@@ -197,13 +197,37 @@ fn new_comm(line: &str) -> Option<String> {
     Some(name[..end].to_string())
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// One reading of serve's memory, with the load average beside it (a
+/// run under other load is told apart by it).
+#[derive(Debug, Clone, Copy)]
+struct MemReading {
+    /// Elapsed s.
+    at: f64,
+    /// VmRSS, KiB: what the issue judges.
+    rss: u64,
+    /// RssAnon and RssFile, KiB: the heap's pages and the binary's (a
+    /// debug build faults in text as new paths run), told apart.
+    anon: u64,
+    file: u64,
+    load: f64,
+}
+
+fn mem_reading(pid: u32, at: f64) -> MemReading {
     let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    st.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
+    let kib = |key: &str| -> u64 {
+        st.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+    };
+    MemReading {
+        at,
+        rss: kib("VmRSS:"),
+        anon: kib("RssAnon:"),
+        file: kib("RssFile:"),
+        load: load1(),
+    }
 }
 
 fn load1() -> f64 {
@@ -216,7 +240,7 @@ fn load1() -> f64 {
 /// restart or a wait for a scan, which left whole RSS windows unread.
 struct RssSampler {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<(f64, u64, f64)>>,
+    thread: std::thread::JoinHandle<Vec<MemReading>>,
 }
 
 impl RssSampler {
@@ -227,7 +251,7 @@ impl RssSampler {
             let mut rss = Vec::new();
             // Stops by itself when serve is gone (a failed soak unwinding).
             while !halt.load(Ordering::Relaxed) && Path::new(&format!("/proc/{pid}")).exists() {
-                rss.push((t0.elapsed().as_secs_f64(), rss_kib(pid), load1()));
+                rss.push(mem_reading(pid, t0.elapsed().as_secs_f64()));
                 std::thread::sleep(Duration::from_secs(1));
             }
             rss
@@ -235,7 +259,7 @@ impl RssSampler {
         RssSampler { stop, thread }
     }
 
-    fn stop(self) -> Vec<(f64, u64, f64)> {
+    fn stop(self) -> Vec<MemReading> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap()
     }
@@ -246,14 +270,16 @@ fn restart_vm() -> (u64, u64) {
     pinned_busy_vm("soakV")
 }
 
-/// What the soak saw: serve's RSS each second (elapsed s, KiB), every
+/// What the soak saw: serve's memory each second, every
 /// culprit of soakV with the most it was charged in one VM's life, and
 /// serve's metrics with the test's own schedstat wait of the last VM's
 /// vCPU at the start and the end of [`SUMS_S`].
 struct Soaked {
-    /// (elapsed s, KiB, 1-minute load average): a run under other load
-    /// is told apart by the last.
-    rss: Vec<(f64, u64, f64)>,
+    rss: Vec<MemReading>,
+    /// (elapsed s, series in serve's exposition) at each scrape: what
+    /// serve holds grows with the charge pairs active, so a memory rise
+    /// is told apart from a workload that grew.
+    series: Vec<(f64, usize)>,
     charged: BTreeMap<(String, String), f64>,
     sums: [Bracketed; 2],
 }
@@ -279,11 +305,11 @@ fn judges_rss() -> bool {
 }
 
 /// Median RSS over [`RSS_WINDOW_S`] from `from` (elapsed s), KiB.
-fn median_rss(rss: &[(f64, u64, f64)], from: f64) -> u64 {
+fn median_rss(rss: &[MemReading], from: f64) -> u64 {
     let mut w: Vec<u64> = rss
         .iter()
-        .filter(|(t, ..)| (from..from + RSS_WINDOW_S).contains(t))
-        .map(|&(_, k, _)| k)
+        .filter(|m| (from..from + RSS_WINDOW_S).contains(&m.at))
+        .map(|m| m.rss)
         .collect();
     assert!(
         w.len() as f64 >= RSS_WINDOW_S / 2.0,
@@ -292,6 +318,39 @@ fn median_rss(rss: &[(f64, u64, f64)], from: f64) -> u64 {
     );
     w.sort_unstable();
     w[w.len() / 2]
+}
+
+/// serve's memory a minute at a time: RSS median and range, the medians
+/// of its anonymous and file-backed parts, and of its series.
+fn print_minutes(rss: &[MemReading], series: &[(f64, usize)]) {
+    let median = |w: &[MemReading], f: fn(&MemReading) -> u64| {
+        let mut k: Vec<u64> = w.iter().map(f).collect();
+        k.sort_unstable();
+        (k[k.len() / 2], k[0], k[k.len() - 1])
+    };
+    for (m, w) in rss
+        .chunk_by(|a, b| (a.at / 60.0) as u32 == (b.at / 60.0) as u32)
+        .enumerate()
+    {
+        let (rss, lo, hi) = median(w, |x| x.rss);
+        let load = w.iter().map(|x| x.load);
+        let mut n: Vec<usize> = series
+            .iter()
+            .filter(|(t, _)| (*t / 60.0) as usize == m)
+            .map(|x| x.1)
+            .collect();
+        n.sort_unstable();
+        eprintln!(
+            "minute {m}: serve RSS median {rss} KiB (min {lo}, max {hi}; anon {}, file {}), \
+             series {}, n={}, load {:.1}-{:.1}",
+            median(w, |x| x.anon).0,
+            median(w, |x| x.file).0,
+            n.get(n.len() / 2).copied().unwrap_or(0),
+            w.len(),
+            load.clone().fold(f64::MAX, f64::min),
+            load.fold(0.0, f64::max)
+        );
+    }
 }
 
 fn soak(s: &Serve, mut vm: (u64, u64)) -> Soaked {
@@ -303,7 +362,7 @@ fn soak(s: &Serve, mut vm: (u64, u64)) -> Soaked {
         "STEALSCOPE_SOAK_S={total}: too short for one restart"
     );
     let mut last_restart = Instant::now();
-    let (mut charged, mut first) = (BTreeMap::new(), None);
+    let (mut charged, mut first, mut series) = (BTreeMap::new(), None, Vec::new());
     let rss = RssSampler::start(s.pid(), t0);
     // Whether serve shows the current VM's vCPU (a restarted VM is the same
     // VM by name: its series is back within a few scans).
@@ -311,6 +370,7 @@ fn soak(s: &Serve, mut vm: (u64, u64)) -> Soaked {
     while t0.elapsed().as_secs_f64() < total {
         std::thread::sleep(Duration::from_secs(1));
         let m = s.metrics();
+        series.push((t0.elapsed().as_secs_f64(), m.len()));
         for (k, v) in culprits(&m, "soakV") {
             let e = charged.entry(k).or_insert(0.0f64);
             *e = e.max(v);
@@ -341,7 +401,12 @@ fn soak(s: &Serve, mut vm: (u64, u64)) -> Soaked {
     }
     let sums = [first.expect("the sums' start"), fresh_wait(s, vm)];
     let rss = rss.stop();
-    Soaked { rss, charged, sums }
+    Soaked {
+        rss,
+        series,
+        charged,
+        sums,
+    }
 }
 
 /// What every host scan moves: the stand-in VMM's vCPU run times (a few
@@ -454,24 +519,7 @@ fn serve_soaks_with_10000_threads_restarts_and_execs() {
     stop.store(true, Ordering::Relaxed);
     names.join().unwrap();
 
-    for (m, w) in soaked
-        .rss
-        .chunk_by(|a, b| (a.0 / 60.0) as u32 == (b.0 / 60.0) as u32)
-        .enumerate()
-    {
-        let mut k: Vec<u64> = w.iter().map(|x| x.1).collect();
-        k.sort_unstable();
-        let load = w.iter().map(|x| x.2);
-        eprintln!(
-            "minute {m}: serve RSS median {} KiB (min {}, max {}), n={}, load {:.1}-{:.1}",
-            k[k.len() / 2],
-            k[0],
-            k[k.len() - 1],
-            k.len(),
-            load.clone().fold(f64::MAX, f64::min),
-            load.fold(0.0, f64::max)
-        );
-    }
+    print_minutes(&soaked.rss, &soaked.series);
     for k in [
         "stealscope_sched_events_lost_total",
         "stealscope_sched_overflows_total",
