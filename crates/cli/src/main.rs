@@ -142,17 +142,15 @@ fn snapshot_cmd(a: &args::SnapshotArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// Commands that run for hours or weeks, whose memory must stay flat:
-/// they run without transparent huge pages. mimalloc advises its arenas
-/// huge (MADV_HUGEPAGE), and khugepaged (max_ptes_none 511, the kernel's
-/// default) collapses a 2 MiB range back whole after mimalloc purged most
-/// of it, so `serve`'s RSS grew ~15 MiB over 10 minutes with its live heap
-/// flat (issue 29; BENCHMARKS.md). Short commands keep them.
+/// Commands that run for hours or weeks run without transparent huge
+/// pages: mimalloc advises its arenas huge (MADV_HUGEPAGE), and with them
+/// `serve`'s RSS in a 10-minute soak at 10,000 threads was ~20 MiB higher
+/// (issue 29; BENCHMARKS.md, "Where serve's memory grows"). Short commands
+/// keep them. The setting passes to children (a `virsh` the daemon runs),
+/// which costs them nothing that matters.
 fn runs_for_long(c: &Command) -> bool {
-    matches!(
-        c,
-        Command::Serve(_) | Command::Top(_) | Command::Record(_) | Command::Place(_)
-    )
+    matches!(c, Command::Serve(_) | Command::Top(_) | Command::Record(_))
+        || matches!(c, Command::Place(p) if matches!(p.cmd, place_cmd::PlaceCmd::Daemon(_)))
 }
 
 fn run(cli: Cli) -> Result<(), Error> {

@@ -44,8 +44,9 @@ pub enum PlaceCmd {
                             Demand is measured over --interval (each thread's run time). Every VM gets its reasons; \
                             every action names the value it replaces. `predicted:` is the simulator's replay of the \
                             measured demand on the layout now and on the planned one (mean steal, p99 of the VMs' \
-                            steal, spread, throughput, the host's own work's steal); `apply` refuses a plan predicted \
-                            worse beyond noise (the spread over 3 seeds plus 1 pp) unless --force."
+                            steal, spread, throughput, the host's own work's steal and CPU); `apply` refuses a plan \
+                            predicted worse beyond noise (the spread over 3 seeds plus 1 pp of steal, 1 % of throughput \
+                            or 5 % of host work's CPUs) unless --force."
     )]
     Plan(PlanArgs),
     /// Apply the plan: a dry run unless --yes; journaled, then reversible with `undo`

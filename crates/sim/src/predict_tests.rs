@@ -239,5 +239,39 @@ fn a_vm_weight_that_takes_a_host_loops_cpu_is_predicted_worse() {
         p.worse,
         p.noise
     );
-    assert!(p.refusal().unwrap().contains("host work's CPU"));
+    assert!(p.refusal().unwrap().contains("host work CPU"));
+}
+
+/// Host work's CPU judged seed by seed: worse when the mean loss and most
+/// seeds' own losses pass the floor, though the seeds' spread hides it;
+/// not when one seed in three loses, nor when the mean gains.
+#[test]
+fn host_work_cpu_is_worse_when_most_seeds_lose_it() {
+    let m = |host_cpus: f64| Measures {
+        host_cpus,
+        ..Measures::default()
+    };
+    let mean = |v: &[(Measures, Measures)], k: usize| {
+        v.iter().map(|p| [p.0, p.1][k].host_cpus).sum::<f64>() / v.len() as f64
+    };
+    let judge = |pairs: &[(f64, f64)]| {
+        let pairs: Vec<(Measures, Measures)> = pairs.iter().map(|&(a, b)| (m(a), m(b))).collect();
+        let spread = |k: usize| {
+            let v: Vec<f64> = pairs.iter().map(|p| [p.0, p.1][k].host_cpus).collect();
+            spread(&v)
+        };
+        let noise = m(spread(0).max(spread(1)));
+        worse(&m(mean(&pairs, 0)), &m(mean(&pairs, 1)), &noise, &pairs)
+    };
+    // The unit test above's seeds: one current seed in the other layout.
+    let hidden = judge(&[(0.54, 0.51), (0.69, 0.52), (0.69, 0.52)]);
+    assert_eq!(hidden.len(), 1, "{hidden:?}");
+    assert!(hidden[0].starts_with("host work CPU"), "{hidden:?}");
+    assert!(hidden[0].contains("2 of 3 seeds"), "{hidden:?}");
+    // One seed in three losing: not worse.
+    assert!(judge(&[(0.60, 0.50), (0.60, 0.60), (0.60, 0.61)]).is_empty());
+    // Two seeds lose 6 %, one gains 50 %: the mean gains; not worse.
+    assert!(judge(&[(1.0, 0.94), (1.0, 0.94), (1.0, 1.5)]).is_empty());
+    // Little host work: losses under 0.02 CPU are a seed's jitter.
+    assert!(judge(&[(0.10, 0.09), (0.10, 0.09), (0.10, 0.09)]).is_empty());
 }

@@ -128,8 +128,8 @@ fn the_first_scrape_already_has_the_cpu_counters() {
 
 /// serve runs for weeks without transparent huge pages: with them,
 /// mimalloc's huge-page arenas kept its RSS ~20 MiB higher in the
-/// 10-minute soak (BENCHMARKS.md). The kernel says so in the process's
-/// status, where the machine's THP mode allows huge pages at all.
+/// 10-minute soak (BENCHMARKS.md). The kernel shows the process's
+/// PR_SET_THP_DISABLE as `THP_enabled: 0` in its status.
 #[test]
 fn serve_runs_without_transparent_huge_pages() {
     let s = Serve::start(&[]);

@@ -328,11 +328,9 @@ fn print_minutes(rss: &[MemReading], series: &[(f64, usize)]) {
         k.sort_unstable();
         (k[k.len() / 2], k[0], k[k.len() - 1])
     };
-    for (m, w) in rss
-        .chunk_by(|a, b| (a.at / 60.0) as u32 == (b.at / 60.0) as u32)
-        .enumerate()
-    {
-        let (rss, lo, hi) = median(w, |x| x.rss);
+    for w in rss.chunk_by(|a, b| (a.at / 60.0) as u32 == (b.at / 60.0) as u32) {
+        let m = (w[0].at / 60.0) as usize;
+        let (kib, lo, hi) = median(w, |x| x.rss);
         let load = w.iter().map(|x| x.load);
         let mut n: Vec<usize> = series
             .iter()
@@ -341,7 +339,7 @@ fn print_minutes(rss: &[MemReading], series: &[(f64, usize)]) {
             .collect();
         n.sort_unstable();
         eprintln!(
-            "minute {m}: serve RSS median {rss} KiB (min {lo}, max {hi}; anon {}, file {}), \
+            "minute {m}: serve RSS median {kib} KiB (min {lo}, max {hi}; anon {}, file {}), \
              series {}, n={}, load {:.1}-{:.1}",
             median(w, |x| x.anon).0,
             median(w, |x| x.file).0,
