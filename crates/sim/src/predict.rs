@@ -762,7 +762,7 @@ pub fn worse(
             let why = if loss > allowed {
                 format!("noise {allowed:.2}")
             } else if m == Measure::HostCpus && loss > floor {
-                let losing = seeds_losing(m, current, paired);
+                let losing = seeds_losing(m, floor, paired);
                 if 2 * losing <= paired.len() {
                     return None;
                 }
@@ -783,15 +783,27 @@ pub fn worse(
         .collect()
 }
 
-/// How many seeds, each run on both layouts, lose more than the measure's
-/// floor. The seeds' spread can be the model's balancer settling in one of
+/// How many seeds, each run on both layouts, lose more than `floor`. The seeds' spread can be the model's balancer settling in one of
 /// two layouts (on a 2-CPU host one seed stacks a VM's vCPUs, two split
 /// them), wider than the plan's effect; a seed's own pair mostly is not.
 /// Host work's CPU is worse when most seeds lose it: a plan must never be
 /// paid for by the host's services.
-fn seeds_losing(m: Measure, current: &Measures, paired: &[(Measures, Measures)]) -> usize {
-    let floor = m.floor(current);
+fn seeds_losing(m: Measure, floor: f64, paired: &[(Measures, Measures)]) -> usize {
     paired.iter().filter(|(c, p)| m.loss(c, p) > floor).count()
+}
+
+/// Per measure, the larger of two layouts' spreads over the seeds.
+fn larger_noise(n1: &Measures, n2: &Measures) -> Measures {
+    Measures {
+        mean_steal_pct: n1.mean_steal_pct.max(n2.mean_steal_pct),
+        p99_vm_steal_pct: n1.p99_vm_steal_pct.max(n2.p99_vm_steal_pct),
+        spread_vcpus_pp: n1.spread_vcpus_pp.max(n2.spread_vcpus_pp),
+        spread_vms_pp: n1.spread_vms_pp.max(n2.spread_vms_pp),
+        throughput_cpus: n1.throughput_cpus.max(n2.throughput_cpus),
+        host_steal_pct: n1.host_steal_pct.max(n2.host_steal_pct),
+        host_cpus: n1.host_cpus.max(n2.host_cpus),
+        host_demand_cpus: n1.host_demand_cpus.max(n2.host_demand_cpus),
+    }
 }
 
 /// Predicts what `plan` does to the host of `inp`.
@@ -810,16 +822,7 @@ pub fn predict(inp: &PredictInput, plan: &Plan) -> Prediction {
         .collect();
     let (current, n1) = mean_and_noise(&cur_runs);
     let (planned, n2) = mean_and_noise(&plan_runs);
-    let noise = Measures {
-        mean_steal_pct: n1.mean_steal_pct.max(n2.mean_steal_pct),
-        p99_vm_steal_pct: n1.p99_vm_steal_pct.max(n2.p99_vm_steal_pct),
-        spread_vcpus_pp: n1.spread_vcpus_pp.max(n2.spread_vcpus_pp),
-        spread_vms_pp: n1.spread_vms_pp.max(n2.spread_vms_pp),
-        throughput_cpus: n1.throughput_cpus.max(n2.throughput_cpus),
-        host_steal_pct: n1.host_steal_pct.max(n2.host_steal_pct),
-        host_cpus: n1.host_cpus.max(n2.host_cpus),
-        host_demand_cpus: n1.host_demand_cpus.max(n2.host_demand_cpus),
-    };
+    let noise = larger_noise(&n1, &n2);
     let change = if current.throughput_cpus > 1e-9 {
         100.0 * (planned.throughput_cpus / current.throughput_cpus - 1.0)
     } else {

@@ -251,17 +251,12 @@ fn host_work_cpu_is_worse_when_most_seeds_lose_it() {
         host_cpus,
         ..Measures::default()
     };
-    let mean = |v: &[(Measures, Measures)], k: usize| {
-        v.iter().map(|p| [p.0, p.1][k].host_cpus).sum::<f64>() / v.len() as f64
-    };
+    // As `predict` judges the seeds' runs of the two layouts.
     let judge = |pairs: &[(f64, f64)]| {
         let pairs: Vec<(Measures, Measures)> = pairs.iter().map(|&(a, b)| (m(a), m(b))).collect();
-        let spread = |k: usize| {
-            let v: Vec<f64> = pairs.iter().map(|p| [p.0, p.1][k].host_cpus).collect();
-            spread(&v)
-        };
-        let noise = m(spread(0).max(spread(1)));
-        worse(&m(mean(&pairs, 0)), &m(mean(&pairs, 1)), &noise, &pairs)
+        let (cur, plan): (Vec<Measures>, Vec<Measures>) = pairs.iter().copied().unzip();
+        let ((current, n1), (planned, n2)) = (mean_and_noise(&cur), mean_and_noise(&plan));
+        worse(&current, &planned, &larger_noise(&n1, &n2), &pairs)
     };
     // The unit test above's seeds: one current seed in the other layout.
     let hidden = judge(&[(0.54, 0.51), (0.69, 0.52), (0.69, 0.52)]);
