@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use stealscope_who::hist::HistPacker;
 use stealscope_who::waits::{Thread, ThreadWaits};
 
 pub use crate::event::{Comm, Event};
@@ -236,11 +237,22 @@ impl Aggregator {
     }
 
     /// Cumulative waits of every watched thread, charged up to the last
-    /// event or [`Aggregator::advance`].
-    pub fn waits(&self) -> BTreeMap<u32, ThreadWaits> {
+    /// event or [`Aggregator::advance`], histograms packed by `packer`.
+    pub fn waits(&self, packer: &mut HistPacker) -> BTreeMap<u32, ThreadWaits> {
         self.threads
             .iter()
-            .map(|(&tid, w)| (tid, w.waits.clone()))
+            .map(|(&tid, w)| {
+                let w = &w.waits;
+                let t = ThreadWaits {
+                    tid: w.tid,
+                    by_thread: w.by_thread.clone(),
+                    irq_ns: w.irq_ns,
+                    idle_ns: w.idle_ns,
+                    unknown_ns: w.unknown_ns,
+                    episodes: packer.repack(&w.episodes),
+                };
+                (tid, t)
+            })
             .collect()
     }
 
@@ -665,7 +677,7 @@ fn culprit(
     let c = Thread {
         tid,
         tgid,
-        comm: comm.as_string(),
+        comm: comm.as_string().into(),
         kthread,
     };
     cache.insert((tid, comm), c.clone());

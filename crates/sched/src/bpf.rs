@@ -15,7 +15,7 @@ use aya::programs::{BtfTracePoint, Program, ProgramError, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfLoader, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 use stealscope_readers::clock::monotonic_ns;
-use stealscope_who::hist::{EpisodeHist, BUCKETS};
+use stealscope_who::hist::{HistPacker, BUCKETS};
 use stealscope_who::waits::{Route, SchedSample, SchedStats, ThreadWaits};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/wait_by.bpf.o");
@@ -220,6 +220,8 @@ pub(crate) struct BpfRoute {
     /// Threads asked for that the map could not take (full).
     unwatched: u64,
     totals: ChargeTotals,
+    /// Where each reading's histograms are packed (one thread's each).
+    packer: HistPacker,
 }
 
 impl BpfRoute {
@@ -265,6 +267,7 @@ impl BpfRoute {
             fast,
             unwatched: 0,
             totals: ChargeTotals::default(),
+            packer: HistPacker::default(),
         })
     }
 
@@ -489,7 +492,8 @@ impl RouteImpl for BpfRoute {
         let monotonic_ns = monotonic_ns();
         let mut threads = BTreeMap::new();
         let mut slotted = Vec::new();
-        self.each_victim(|tid, v| {
+        let mut packer = std::mem::take(&mut self.packer);
+        let read = self.each_victim(|tid, v| {
             slotted.extend(v.slots.iter().filter_map(|s| s.charge(tid)));
             threads.insert(
                 tid,
@@ -499,11 +503,18 @@ impl RouteImpl for BpfRoute {
                     irq_ns: v.irq_ns,
                     idle_ns: v.idle_ns,
                     unknown_ns: v.unknown_ns,
-                    episodes: EpisodeHist::with_buckets(v.buckets.iter().copied().enumerate())
-                        .totals(v.count, v.sum_ns, v.max_ns, v.over_1ms, v.over_10ms),
+                    episodes: packer.pack_dense(&v.buckets).totals(
+                        v.count,
+                        v.sum_ns,
+                        v.max_ns,
+                        v.over_1ms,
+                        v.over_10ms,
+                    ),
                 },
             );
-        })?;
+        });
+        self.packer = packer;
+        read?;
         let entries: Vec<(ChargeKey, Charge)> = self
             .charges()?
             .iter()

@@ -109,9 +109,9 @@ impl CSlot {
     }
 }
 
-fn comm(b: &[u8; 16]) -> String {
+fn comm(b: &[u8; 16]) -> compact_str::CompactString {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    compact_str::CompactString::from_utf8_lossy(&b[..end])
 }
 
 /// A victim's cumulative charge by one culprit.

@@ -43,6 +43,7 @@ use std::time::Duration;
 use stealscope_readers::clock::monotonic_ns;
 use stealscope_readers::tracefs::Instance;
 use stealscope_readers::{process, RootFs};
+use stealscope_who::hist::HistPacker;
 use stealscope_who::waits::{Route, SchedSample, SchedStats};
 
 /// Prefix of the instance name (`<prefix><pid>-<n>`).
@@ -119,6 +120,8 @@ pub struct TracefsRoute {
     wake: Arc<OwnedFd>,
     reader: Option<std::thread::JoinHandle<()>>,
     cpus: Vec<u32>,
+    /// Where each reading's histograms are packed.
+    packer: HistPacker,
     // Last: removed after the reader closed its pipes.
     instance: Instance,
 }
@@ -227,6 +230,7 @@ impl TracefsRoute {
             wake,
             reader: Some(handle),
             cpus,
+            packer: HistPacker::default(),
             instance,
         })
     }
@@ -252,7 +256,7 @@ impl TracefsRoute {
         let sample = SchedSample {
             route: Route::Tracefs,
             monotonic_ns: monotonic_ns(),
-            threads: agg.waits(),
+            threads: agg.waits(&mut self.packer),
             stats: SchedStats {
                 events: agg.events(),
                 lost_events: lost,

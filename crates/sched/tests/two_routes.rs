@@ -296,7 +296,8 @@ impl Side {
             let mut mine = BTreeMap::new();
             for (c, ns) in &w.by_thread {
                 *mine.entry(c.tid).or_insert(0) += ns;
-                *by.entry(Key::Thread(c.tid, c.comm.clone())).or_insert(0) += ns;
+                *by.entry(Key::Thread(c.tid, c.comm.to_string()))
+                    .or_insert(0) += ns;
                 who.insert(c.tid, (c.tgid, c.kthread));
             }
             *by.entry(Key::Irq).or_insert(0) += w.irq_ns;

@@ -4,6 +4,8 @@
 //! BPF program fills the same buckets in the kernel (`bucket()` is mirrored
 //! in bpf/wait_by.bpf.c) and user space only adds them up.
 
+use bytes::{Bytes, BytesMut};
+use integer_encoding::VarInt;
 use serde::Serialize;
 
 pub const SUB_BITS: u32 = 3;
@@ -41,15 +43,15 @@ pub fn upper(i: usize) -> u64 {
     }
 }
 
-/// Counts are kept sparse, (bucket, count) for the buckets that hold any,
-/// in bucket order: a wait lands in a few dozen of the 272 buckets, and a
-/// host of 10,000 watched threads keeps several samples of every thread
-/// (dense, 2.2 KB per thread per sample: issue 29's serve at 10,000
-/// threads held over 80 MB of zeros).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// Counts are kept sparse, for the buckets that hold any, in bucket order:
+/// a wait lands in a few dozen of the 272 buckets, and a host of 10,000
+/// watched threads keeps several readings of every thread (dense, 2.2 KB
+/// per thread per reading: issue 29's serve at 10,000 threads held over
+/// 80 MB of zeros).
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct EpisodeHist {
     #[serde(skip)]
-    counts: Vec<(u16, u64)>,
+    counts: Counts,
     pub count: u64,
     pub sum_ns: u64,
     /// Longest episode seen (exact; cumulative samples keep the all-time
@@ -58,6 +60,152 @@ pub struct EpisodeHist {
     pub max_ns: u64,
     pub over_1ms: u64,
     pub over_10ms: u64,
+}
+
+/// The non-empty buckets, in one of two forms.
+#[derive(Clone)]
+enum Counts {
+    /// (bucket, count): what `record` and `add` change.
+    Open(Vec<(u16, u64)>),
+    /// Varint (gap to the previous bucket, count) pairs in a slice of a
+    /// reading's shared buffer ([`HistPacker`]). Read-only. A cumulative
+    /// histogram only gains buckets over weeks, and every reading held
+    /// has one per watched thread: as pairs of 16 bytes, each in its own
+    /// allocation whose size drifts up, they were half of issue 29's
+    /// serve growth (BENCHMARKS.md); packed they take 2-4 bytes a bucket
+    /// in a few chunks of one size. A packed histogram keeps its whole
+    /// chunk alive: what is kept on its own for long (a running total) is
+    /// a `since` or `add` result, which is open.
+    Packed(Bytes),
+}
+
+impl Counts {
+    fn buckets(&self) -> Buckets<'_> {
+        Buckets(match self {
+            Counts::Open(v) => BucketsIn::Open(v.iter()),
+            Counts::Packed(b) => BucketsIn::Packed { rest: b, next: 0 },
+        })
+    }
+}
+
+/// The buckets, not the packed bytes.
+impl std::fmt::Debug for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.buckets()).finish()
+    }
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts::Open(Vec::new())
+    }
+}
+
+/// (bucket, count) of a histogram's non-empty buckets, in bucket order.
+pub struct Buckets<'a>(BucketsIn<'a>);
+
+enum BucketsIn<'a> {
+    Open(std::slice::Iter<'a, (u16, u64)>),
+    Packed { rest: &'a [u8], next: usize },
+}
+
+impl Iterator for Buckets<'_> {
+    type Item = (usize, u64);
+
+    fn next(&mut self) -> Option<(usize, u64)> {
+        match &mut self.0 {
+            BucketsIn::Open(it) => it.next().map(|&(i, n)| (i as usize, n)),
+            BucketsIn::Packed { rest, next } => {
+                let (gap, a) = u64::decode_var(rest)?;
+                let (n, b) = u64::decode_var(&rest[a..])?;
+                *rest = &rest[a + b..];
+                let i = *next + gap as usize;
+                *next = i + 1;
+                Some((i, n))
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.0 {
+            BucketsIn::Open(it) => it.size_hint(),
+            // 2 to 12 bytes a bucket (MAX_PACKED).
+            BucketsIn::Packed { rest, .. } => (rest.len().div_ceil(12), Some(rest.len() / 2)),
+        }
+    }
+}
+
+impl std::iter::FusedIterator for Buckets<'_> {}
+
+/// Packs the histograms of one reading into shared chunks: each packed
+/// histogram is a slice of a chunk, so a reading of 10,000 threads is a
+/// few dozen allocations of one size instead of 10,000 of drifting sizes.
+#[derive(Debug, Default)]
+pub struct HistPacker {
+    buf: BytesMut,
+}
+
+/// Bytes one chunk holds.
+const CHUNK: usize = 64 * 1024;
+/// Most bytes one histogram can take: every bucket, a 2-byte gap and a
+/// 10-byte count each.
+const MAX_PACKED: usize = BUCKETS * 12;
+
+impl HistPacker {
+    /// The counts of `dense` (one per bucket, in bucket order; indexes past
+    /// the last bucket are dropped), packed. Totals are left at zero: the
+    /// caller sets them ([`EpisodeHist::totals`]).
+    pub fn pack_dense(&mut self, dense: &[u64]) -> EpisodeHist {
+        self.pack(dense.iter().copied().enumerate().take(BUCKETS))
+    }
+
+    /// `h` with its counts packed.
+    pub fn repack(&mut self, h: &EpisodeHist) -> EpisodeHist {
+        EpisodeHist {
+            counts: self.pack(h.buckets()).counts,
+            ..*h
+        }
+    }
+
+    /// `buckets` must come in ascending bucket order (both callers' do).
+    fn pack(&mut self, buckets: impl Iterator<Item = (usize, u64)>) -> EpisodeHist {
+        if self.buf.capacity() - self.buf.len() < MAX_PACKED {
+            self.buf = BytesMut::with_capacity(CHUNK);
+        }
+        let mut tmp = [0u8; 10];
+        let mut next = 0;
+        for (i, n) in buckets.filter(|&(_, n)| n > 0) {
+            assert!(i >= next, "bucket {i} out of order");
+            for v in [(i - next) as u64, n] {
+                let len = v.encode_var(&mut tmp);
+                self.buf.extend_from_slice(&tmp[..len]);
+            }
+            next = i + 1;
+        }
+        // An empty one holds no chunk.
+        let counts = if self.buf.is_empty() {
+            Counts::default()
+        } else {
+            Counts::Packed(self.buf.split().freeze())
+        };
+        EpisodeHist {
+            counts,
+            ..EpisodeHist::default()
+        }
+    }
+}
+
+impl PartialEq for EpisodeHist {
+    fn eq(&self, o: &EpisodeHist) -> bool {
+        (
+            self.count,
+            self.sum_ns,
+            self.max_ns,
+            self.over_1ms,
+            self.over_10ms,
+        ) == (o.count, o.sum_ns, o.max_ns, o.over_1ms, o.over_10ms)
+            && self.buckets().eq(o.buckets())
+    }
 }
 
 impl EpisodeHist {
@@ -78,7 +226,7 @@ impl EpisodeHist {
             same
         });
         EpisodeHist {
-            counts,
+            counts: Counts::Open(counts),
             ..EpisodeHist::default()
         }
     }
@@ -104,14 +252,27 @@ impl EpisodeHist {
     }
 
     /// (bucket, count) of every bucket that holds any, in bucket order.
-    pub fn buckets(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
-        self.counts.iter().map(|&(i, n)| (i as usize, n))
+    pub fn buckets(&self) -> Buckets<'_> {
+        self.counts.buckets()
+    }
+
+    /// The counts in the form `record` and `add` change.
+    fn open(&mut self) -> &mut Vec<(u16, u64)> {
+        if let Counts::Packed(_) = self.counts {
+            let v = self.buckets().map(|(i, n)| (i as u16, n)).collect();
+            self.counts = Counts::Open(v);
+        }
+        match &mut self.counts {
+            Counts::Open(v) => v,
+            Counts::Packed(_) => unreachable!("opened above"),
+        }
     }
 
     fn add_to_bucket(&mut self, i: usize, n: u64) {
-        match self.counts.binary_search_by_key(&(i as u16), |&(b, _)| b) {
-            Ok(at) => self.counts[at].1 += n,
-            Err(at) => self.counts.insert(at, (i as u16, n)),
+        let counts = self.open();
+        match counts.binary_search_by_key(&(i as u16), |&(b, _)| b) {
+            Ok(at) => counts[at].1 += n,
+            Err(at) => counts.insert(at, (i as u16, n)),
         }
     }
 
@@ -156,15 +317,14 @@ impl EpisodeHist {
     pub fn since(&self, earlier: &EpisodeHist) -> EpisodeHist {
         // Both are in bucket order: one walk, no lookup table (this runs
         // for every watched thread at every scan).
-        let mut before = earlier.counts.iter().peekable();
+        let mut before = earlier.buckets().peekable();
         let counts: Vec<(u16, u64)> = self
-            .counts
-            .iter()
-            .filter_map(|&(i, n)| {
-                while before.next_if(|&&(b, _)| b < i).is_some() {}
-                let was = before.next_if(|&&(b, _)| b == i).map_or(0, |&(_, m)| m);
+            .buckets()
+            .filter_map(|(i, n)| {
+                while before.next_if(|&(b, _)| b < i).is_some() {}
+                let was = before.next_if(|&(b, _)| b == i).map_or(0, |(_, m)| m);
                 let d = n.saturating_sub(was);
-                (d > 0).then_some((i, d))
+                (d > 0).then_some((i as u16, d))
             })
             .collect();
         let max_ns = if self.max_ns > earlier.max_ns {
@@ -181,7 +341,7 @@ impl EpisodeHist {
             over_1ms: self.over_1ms.saturating_sub(earlier.over_1ms),
             over_10ms: self.over_10ms.saturating_sub(earlier.over_10ms),
             max_ns,
-            counts,
+            counts: Counts::Open(counts),
         }
     }
 }
@@ -247,5 +407,59 @@ mod tests {
         late.record(2_000_000);
         let d: Vec<_> = late.since(&early).buckets().collect();
         assert_eq!(d, vec![(bucket(5_000), 1), (bucket(2_000_000), 1)]);
+    }
+
+    #[test]
+    fn packed_counts_read_back_and_subtract_as_open_ones() {
+        let values = [0u64, 7, 8, 900, 5_000, 5_001, 2_000_000, 1 << 40];
+        let mut open = EpisodeHist::default();
+        let mut dense = vec![0u64; BUCKETS];
+        for (k, v) in values.iter().enumerate() {
+            // Counts past one varint byte too.
+            for _ in 0..=k * 60 {
+                open.record(*v);
+                dense[bucket(*v)] += 1;
+            }
+        }
+        let mut packer = HistPacker::default();
+        let packed = packer.pack_dense(&dense).totals(
+            open.count,
+            open.sum_ns,
+            open.max_ns,
+            open.over_1ms,
+            open.over_10ms,
+        );
+        assert_eq!(packed, open);
+        assert_eq!(packer.repack(&open), open);
+        let mut early = EpisodeHist::default();
+        early.record(5_000);
+        early.record(1 << 40);
+        let early = packer.repack(&early);
+        assert_eq!(packed.since(&early), open.since(&early));
+        let early_open = EpisodeHist::with_buckets(early.buckets());
+        assert_eq!(packed.since(&early_open), open.since(&early_open));
+        assert_eq!(packed.quantile(0.5), open.quantile(0.5));
+        assert_eq!(packed.quantile(0.99), open.quantile(0.99));
+        let mut sum = packer.repack(&early);
+        sum.add(&packed);
+        let mut want = EpisodeHist::with_buckets(early.buckets());
+        want.add(&open);
+        assert_eq!(
+            sum.buckets().collect::<Vec<_>>(),
+            want.buckets().collect::<Vec<_>>()
+        );
+        // Changing a packed histogram opens it first.
+        let mut grown = packed.clone();
+        grown.record(5_000);
+        open.record(5_000);
+        assert_eq!(grown, open);
+        assert_eq!(packer.pack_dense(&[0; BUCKETS]).buckets().count(), 0);
+        // More than a chunk: every histogram still reads back whole.
+        let full: Vec<u64> = (0..BUCKETS as u64).map(|i| (1 << 40) + i).collect();
+        let many: Vec<EpisodeHist> = (0..2 * CHUNK / (BUCKETS * 7))
+            .map(|_| packer.pack_dense(&full))
+            .collect();
+        let want: Vec<(usize, u64)> = full.iter().copied().enumerate().collect();
+        assert!(many.iter().all(|h| h.buckets().eq(want.iter().copied())));
     }
 }

@@ -3,6 +3,7 @@
 //! an interval (like every other counter in stealscope).
 
 use crate::hist::EpisodeHist;
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -32,8 +33,10 @@ pub struct Thread {
     pub tid: u32,
     /// Thread group id (the process's pid); equals `tid` for kernel threads.
     pub tgid: u32,
-    /// `comm` when it ran.
-    pub comm: String,
+    /// `comm` when it ran. Inline (a comm is at most 15 bytes): a reading
+    /// at 10,000 threads clones every culprit of every thread, and as
+    /// `String`s each was an allocation of its own.
+    pub comm: CompactString,
     /// PF_KTHREAD was set.
     pub kthread: bool,
 }
@@ -63,6 +66,16 @@ impl ThreadWaits {
 
     /// What accrued since `earlier` (a sample of the same thread).
     pub fn since(&self, earlier: &ThreadWaits) -> ThreadWaits {
+        ThreadWaits {
+            episodes: self.episodes.since(&earlier.episodes),
+            ..self.charged_since(earlier)
+        }
+    }
+
+    /// [`Self::since`] without the episodes (left empty), for a view that
+    /// reads only what was charged: at 10,000 threads a scan saves as many
+    /// histogram subtractions.
+    pub fn charged_since(&self, earlier: &ThreadWaits) -> ThreadWaits {
         let by_thread = self
             .by_thread
             .iter()
@@ -77,7 +90,7 @@ impl ThreadWaits {
             irq_ns: self.irq_ns.saturating_sub(earlier.irq_ns),
             idle_ns: self.idle_ns.saturating_sub(earlier.idle_ns),
             unknown_ns: self.unknown_ns.saturating_sub(earlier.unknown_ns),
-            episodes: self.episodes.since(&earlier.episodes),
+            episodes: EpisodeHist::default(),
         }
     }
 }

@@ -131,7 +131,7 @@ impl ProcNames {
         };
         for c in sample.threads.values().flat_map(|w| w.by_thread.keys()) {
             if c.tid == c.tgid {
-                n.comms.entry(c.tgid).or_insert_with(|| c.comm.clone());
+                n.comms.entry(c.tgid).or_insert_with(|| c.comm.to_string());
             }
         }
         n.comms
@@ -357,7 +357,7 @@ impl HostSums {
                     .threads
                     .entry(k)
                     .or_default()
-                    .entry(c.comm.clone())
+                    .entry(c.comm.to_string())
                     .or_default() += ns;
             }
         }

@@ -81,7 +81,7 @@ pub fn vcpu_wait_by<V: ScannedVmId>(
         let Some(w0) = before.threads.get(tid) else {
             continue;
         };
-        let w = w1.since(w0);
+        let w = w1.charged_since(w0);
         let by = charges(&w, |c| classify_with(c, vm_of(c.tgid, c.tid), &names));
         out.insert(*tid, by);
     }
