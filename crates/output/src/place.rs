@@ -62,7 +62,8 @@ fn vm_line(out: &mut String, st: &Style, v: &VmPlan) {
 /// The prediction's lines: the measures now and planned, and what is
 /// predicted worse (which `apply` refuses without --force).
 pub(crate) fn prediction(out: &mut String, st: &Style, pr: &Prediction) {
-    st.wrap(out, "predicted: ", &pr.summary());
+    // A line never breaks inside a measure's "a -> b".
+    st.items(out, "predicted: ", &pr.measures(), ", ");
     if !pr.worse.is_empty() {
         st.wrap(
             out,
@@ -282,6 +283,43 @@ mod tests {
             }
             // Nothing is lost: every reason's last words are there.
             assert!(t.contains("2.00 CPUs"), "{t}");
+        }
+    }
+
+    #[test]
+    fn the_prediction_breaks_lines_only_between_measures() {
+        use stealscope_sim::predict::{Measures, Prediction};
+        let m = |x: f64| Measures {
+            mean_steal_pct: x,
+            p99_vm_steal_pct: x,
+            host_steal_pct: x,
+            host_cpus: x,
+            ..Measures::default()
+        };
+        let pr = Prediction {
+            current: m(0.0),
+            planned: m(12.345),
+            noise: Measures::default(),
+            seeds: vec![1, 2, 3],
+            history_s: 60.0,
+            throughput_change_pct: -3.0,
+            worse: Vec::new(),
+            vms: Vec::new(),
+            host_work: Vec::new(),
+        };
+        for width in [60, 80, 120] {
+            let t = plan(&Plan::default(), Some(&pr), width);
+            let lines: Vec<&str> = t.lines().collect();
+            for want in pr.measures() {
+                assert!(
+                    lines.iter().any(|l| l.contains(&want)),
+                    "{width}: {want:?} in\n{t}"
+                );
+            }
+            assert!(
+                lines.iter().all(|l| display_width(l) <= width),
+                "{width}:\n{t}"
+            );
         }
     }
 }

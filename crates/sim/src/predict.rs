@@ -377,22 +377,30 @@ impl Prediction {
     /// `steal 4.1 % -> 1.2 %, p99 18 % -> 6 %, spread 12 -> 3 pp,
     /// throughput +9 %, host work steal 0 -> 2 %, host work CPUs 0.98 -> 0.97`.
     pub fn summary(&self) -> String {
+        self.measures().join(", ")
+    }
+
+    /// The summary's measures, one item each (a layout breaks lines only
+    /// between them).
+    pub fn measures(&self) -> Vec<String> {
         let (a, b) = (&self.current, &self.planned);
-        format!(
-            "steal {:.1} % -> {:.1} %, p99 {:.1} % -> {:.1} %, spread {:.1} -> {:.1} pp, \
-             throughput {:+.1} %, host work steal {:.1} -> {:.1} %, host work CPUs {:.2} -> {:.2}",
-            a.mean_steal_pct,
-            b.mean_steal_pct,
-            a.p99_vm_steal_pct,
-            b.p99_vm_steal_pct,
-            a.spread_pp(),
-            b.spread_pp(),
-            self.throughput_change_pct,
-            a.host_steal_pct,
-            b.host_steal_pct,
-            a.host_cpus,
-            b.host_cpus
-        )
+        vec![
+            format!(
+                "steal {:.1} % -> {:.1} %",
+                a.mean_steal_pct, b.mean_steal_pct
+            ),
+            format!(
+                "p99 {:.1} % -> {:.1} %",
+                a.p99_vm_steal_pct, b.p99_vm_steal_pct
+            ),
+            format!("spread {:.1} -> {:.1} pp", a.spread_pp(), b.spread_pp()),
+            format!("throughput {:+.1} %", self.throughput_change_pct),
+            format!(
+                "host work steal {:.1} -> {:.1} %",
+                a.host_steal_pct, b.host_steal_pct
+            ),
+            format!("host work CPUs {:.2} -> {:.2}", a.host_cpus, b.host_cpus),
+        ]
     }
 
     /// Why the plan must not be applied, when it is predicted worse.

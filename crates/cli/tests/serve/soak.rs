@@ -212,22 +212,23 @@ struct MemReading {
     load: f64,
 }
 
-fn mem_reading(pid: u32, at: f64) -> MemReading {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib = |key: &str| -> u64 {
+/// None once serve is gone or a zombie (whose status has no memory lines):
+/// the sampler stops there, and the soak's own checks say why.
+fn mem_reading(pid: u32, at: f64) -> Option<MemReading> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| -> Option<u64> {
         st.lines()
             .find_map(|l| l.strip_prefix(key))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
     };
-    MemReading {
+    Some(MemReading {
         at,
-        rss: kib("VmRSS:"),
-        anon: kib("RssAnon:"),
-        file: kib("RssFile:"),
+        rss: kib("VmRSS:")?,
+        anon: kib("RssAnon:")?,
+        file: kib("RssFile:")?,
         load: load1(),
-    }
+    })
 }
 
 fn load1() -> f64 {
@@ -250,8 +251,11 @@ impl RssSampler {
         let thread = std::thread::spawn(move || {
             let mut rss = Vec::new();
             // Stops by itself when serve is gone (a failed soak unwinding).
-            while !halt.load(Ordering::Relaxed) && Path::new(&format!("/proc/{pid}")).exists() {
-                rss.push(mem_reading(pid, t0.elapsed().as_secs_f64()));
+            while !halt.load(Ordering::Relaxed) {
+                let Some(r) = mem_reading(pid, t0.elapsed().as_secs_f64()) else {
+                    break;
+                };
+                rss.push(r);
                 std::thread::sleep(Duration::from_secs(1));
             }
             rss
