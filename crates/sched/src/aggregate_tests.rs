@@ -44,7 +44,12 @@ fn run(a: &mut Aggregator, evs: &[Event]) -> ThreadWaits {
     for e in evs {
         a.apply(e);
     }
-    a.waits(&mut HistPacker::default()).remove(&V).unwrap()
+    waits(a).remove(&V).unwrap()
+}
+
+/// Every watched thread's counters, as a route's read gives them.
+fn waits(a: &Aggregator) -> BTreeMap<u32, ThreadWaits> {
+    a.waits(&mut HistPacker::default())
 }
 
 fn charged(w: &ThreadWaits, tid: u32) -> u64 {
@@ -237,7 +242,7 @@ fn a_missing_switch_keeps_interrupt_time() {
     ] {
         a.apply(&e);
     }
-    let b = &a.waits(&mut HistPacker::default())[&B];
+    let b = &waits(&a)[&B];
     assert_eq!(
         (b.irq_ns, b.unknown_ns, charged(b, A)),
         (30, 420, 0),
@@ -342,15 +347,15 @@ fn advance_charges_an_open_wait_and_watch_keeps_counters() {
     let mut a = agg();
     run(&mut a, &[sw(1, 0, V, true, A)]);
     a.advance(1_000);
-    assert_eq!(charged(&a.waits(&mut HistPacker::default())[&V], A), 1_000);
+    assert_eq!(charged(&waits(&a)[&V], A), 1_000);
     // An event stamped before the advance is taken at the advance's time.
     a.apply(&sw(1, 900, A, true, V));
-    let w = a.waits(&mut HistPacker::default()).remove(&V).unwrap();
+    let w = waits(&a).remove(&V).unwrap();
     assert_eq!((w.wait_ns(), w.episodes.count), (1_000, 1));
     a.watch(&[V, A]);
-    assert_eq!(a.waits(&mut HistPacker::default())[&V].wait_ns(), 1_000);
+    assert_eq!(waits(&a)[&V].wait_ns(), 1_000);
     a.watch(&[A]);
-    assert!(!a.waits(&mut HistPacker::default()).contains_key(&V));
+    assert!(!waits(&a).contains_key(&V));
 }
 
 #[test]
@@ -412,7 +417,7 @@ fn a_missing_switch_from_a_task_moves_others_charge_to_unknown() {
     ] {
         a.apply(&e);
     }
-    let w = a.waits(&mut HistPacker::default());
+    let w = waits(&a);
     let (v, b) = (&w[&V], &w[&B]);
     assert_eq!(v.wait_ns(), 0, "{v:?}");
     assert_eq!(charged(b, V), 50, "{b:?}");
@@ -457,11 +462,11 @@ fn reconcile_tops_up_what_a_missing_switch_dropped() {
     );
     assert_eq!((w.idle_ns, w.unknown_ns), (20, 0), "{w:?}");
     a.reconcile(1_000, &[(V, 1_050)]);
-    let w = a.waits(&mut HistPacker::default()).remove(&V).unwrap();
+    let w = waits(&a).remove(&V).unwrap();
     assert_eq!((w.idle_ns, w.unknown_ns, w.wait_ns()), (20, 30, 50));
     // Read again with nothing new: nothing is added twice.
     a.reconcile(1_100, &[(V, 1_050)]);
-    assert_eq!(a.waits(&mut HistPacker::default())[&V].unknown_ns, 30);
+    assert_eq!(waits(&a)[&V].unknown_ns, 30);
 }
 
 #[test]
@@ -481,12 +486,12 @@ fn reconcile_leaves_a_trace_that_holds_more_and_an_open_episode_alone() {
     }
     // Closed: 50 in the trace, 45 in schedstat; open: 800 behind A.
     a.reconcile(1_000, &[(V, 45)]);
-    let w = a.waits(&mut HistPacker::default()).remove(&V).unwrap();
+    let w = waits(&a).remove(&V).unwrap();
     assert_eq!((w.idle_ns, charged(&w, A), w.unknown_ns), (50, 800, 0));
     // A thread never reconciled before only sets its base.
     a.watch(&[V, B]);
     a.reconcile(1_100, &[(V, 45), (B, 5_000)]);
-    assert_eq!(a.waits(&mut HistPacker::default())[&B].unknown_ns, 0);
+    assert_eq!(waits(&a)[&B].unknown_ns, 0);
 }
 
 /// CPU 1 goes idle, V is woken onto it at 50 and A at 100; then `rest`.
@@ -548,13 +553,8 @@ fn a_reused_tid_is_identified_again_after_a_read() {
     a.apply(&sw(1, 50, A, true, V));
     a.apply(&sw(1, 60, V, true, A));
     a.apply(&sw(1, 70, A, true, V));
-    let tgids = |a: &Aggregator| -> Vec<u32> {
-        a.waits(&mut HistPacker::default())[&V]
-            .by_thread
-            .keys()
-            .map(|c| c.tgid)
-            .collect()
-    };
+    let tgids =
+        |a: &Aggregator| -> Vec<u32> { waits(a)[&V].by_thread.keys().map(|c| c.tgid).collect() };
     assert_eq!(tgids(&a), [1001], "cached within an interval");
     a.forget_identities();
     a.apply(&sw(1, 80, V, true, A));
